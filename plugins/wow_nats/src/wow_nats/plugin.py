@@ -1,0 +1,4 @@
+"""The wow_nats plugin module (entry point group ``wow``).
+
+It registers nothing yet; the issue that builds this package adds its hooks here.
+"""

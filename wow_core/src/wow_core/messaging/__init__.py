@@ -1,0 +1,41 @@
+"""The messaging contract, exchanges, and (in submodules) the in-memory and local buses."""
+
+from wow_core.messaging.contract import (
+    EXCHANGE_TYPES,
+    BusClosedError,
+    CommandBus,
+    DomainEventBus,
+    EventStreamExchange,
+    HandOffReceipt,
+    LocalMessageBus,
+    MessageBus,
+    MessageExchange,
+    MessageReceiver,
+    MessageSubscription,
+    ReceiverConflictError,
+    ServerCommandExchange,
+    SimpleExchange,
+    StateEventBus,
+    StateEventExchange,
+    opened_messages,
+)
+
+__all__ = [
+    "EXCHANGE_TYPES",
+    "BusClosedError",
+    "CommandBus",
+    "DomainEventBus",
+    "EventStreamExchange",
+    "HandOffReceipt",
+    "LocalMessageBus",
+    "MessageBus",
+    "MessageExchange",
+    "MessageReceiver",
+    "MessageSubscription",
+    "ReceiverConflictError",
+    "ServerCommandExchange",
+    "SimpleExchange",
+    "StateEventBus",
+    "StateEventExchange",
+    "opened_messages",
+]

@@ -1,0 +1,134 @@
+"""A small metrics facade: counters, gauges and histograms with bounded tag sets.
+
+The core writes its metrics here (``wow.local_first.backlog``,
+``wow.processing.outcomes``, bus send and receive counts); ``wow-otel`` bridges it to
+OpenTelemetry. The core depends on no metrics library. Tag values are bounded: past
+``max_series`` distinct tag sets per metric, new tag sets are recorded as
+``{"overflow": "true"}`` so business ids can never blow up a backend.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+Tags = Mapping[str, str]
+TagKey = tuple[tuple[str, str], ...]
+
+OVERFLOW: TagKey = (("overflow", "true"),)
+
+metrics_source: contextvars.ContextVar[str] = contextvars.ContextVar("wow_metrics_source", default="")
+"""Who is sending (``gateway``, ``saga:<name>``...); a tag of send metrics.
+
+Local-first copies capture it (see :mod:`wow_core.context`) so a copy sent later is
+still attributed to its sender.
+"""
+
+
+@runtime_checkable
+class Metrics(Protocol):
+    """Where metrics are written."""
+
+    def increment(self, name: str, value: float = 1.0, tags: Tags | None = None) -> None: ...
+
+    def gauge(self, name: str, value: float, tags: Tags | None = None) -> None: ...
+
+    def observe(self, name: str, value: float, tags: Tags | None = None) -> None:
+        """Record one value into a histogram."""
+        ...
+
+
+class NoopMetrics:
+    """The default: records nothing, costs nothing."""
+
+    __slots__ = ()
+
+    def increment(self, name: str, value: float = 1.0, tags: Tags | None = None) -> None:
+        pass
+
+    def gauge(self, name: str, value: float, tags: Tags | None = None) -> None:
+        pass
+
+    def observe(self, name: str, value: float, tags: Tags | None = None) -> None:
+        pass
+
+
+@dataclass(slots=True)
+class _Series:
+    counters: dict[TagKey, float] = field(default_factory=dict)
+    gauges: dict[TagKey, float] = field(default_factory=dict)
+    histograms: dict[TagKey, list[float]] = field(default_factory=dict)
+
+
+class InMemoryMetrics:
+    """Keeps every value in memory; tests read it back."""
+
+    def __init__(self, max_series: int = 1000) -> None:
+        self.max_series = max_series
+        self._metrics: dict[str, _Series] = {}
+        self._lock = threading.Lock()
+
+    def _key(self, series: dict[TagKey, object], tags: Tags | None) -> TagKey:
+        key: TagKey = tuple(sorted(tags.items())) if tags else ()
+        if key not in series and len(series) >= self.max_series:
+            return OVERFLOW
+        return key
+
+    def _series(self, name: str) -> _Series:
+        series = self._metrics.get(name)
+        if series is None:
+            series = self._metrics[name] = _Series()
+        return series
+
+    def increment(self, name: str, value: float = 1.0, tags: Tags | None = None) -> None:
+        with self._lock:
+            counters = self._series(name).counters
+            key = self._key(counters, tags)  # type: ignore[arg-type]
+            counters[key] = counters.get(key, 0.0) + value
+
+    def gauge(self, name: str, value: float, tags: Tags | None = None) -> None:
+        with self._lock:
+            gauges = self._series(name).gauges
+            gauges[self._key(gauges, tags)] = value  # type: ignore[arg-type]
+
+    def observe(self, name: str, value: float, tags: Tags | None = None) -> None:
+        with self._lock:
+            histograms = self._series(name).histograms
+            histograms.setdefault(self._key(histograms, tags), []).append(value)  # type: ignore[arg-type]
+
+    # -- reading ------------------------------------------------------------------------
+
+    def counter_value(self, name: str, **tags: str) -> float:
+        """Sum of the counter over every series whose tags include ``tags``."""
+        series = self._metrics.get(name)
+        if series is None:
+            return 0.0
+        wanted = set(tags.items())
+        return sum(v for k, v in series.counters.items() if wanted <= set(k))
+
+    def gauge_value(self, name: str, **tags: str) -> float | None:
+        series = self._metrics.get(name)
+        if series is None:
+            return None
+        return series.gauges.get(tuple(sorted(tags.items())))
+
+    def histogram_values(self, name: str, **tags: str) -> list[float]:
+        series = self._metrics.get(name)
+        if series is None:
+            return []
+        wanted = set(tags.items())
+        return [v for k, values in series.histograms.items() if wanted <= set(k) for v in values]
+
+    def series(self, name: str) -> dict[str, dict[TagKey, object]]:
+        found = self._metrics.get(name) or _Series()
+        return {
+            "counters": dict(found.counters),
+            "gauges": dict(found.gauges),
+            "histograms": dict(found.histograms),
+        }
+
+    def names(self) -> list[str]:
+        return sorted(self._metrics)

@@ -1,0 +1,72 @@
+"""Names of aggregates: who owns a message."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
+
+DEFAULT_TENANT_ID = "(0)"
+
+
+def _check_name(kind: str, value: str) -> str:
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise ValueError(
+            f"{kind} {value!r} is not valid: use letters, digits, '_' and '-', "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class NamedAggregate:
+    """An aggregate type inside a bounded context, e.g. ``bank.account``.
+
+    It names a topic: every message of one named aggregate travels on the same
+    topic of its kind (command, event, state).
+    """
+
+    context_name: str
+    aggregate_name: str
+
+    def __post_init__(self) -> None:
+        _check_name("context name", self.context_name)
+        _check_name("aggregate name", self.aggregate_name)
+
+    def __str__(self) -> str:
+        return f"{self.context_name}.{self.aggregate_name}"
+
+    @classmethod
+    def parse(cls, text: str) -> NamedAggregate:
+        """Parse ``context.aggregate``."""
+        context, sep, aggregate = text.partition(".")
+        if not sep:
+            raise ValueError(f"named aggregate {text!r} must look like 'context.aggregate'")
+        return cls(context, aggregate)
+
+
+@dataclass(frozen=True, slots=True)
+class AggregateId:
+    """One aggregate instance: its named aggregate, its id and its tenant."""
+
+    named_aggregate: NamedAggregate
+    id: str
+    tenant_id: str = DEFAULT_TENANT_ID
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise ValueError("aggregate id must be a non-empty string")
+        if not isinstance(self.tenant_id, str) or not self.tenant_id:
+            raise ValueError("tenant id must be a non-empty string")
+
+    @property
+    def context_name(self) -> str:
+        return self.named_aggregate.context_name
+
+    @property
+    def aggregate_name(self) -> str:
+        return self.named_aggregate.aggregate_name
+
+    def __str__(self) -> str:
+        return f"{self.named_aggregate}@{self.id}"

@@ -1,0 +1,105 @@
+"""Message headers: string keys to string values, mutable until marked read-only."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, MutableMapping
+
+
+class ReadOnlyHeaderError(RuntimeError):
+    """Raised when a header that was marked read-only (emitted) is written to."""
+
+
+class Header(MutableMapping[str, str]):
+    """A message's header.
+
+    Every copy of a message gets its own ``Header`` (``copy()``), so two routes never
+    rewrite one another. Before a message is emitted its header is marked read-only;
+    a write after that raises :class:`ReadOnlyHeaderError` instead of silently
+    changing what a receiver already saw.
+    """
+
+    __slots__ = ("_data", "_read_only")
+
+    # Well-known keys.
+    LOCAL_FIRST = "local_first"
+    """``"true"`` on a distributed copy whose local receivers admitted it."""
+    LOCAL_FIRST_DISABLED = "local_first.disabled"
+    """``"true"`` on a message that must not take the local-first route."""
+
+    def __init__(self, data: Mapping[str, str] | None = None, *, read_only: bool = False) -> None:
+        self._data: dict[str, str] = {}
+        if data:
+            for key, value in data.items():
+                self._data[_check_key(key)] = _check_value(key, value)
+        self._read_only = read_only
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only
+
+    def with_read_only(self) -> Header:
+        """Mark this header read-only and return it."""
+        self._read_only = True
+        return self
+
+    def copy(self) -> Header:
+        """An independent, writable copy."""
+        header = Header.__new__(Header)
+        header._data = dict(self._data)
+        header._read_only = False
+        return header
+
+    def __getitem__(self, key: str) -> str:
+        return self._data[key]
+
+    def __setitem__(self, key: str, value: str) -> None:
+        if self._read_only:
+            raise ReadOnlyHeaderError(f"header is read-only; cannot set {key!r}")
+        self._data[_check_key(key)] = _check_value(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        if self._read_only:
+            raise ReadOnlyHeaderError(f"header is read-only; cannot delete {key!r}")
+        del self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        flag = ", read_only=True" if self._read_only else ""
+        return f"Header({self._data!r}{flag})"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Header):
+            return self._data == other._data
+        if isinstance(other, Mapping):
+            return self._data == dict(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def to_dict(self) -> dict[str, str]:
+        return dict(self._data)
+
+    @property
+    def local_first(self) -> bool:
+        return self._data.get(self.LOCAL_FIRST) == "true"
+
+    @property
+    def local_first_disabled(self) -> bool:
+        return self._data.get(self.LOCAL_FIRST_DISABLED) == "true"
+
+
+def _check_key(key: object) -> str:
+    if not isinstance(key, str) or not key:
+        raise TypeError(f"header keys must be non-empty strings, got {key!r}")
+    return key
+
+
+def _check_value(key: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"header value of {key!r} must be a string, got {type(value).__name__}")
+    return value

@@ -1,0 +1,27 @@
+"""Plugin discovery: pluggy hooks found through the entry-point group ``wow``."""
+
+from wow_core.plugins.hookspecs import PROJECT, hookimpl, hookspec
+from wow_core.plugins.manager import (
+    KINDS,
+    PluginConflictError,
+    PluginError,
+    PluginImportError,
+    PluginRegistry,
+    Registration,
+    UnknownPluginError,
+    load_plugins,
+)
+
+__all__ = [
+    "KINDS",
+    "PROJECT",
+    "PluginConflictError",
+    "PluginError",
+    "PluginImportError",
+    "PluginRegistry",
+    "Registration",
+    "UnknownPluginError",
+    "hookimpl",
+    "hookspec",
+    "load_plugins",
+]

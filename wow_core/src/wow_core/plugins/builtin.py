@@ -1,0 +1,76 @@
+"""The core's own built-ins, registered through the same hooks as any plugin.
+
+Factories import lazily so that discovering plugins stays cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from wow_core.context import MetricsSourceCapture
+from wow_core.plugins.hookspecs import Factory, hookimpl
+
+if TYPE_CHECKING:
+    from wow_core.context import ContextCapture
+    from wow_core.runtime.settings import WowSettings
+
+
+def _in_memory_transport(settings: WowSettings) -> Any:
+    from wow_core.transport.in_memory import InMemoryTransport
+
+    return InMemoryTransport.from_settings(settings)
+
+
+def _none_recorder(settings: WowSettings) -> Any:
+    from wow_core.event.failure import NONE_RECORDER
+
+    return NONE_RECORDER
+
+
+def _default_decode_failure_handler(settings: WowSettings) -> Any:
+    from wow_core.transport.decode_failure import DefaultDecodeFailureHandler
+
+    return DefaultDecodeFailureHandler()
+
+
+def _in_memory_event_store(settings: WowSettings) -> Any:
+    from wow_core.eventsourcing.in_memory import InMemoryEventStore
+
+    return InMemoryEventStore()
+
+
+def _in_memory_snapshot_repository(settings: WowSettings) -> Any:
+    from wow_core.eventsourcing.in_memory import InMemorySnapshotRepository
+
+    return InMemorySnapshotRepository()
+
+
+@hookimpl
+def register_transports(register: Callable[[str, Factory], None]) -> None:
+    register("in_memory", _in_memory_transport)
+
+
+@hookimpl
+def register_failure_recorders(register: Callable[[str, Factory], None]) -> None:
+    register("none", _none_recorder)
+
+
+@hookimpl
+def register_decode_failure_handlers(register: Callable[[str, Factory], None]) -> None:
+    register("default", _default_decode_failure_handler)
+
+
+@hookimpl
+def register_context_captures(register: Callable[[str, ContextCapture], None]) -> None:
+    register("metrics_source", MetricsSourceCapture())
+
+
+@hookimpl
+def register_event_stores(register: Callable[[str, Factory], None]) -> None:
+    register("in_memory", _in_memory_event_store)
+
+
+@hookimpl
+def register_snapshot_repositories(register: Callable[[str, Factory], None]) -> None:
+    register("in_memory", _in_memory_snapshot_repository)

@@ -1,0 +1,3 @@
+"""wow_kafka: see the package README and docs."""
+
+__version__ = "0.1.0"
