@@ -56,14 +56,20 @@ class Deposit:
 
 
 def stream(
-    aggregate: NamedAggregate, agg_id: str, version: int, *bodies: object, header: dict[str, str] | None = None
+    aggregate: NamedAggregate,
+    agg_id: str,
+    version: int,
+    *bodies: object,
+    header: dict[str, str] | None = None,
 ) -> DomainEventStream:
     aid = AggregateId(aggregate, agg_id)
     events = tuple(
         DomainEvent(aid, body, type(body).__name__, version, sequence=i + 1, is_last=i == len(bodies) - 1)
         for i, body in enumerate(bodies)
     )
-    s = DomainEventStream(aid, version, events, command_id=f"cmd-{agg_id}-{version}", request_id=f"req-{agg_id}-{version}")
+    s = DomainEventStream(
+        aid, version, events, command_id=f"cmd-{agg_id}-{version}", request_id=f"req-{agg_id}-{version}"
+    )
     if header:
         s.header.update(header)
     return s
@@ -100,7 +106,9 @@ class QueueReceiver:
             message = getter.result()
             self._in_flight += 1
             self._settled.clear()
-            exchange_type = EventStreamExchange if message.topic_kind is TopicKind.EVENT else StateEventExchange
+            exchange_type = (
+                EventStreamExchange if message.topic_kind is TopicKind.EVENT else StateEventExchange
+            )
             exchange = exchange_type(message, self._acker(message), self._on_settle)
             self.bus.exchanges.append(exchange)
             yield exchange
@@ -261,7 +269,7 @@ async def no_sleep(delay: float) -> None:
 async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
     """Poll a condition each loop turn, up to ``timeout`` (no fixed sleep)."""
     async with asyncio.timeout(timeout):
-        while not predicate():
+        while not predicate():  # noqa: ASYNC110 - plain state, no event to await
             await asyncio.sleep(0.001)
 
 

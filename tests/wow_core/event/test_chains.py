@@ -28,10 +28,10 @@ from wow_core.event import (
     RecoverableError,
     RetryableFilter,
     SnapshotFunctionFilter,
+    on_event,
     order,
     parse_component,
     projection,
-    on_event,
 )
 from wow_core.event.notifier import notifier_filters
 from wow_core.event.snapshot import snapshot_functions
@@ -66,12 +66,16 @@ def function_of(invoker: Any, component: ComponentKind = ComponentKind.PROJECTIO
     return function
 
 
-def exchange_of(function: MessageFunction, component: ComponentKind = ComponentKind.PROJECTION) -> FunctionExchange:
+def exchange_of(
+    function: MessageFunction, component: ComponentKind = ComponentKind.PROJECTION
+) -> FunctionExchange:
     s = stream(ACCOUNT, "a1", 1, Opened("ann"))
     return FunctionExchange(component, EventStreamExchange(s), s.events[0], function)
 
 
-def chain(kind: ComponentKind, *extra: Any, notifier: Any = None, sleep: Any = no_sleep, retries: int = 3) -> Any:
+def chain(
+    kind: ComponentKind, *extra: Any, notifier: Any = None, sleep: Any = no_sleep, retries: int = 3
+) -> Any:
     builder = FilterChainBuilder(notifier_filters(notifier or RecordingNotifier()))
     builder.add(RetryableFilter(retries, 2.0, sleep=sleep))
     builder.add(FunctionFilter())
@@ -87,8 +91,16 @@ def test_the_critical_orders_of_the_four_chains() -> None:
         "RetryableFilter",
         "FunctionFilter",
     ]
-    assert chain(ComponentKind.STATELESS_SAGA).names == ["SagaHandledNotifierFilter", "RetryableFilter", "FunctionFilter"]
-    assert chain(ComponentKind.PROJECTION).names == ["ProjectedNotifierFilter", "RetryableFilter", "FunctionFilter"]
+    assert chain(ComponentKind.STATELESS_SAGA).names == [
+        "SagaHandledNotifierFilter",
+        "RetryableFilter",
+        "FunctionFilter",
+    ]
+    assert chain(ComponentKind.PROJECTION).names == [
+        "ProjectedNotifierFilter",
+        "RetryableFilter",
+        "FunctionFilter",
+    ]
     assert chain(ComponentKind.SNAPSHOT).names == ["SnapshotNotifierFilter", "SnapshotFunctionFilter"]
 
 
@@ -132,10 +144,16 @@ async def test_the_notifier_signals_its_stage_on_success_and_on_failure(
     with pytest.raises(ValueError, match="no"):
         await built.invoke(failing)
     [success, failure] = notifier.signals
-    assert success.stage is stage and success.succeeded and success.result == "done"
-    assert success.command_id == "cmd-a1-1" and success.is_last and success.aggregate_version == 1
-    assert success.function.function_name == "on_opened" and success.function.processor_name == "P"
-    assert failure.stage is stage and isinstance(failure.error, ValueError)
+    assert success.stage is stage
+    assert success.succeeded
+    assert success.result == "done"
+    assert success.command_id == "cmd-a1-1"
+    assert success.is_last
+    assert success.aggregate_version == 1
+    assert success.function.function_name == "on_opened"
+    assert success.function.processor_name == "P"
+    assert failure.stage is stage
+    assert isinstance(failure.error, ValueError)
 
 
 async def test_the_notifier_signals_only_after_retries_are_exhausted() -> None:
@@ -178,7 +196,8 @@ async def test_a_notification_failure_is_logged_and_changes_nothing(
     if not sync:
         await asyncio.wait_for(notifier.failed.wait(), 5)
         await asyncio.sleep(0)
-    assert "notification" in caplog.text and "failed" in caplog.text
+    assert "notification" in caplog.text
+    assert "failed" in caplog.text
 
 
 async def test_retry_retries_recoverable_errors_three_times_with_a_two_second_minimum_backoff() -> None:
@@ -190,9 +209,13 @@ async def test_retry_retries_recoverable_errors_three_times_with_a_two_second_mi
     flaky = Flaky([ConnectionError("c1"), TimeoutError("t2"), RecoverableError("r3")])
     exchange = exchange_of(function_of(flaky))
     await chain(ComponentKind.PROJECTION, sleep=sleep).invoke(exchange)
-    assert flaky.calls == 4 and exchange.attempts == 4 and exchange.result == "done"
-    assert len(delays) == 3 and all(delay >= 2.0 for delay in delays)
-    assert delays[1] >= 4.0 and delays[2] >= 8.0  # exponential
+    assert flaky.calls == 4
+    assert exchange.attempts == 4
+    assert exchange.result == "done"
+    assert len(delays) == 3
+    assert all(delay >= 2.0 for delay in delays)
+    assert delays[1] >= 4.0
+    assert delays[2] >= 8.0
 
 
 async def test_retry_does_not_retry_unrecoverable_or_unknown_errors() -> None:
@@ -225,7 +248,9 @@ async def test_the_classifier_is_extensible() -> None:
 
     assert classifier.classify(Marked()) is Recoverability.UNRECOVERABLE
 
-    builder = FilterChainBuilder([RetryableFilter(2, 0.0, classifier=classifier, sleep=no_sleep), FunctionFilter()])
+    builder = FilterChainBuilder(
+        [RetryableFilter(2, 0.0, classifier=classifier, sleep=no_sleep), FunctionFilter()]
+    )
     flaky = Flaky([Throttled(), Throttled()])
     await builder.build(ComponentKind.PROJECTION, "p").invoke(exchange_of(function_of(flaky)))
     assert flaky.calls == 3
@@ -235,7 +260,7 @@ def test_retry_settings_are_validated_and_backoff_never_below_the_minimum() -> N
     with pytest.raises(ValueError, match="max_retries"):
         RetryableFilter(-1)
     retry = RetryableFilter(10, 2.0, max_backoff=5.0)
-    assert all(2.0 <= retry.backoff(n) for n in range(1, 11))
+    assert all(retry.backoff(n) >= 2.0 for n in range(1, 11))
     assert retry.backoff(10) <= 5.0 * 1.5
 
 
@@ -261,6 +286,8 @@ async def test_the_snapshot_chain_has_no_retry_and_acknowledges_its_own_state_ev
     with pytest.raises(ConnectionError):
         await built.invoke(FunctionExchange(ComponentKind.SNAPSHOT, source, source.message, function))
     assert calls == 1
-    assert source.acked and acked == ["ack"]
-    assert notifier.signals[0].stage is ProcessingStage.SNAPSHOT and notifier.signals[0].error is not None
+    assert source.acked
+    assert acked == ["ack"]
+    assert notifier.signals[0].stage is ProcessingStage.SNAPSHOT
+    assert notifier.signals[0].error is not None
     assert bus.receivers == []

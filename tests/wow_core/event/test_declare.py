@@ -51,7 +51,8 @@ def test_registration_records_kind_names_body_type_and_topics() -> None:
     assert (opened.context_name, opened.processor_name) == ("reports", "Summary")
     assert opened.body_types == (Opened,)
     assert opened.named_aggregates == {ACCOUNT}
-    assert opened.takes_body and opened.retry_enabled
+    assert opened.takes_body
+    assert opened.retry_enabled
     moved = functions["moved"]
     assert moved.body_types == (Deposited, Withdrawn)
     assert moved.named_aggregates == {TRANSFER}
@@ -63,7 +64,9 @@ def test_registration_records_kind_names_body_type_and_topics() -> None:
     assert balance.ref.function_kind == "STATE_EVENT"
 
 
-async def test_event_functions_take_the_body_or_the_domain_event_and_state_functions_the_state_event() -> None:
+async def test_event_functions_take_the_body_or_the_domain_event_and_state_functions_the_state_event() -> (
+    None
+):
     summary = Summary()
     functions = {f.function_name: f for f in parse_component(summary, default_context="svc")}
     s = stream(ACCOUNT, "a1", 1, Opened("ann"))
@@ -135,7 +138,7 @@ def test_bad_declarations_are_refused() -> None:
     with pytest.raises(FunctionRegistrationError, match="not marked"):
         parse_component(object(), default_context="x")
 
-    with pytest.raises(ValueError, match="context.aggregate"):
+    with pytest.raises(ValueError, match=r"context\.aggregate"):
         projection(aggregates=["noaggregate"])(type("X", (), {}))
 
 

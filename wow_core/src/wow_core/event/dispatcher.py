@@ -95,6 +95,8 @@ class AbstractAggregateEventDispatcher(Generic[E]):
         self._loops: list[asyncio.Task[None]] = []
         self._selection: dict[tuple[NamedAggregate, Hashable], tuple[MessageFunction, ...]] = {}
         self._running = False
+        # Lanes are per dispatcher: one aggregate is serial here, not across dispatchers.
+        self._lane = f"{name}:{self.function_kind.value}"
 
     # -- subscriptions ------------------------------------------------------------------
 
@@ -154,7 +156,7 @@ class AbstractAggregateEventDispatcher(Generic[E]):
     async def _consume(self, receiver: MessageReceiver[E]) -> None:
         async for exchange in receiver:
             message = exchange.message
-            await self.executor.submit(message.aggregate_id, _bind(self.dispatch, exchange))
+            await self.executor.submit((self._lane, message.aggregate_id), _bind(self.dispatch, exchange))
 
     # -- one source exchange ------------------------------------------------------------
 
@@ -171,8 +173,12 @@ class AbstractAggregateEventDispatcher(Generic[E]):
             await self._finish(exchange, withhold=False)
             return
         try:
-            for message, functions in self.work(exchange.message, compensation):
-                settled = await self._run(exchange, message, functions, compensation)
+            pairs = list(self.work(exchange.message, compensation))
+            last_of = {
+                function: index for index, (_, functions) in enumerate(pairs) for function in functions
+            }
+            for index, (message, functions) in enumerate(pairs):
+                settled = await self._run(exchange, message, functions, compensation, last_of, index)
                 withhold = withhold or any(not item.acknowledges for item in settled)
         except Exception:
             logger.exception("%s: dispatching %r failed", self.name, exchange)
@@ -211,16 +217,25 @@ class AbstractAggregateEventDispatcher(Generic[E]):
         message: DomainEvent[Any] | StateEvent[Any],
         functions: tuple[MessageFunction, ...],
         compensation: CompensationTarget | None,
+        last_of: dict[MessageFunction, int],
+        index: int,
     ) -> list[Settled]:
         handle = self.handler.handle
+        component = self.component
         if len(functions) == 1:
-            return [
-                await handle(FunctionExchange(self.component, source, message, functions[0], compensation))
-            ]
+            function = functions[0]
+            exchange = FunctionExchange(
+                component, source, message, function, compensation, last=last_of[function] == index
+            )
+            return [await handle(exchange)]
         return list(
             await asyncio.gather(
                 *(
-                    handle(FunctionExchange(self.component, source, message, f, compensation))
+                    handle(
+                        FunctionExchange(
+                            component, source, message, f, compensation, last=last_of[f] == index
+                        )
+                    )
                     for f in functions
                 )
             )

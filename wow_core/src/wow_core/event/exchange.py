@@ -36,6 +36,8 @@ class FunctionExchange:
     attributes: dict[str, Any] = field(default_factory=dict)
     result: Any = None
     attempts: int = 0
+    last: bool = True
+    """False while this function has a later event of the same stream still to handle."""
 
     @property
     def stream(self) -> DomainEventStream:
@@ -53,9 +55,8 @@ class FunctionExchange:
 
     @property
     def is_last(self) -> bool:
-        """True for the last event of its stream (and always for a state event)."""
-        message = self.message
-        return message.is_last if isinstance(message, DomainEvent) else True
+        """True when this is the last event of its stream this function handles."""
+        return self.last
 
     def __repr__(self) -> str:
         message = self.message
