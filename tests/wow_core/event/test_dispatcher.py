@@ -431,7 +431,7 @@ async def test_the_snapshot_function_writes_and_acknowledges_its_state_event_eve
     await h.settle(2, h.states)
     assert h.states.acked == [first, second]  # acknowledged although recording failed
     await wait_until(
-        lambda: h.metrics.counter_value(OUTCOMES_METRIC, component="snapshot", outcome="RECORDING_FAILED") == 1
+        lambda: h.metrics.counter_value(OUTCOMES_METRIC, component="snapshot", outcome="RECORDING_FAILED") > 0
     )
     assert [s.stage for s in h.notifier.signals] == [ProcessingStage.SNAPSHOT, ProcessingStage.SNAPSHOT]
     assert recorder.calls == 3  # no retry layer: a single attempt, then recording (retried)
