@@ -166,6 +166,16 @@ class NatsReceiver:
     def enqueue(self, record: NatsRecord) -> None:
         self._queue.put_nowait(record)
 
+    async def verify(self, topic: str) -> None:
+        """Check that the consumer of ``topic`` exists; create it again if it does not."""
+        js = await self.transport.jetstream()
+        try:
+            await js.consumer_info(self.transport.layout.stream(topic), self.consumers[topic])
+        except nats.js.errors.NotFoundError:
+            await self.recover(topic)
+        except Exception as error:  # not connected yet: the next request will tell
+            log.debug("checking the consumer of %s failed: %r", topic, error)
+
     async def recover(self, topic: str) -> None:
         """Create the stream and consumer of ``topic`` again (deleted behind our back)."""
         log.warning("consumer %s of %s vanished; creating it again", self.consumers[topic], topic)
@@ -408,8 +418,12 @@ class _Puller:
                 backoff = min(backoff * 2, _BACKOFF_MAX)
                 continue
             backoff = 0.05
-            with contextlib.suppress(TimeoutError):
+            try:
                 await asyncio.wait_for(self._request_done.wait(), expires + 1.0)
+            except TimeoutError:
+                # JetStream answers an expired request with a 408: silence means the
+                # request was lost with the connection, or the consumer is gone
+                await receiver.verify(self.topic)
 
     async def _on_msg(self, msg: Msg) -> None:
         headers = msg.headers
@@ -418,6 +432,7 @@ class _Puller:
             if status == "100":  # idle heartbeat
                 return
             description = (headers or {}).get(DESCRIPTION_HEADER, "")
+            log.debug("pull of %s: status %s %s", self.topic, status, description)
             if status == "409" and "deleted" in description.lower():
                 self._consumer_gone = True
             elif status not in ("404", "408", "409"):

@@ -303,10 +303,11 @@ class NatsTransport:
             )
             await js.update_stream(updated)
             log.info("updated stream %s (subjects %s)", name, ", ".join(updated.subjects or []))
-        if current.storage is not None and current.storage.value != settings.storage:
+        storage = str(getattr(current.storage, "value", current.storage or settings.storage))
+        if storage != settings.storage:
             log.warning(
                 "stream %s uses %s storage, WOW_NATS__STORAGE asks for %s: storage cannot be changed",
                 name,
-                current.storage.value,
+                storage,
                 settings.storage,
             )
