@@ -130,6 +130,7 @@ async def test_a_record_published_twice_with_one_id_is_stored_once(
     headers = {"Wow-Key": "k", "Nats-Msg-Id": "same"}
     first = await transport.publish(topic, b"{}", dict(headers))
     second = await transport.publish(topic, b"{}", dict(headers))
-    assert second.duplicate and second.seq == first.seq
+    assert second.duplicate
+    assert second.seq == first.seq
     info = await raw_js.stream_info(transport.layout.stream(topic))
     assert info.state.messages == 1

@@ -54,7 +54,8 @@ def test_servers_may_be_a_json_array(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_secrets_are_masked() -> None:
     settings = NatsSettings(password=SecretStr("hunter2"), token=SecretStr("tok"), user="u")
-    assert "hunter2" not in repr(settings) and "tok'" not in repr(settings)
+    assert "hunter2" not in repr(settings)
+    assert "tok'" not in repr(settings)
     assert "hunter2" not in str(settings.model_dump())
 
 

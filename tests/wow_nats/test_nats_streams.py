@@ -65,7 +65,8 @@ async def test_a_consumer_deleted_behind_the_receivers_back_is_created_again(
     receiver = transport.open(group, [topic])
     await receiver.ready()
     receiver.open_processing()
-    await raw_js.delete_consumer(transport.layout.stream(topic), transport.layout.consumer(group, topic))
+    stream = transport.layout.stream(topic)
+    await raw_js.delete_consumer(stream, transport.layout.consumer(group, topic))
 
     async def recreated() -> None:
         while True:
