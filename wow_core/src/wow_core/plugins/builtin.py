@@ -9,10 +9,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from wow_core.context import MetricsSourceCapture
+from wow_core.metrics import InMemoryMetrics, NoopMetrics
 from wow_core.plugins.hookspecs import Factory, hookimpl
 
 if TYPE_CHECKING:
     from wow_core.context import ContextCapture
+    from wow_core.runtime.cli import Command
     from wow_core.runtime.settings import WowSettings
 
 
@@ -74,3 +76,17 @@ def register_event_stores(register: Callable[[str, Factory], None]) -> None:
 @hookimpl
 def register_snapshot_repositories(register: Callable[[str, Factory], None]) -> None:
     register("in_memory", _in_memory_snapshot_repository)
+
+
+@hookimpl
+def register_metrics(register: Callable[[str, Factory], None]) -> None:
+    register("noop", lambda settings: NoopMetrics())
+    register("in_memory", lambda settings: InMemoryMetrics())
+
+
+@hookimpl
+def register_commands(register: Callable[[str, Command], None]) -> None:
+    from wow_core.runtime.cli import CORE_COMMANDS
+
+    for name, command in CORE_COMMANDS.items():
+        register(name, command)

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from wow_core.context import ContextCapture
+    from wow_core.runtime.cli import Command
 
 PROJECT = "wow"
 
@@ -56,6 +57,16 @@ def register_event_stores(register: Callable[[str, Factory], None]) -> None:
 @hookspec
 def register_snapshot_repositories(register: Callable[[str, Factory], None]) -> None:
     """Contribute snapshot repositories: ``register(name, factory)``."""
+
+
+@hookspec
+def register_metrics(register: Callable[[str, Factory], None]) -> None:
+    """Contribute metrics backends: ``register(name, factory)`` returning a Metrics."""
+
+
+@hookspec
+def register_commands(register: Callable[[str, Command], None]) -> None:
+    """Contribute ``wow`` subcommands: ``register("run", Command(...))``."""
 
 
 @hookspec
