@@ -177,3 +177,19 @@ def test_a_plugin_that_fails_to_import_is_named_with_its_distribution(
         assert "plugin 'broken_loft' of wow-broken-loft 1.2.3" in in_code.stdout
     finally:
         pigeon_venv.uninstall("wow-broken-loft")
+
+
+def test_two_distributions_declaring_one_plugin_name_are_both_named(
+    pigeon_venv: Venv, tmp_path: Path
+) -> None:
+    clone = _distribution(tmp_path, "wow-pigeon-clone", "wow_pigeon_clone", "carrier_pigeon", RIVAL)
+    pigeon_venv.install(clone)
+    try:
+        result = pigeon_venv.command("wow", "plugins", cwd=tmp_path)
+        assert result.returncode == 2
+        assert "Traceback" not in result.stderr
+        assert "two distributions declare the plugin 'carrier_pigeon'" in result.stderr
+        assert "wow-carrier-pigeon" in result.stderr
+        assert "wow-pigeon-clone" in result.stderr
+    finally:
+        pigeon_venv.uninstall("wow-pigeon-clone")
