@@ -116,15 +116,21 @@ class AbstractAggregateEventDispatcher(Generic[E]):
     def receivers(self) -> tuple[MessageReceiver[E], ...]:
         return tuple(self._receivers)
 
-    async def start(self) -> None:
-        """Open a receiver per context, wait until each is ready, open processing, consume."""
-        if self._running:
+    async def prepare(self) -> None:
+        """Open a receiver per bounded context and wait until each is ready (no processing)."""
+        if self._receivers:
             return
-        self._running = True
         for subscription in self.subscriptions():
             receiver = self.bus.receiver(subscription)
             self._receivers.append(receiver)
             await receiver.ready()
+
+    async def start(self) -> None:
+        """Prepare if not done yet, then open processing and consume."""
+        if self._running:
+            return
+        await self.prepare()
+        self._running = True
         for receiver in self._receivers:
             receiver.open_processing()
             self._loops.append(asyncio.create_task(self._consume(receiver), name=f"{self.name}:{receiver!r}"))
@@ -141,6 +147,9 @@ class AbstractAggregateEventDispatcher(Generic[E]):
         Returns True when everything in flight settled before the receivers closed.
         """
         if not self._running:
+            for receiver in self._receivers:  # prepared, never started
+                await receiver.close()
+            self._receivers.clear()
             return True
         self._running = False
         settled = True
@@ -366,6 +375,10 @@ class CompositeEventDispatcher:
     @property
     def children(self) -> list[AbstractAggregateEventDispatcher[Any]]:
         return [d for d in (self.event_stream_dispatcher, self.state_event_dispatcher) if d is not None]
+
+    async def prepare(self) -> None:
+        for child in self.children:
+            await child.prepare()
 
     async def start(self) -> None:
         for child in self.children:
