@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import types
 import typing
 from pathlib import Path
 from typing import Any, TypeVar
@@ -221,7 +222,7 @@ def describe(error: ValidationError, prefix: tuple[str, ...]) -> str:
 
 def _is_complex(annotation: Any) -> bool:
     origin = typing.get_origin(annotation) or annotation
-    if origin is typing.Union or type(annotation).__name__ == "UnionType":
+    if origin in (typing.Union, types.UnionType):
         return any(_is_complex(arg) for arg in typing.get_args(annotation) if arg is not type(None))
     return (isinstance(origin, type) and issubclass(origin, BaseModel)) or origin in (dict, list, set, tuple)
 
