@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from dependency_injector import providers
+
 from wow_core.command.coordinator import WaitCoordinator
 from wow_core.command.gateway import CommandGateway
 from wow_core.messaging.in_memory import InMemoryCommandBus, InMemoryDomainEventBus, InMemoryStateEventBus
@@ -19,6 +21,7 @@ from wow_core.modeling.kernel import CommandKernel
 from wow_core.modeling.registry import AggregateRegistry
 from wow_core.runtime.keyed_executor import KeyedExecutor
 from wow_core.runtime.settings import WowSettings
+from wow_core.transport.bus import TransportCommandBus, TransportDomainEventBus, TransportStateEventBus
 
 if TYPE_CHECKING:
     from wow_core.plugins import PluginRegistry
@@ -55,16 +58,38 @@ def create_gateway(command_bus: Any, coordinator: WaitCoordinator, settings: Wow
     return CommandGateway(command_bus, coordinator, default_timeout=settings.command.wait_timeout)
 
 
+def _distributed(container: WowContainer, bus_type: type[Any]) -> Any:
+    return bus_type(
+        container.transport(),
+        container.codec(),
+        decode_failure_handler=container.decode_failure_handler(),
+        metrics=container.metrics(),
+    )
+
+
 def create_command_bus(container: WowContainer) -> Any:
-    return InMemoryCommandBus()
+    """The command bus: a TransportCommandBus over the selected transport."""
+    return _distributed(container, TransportCommandBus)
 
 
 def create_domain_event_bus(container: WowContainer) -> Any:
-    return InMemoryDomainEventBus()
+    return _distributed(container, TransportDomainEventBus)
 
 
 def create_state_event_bus(container: WowContainer) -> Any:
-    return InMemoryStateEventBus()
+    return _distributed(container, TransportStateEventBus)
+
+
+def in_process_buses(container: WowContainer) -> None:
+    """Replace the buses by the in-memory buses: one process, no transport at all.
+
+    The fastest configuration (no encoding); used by the kernel benchmark and tests that
+    measure the kernel rather than a transport.
+    """
+    container.command_bus.override(providers.Singleton(InMemoryCommandBus))
+    container.domain_event_bus.override(providers.Singleton(InMemoryDomainEventBus))
+    container.state_event_bus.override(providers.Singleton(InMemoryStateEventBus))
+    container.transport.override(providers.Object(None))
 
 
 def create_runtime(container: WowContainer) -> WowRuntime:
@@ -83,7 +108,7 @@ def create_runtime(container: WowContainer) -> WowRuntime:
         gateway=container.command_gateway(),
         executor=container.executor(),
         metrics=container.metrics(),
-        transport=None,
+        transport=container.transport(),
     )
 
 
