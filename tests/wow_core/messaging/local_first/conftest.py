@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 import pytest
-from local_first_doubles import ControlledLocalBus, RecordingDistributedBus
 
+from tests.wow_core.messaging.local_first.local_first_doubles import (
+    ControlledLocalBus,
+    RecordingDistributedBus,
+)
 from wow_core.context import MetricsSourceCapture
 from wow_core.messaging.local_first import LocalFirstCommandBus
 from wow_core.metrics import InMemoryMetrics

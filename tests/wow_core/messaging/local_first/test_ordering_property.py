@@ -20,8 +20,14 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from local_first_doubles import CARTS, ORDERS, ControlledLocalBus, RecordingDistributedBus, command
 
+from tests.wow_core.messaging.local_first.local_first_doubles import (
+    CARTS,
+    ORDERS,
+    ControlledLocalBus,
+    RecordingDistributedBus,
+    command,
+)
 from wow_core.messaging.local_first import LocalFirstCommandBus
 from wow_core.model import AggregateId, CommandMessage
 

@@ -6,7 +6,8 @@ import asyncio
 from typing import Any
 
 import pytest
-from local_first_doubles import (
+
+from tests.wow_core.messaging.local_first.local_first_doubles import (
     CARTS,
     ORDERS,
     ControlledLocalBus,
@@ -14,7 +15,6 @@ from local_first_doubles import (
     RecordingDistributedBus,
     command,
 )
-
 from wow_core.messaging.contract import MessageSubscription
 from wow_core.messaging.local_first import LocalFirstCommandBus, LocalFirstReceiver, local_aggregates
 from wow_core.messaging.local_first.receiver import FILTERED

@@ -7,7 +7,8 @@ import logging
 from typing import Any
 
 import pytest
-from local_first_doubles import (
+
+from tests.wow_core.messaging.local_first.local_first_doubles import (
     CARTS,
     ORDERS,
     ControlledLocalBus,
@@ -15,7 +16,6 @@ from local_first_doubles import (
     command,
     request_var,
 )
-
 from wow_core.messaging.contract import BusClosedError
 from wow_core.messaging.local_first import (
     BACKLOG_GAUGE,
