@@ -64,6 +64,7 @@ from wow_core.model import (
     DomainEventStream,
     Header,
     Message,
+    NamedAggregate,
     StateEvent,
     TopicKind,
 )
@@ -137,6 +138,12 @@ class LocalFirstMessageBus(Generic[M, E]):
     @property
     def distributed_bus(self) -> MessageBus[M, E]:
         return self._distributed
+
+    def subscriber_count(self, named_aggregate: NamedAggregate) -> int:
+        """The local bus's routable receivers for ``named_aggregate`` (0 when not local)."""
+        if not self._is_local(named_aggregate):
+            return 0
+        return self._local.subscriber_count(named_aggregate)
 
     # -- send ---------------------------------------------------------------------------
 
