@@ -71,12 +71,13 @@ def names() -> Names:
 MakeTransport = Callable[..., NatsTransport]
 
 
-async def delete_streams(url: str, prefix: str) -> None:
+async def delete_streams(url: str, part: str) -> None:
+    """Delete every stream whose name contains ``part``."""
     nc = await nats.connect(url)
     try:
         js = nc.jetstream()
         for info in await js.streams_info():
-            if info.config.name and info.config.name.startswith(prefix):
+            if info.config.name and part in info.config.name:
                 await js.delete_stream(info.config.name)
     finally:
         await nc.close()

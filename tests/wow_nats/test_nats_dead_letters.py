@@ -6,8 +6,9 @@ import asyncio
 
 import nats
 import pytest
-from conftest import MakeTransport, Names
-from test_nats_transport import message, next_record
+
+from tests.wow_nats.conftest import MakeTransport, Names
+from tests.wow_nats.support import message, next_record
 
 pytestmark = pytest.mark.nats
 
@@ -60,7 +61,7 @@ async def test_a_record_past_max_deliver_goes_to_the_dead_letter_subject(
         info = await raw_js.consumer_info(stream, transport.layout.consumer(group, topic))
         return info.num_ack_pending == 0 and info.num_redelivered == 0
 
-    from test_nats_transport import eventually
+    from tests.wow_nats.support import eventually
 
     await eventually(settled)
     with pytest.raises(TimeoutError):

@@ -6,9 +6,10 @@ import asyncio
 
 import nats
 import pytest
-from conftest import MakeTransport, Names
 from nats.js.api import StreamConfig
-from test_nats_transport import message, next_record
+
+from tests.wow_nats.conftest import MakeTransport, Names
+from tests.wow_nats.support import message, next_record
 
 pytestmark = pytest.mark.nats
 

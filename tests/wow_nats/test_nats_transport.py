@@ -4,38 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 
 import nats
 import pytest
-from conftest import MakeTransport, Names
 
+from tests.wow_nats.conftest import MakeTransport, Names
+from tests.wow_nats.support import WAIT, eventually, message, next_record
 from wow_core.messaging import BusClosedError
-from wow_core.transport import DecodeFailureDefault, Transport, TransportMessage, TransportReceiver
-from wow_nats import InvalidTopicError, NatsRecord
+from wow_core.transport import DecodeFailureDefault, Transport, TransportReceiver
+from wow_nats import InvalidTopicError
 
 pytestmark = pytest.mark.nats
-
-WAIT = 10.0
-
-
-def message(
-    topic: str, key: str, payload: str = '{"n":0}', timestamp: int = 1700000000000
-) -> TransportMessage:
-    return TransportMessage(topic=topic, key=key, payload=payload, timestamp=timestamp)
-
-
-async def eventually(condition: Callable[[], Awaitable[bool]], timeout: float = WAIT) -> None:
-    """Poll ``condition`` until true; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not await condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(0.02)
-
-
-async def next_record(records: AsyncIterator[NatsRecord], timeout: float = WAIT) -> NatsRecord:
-    return await asyncio.wait_for(anext(records), timeout)
 
 
 async def test_is_a_transport_with_dead_letter_default(make_transport: MakeTransport) -> None:
@@ -96,6 +75,31 @@ async def test_a_new_group_does_not_replay_history_by_default(
     await transport.send(message(topic, "new"))
     record = await next_record(aiter(receiver))
     assert record.key == "new"
+
+
+async def test_a_new_group_gets_what_was_sent_after_open_even_before_ready(
+    make_transport: MakeTransport, names: Names
+) -> None:
+    transport = make_transport()
+    topic = names.topic()
+    await transport.send(message(topic, "before"))  # makes the stream
+    receiver = transport.open(names.group(), [topic])
+    await transport.send(message(topic, "after-open"))
+    await receiver.ready()
+    receiver.open_processing()
+    assert (await next_record(aiter(receiver))).key == "after-open"
+
+
+async def test_the_start_margin_takes_in_records_stored_shortly_before_the_first_open(
+    make_transport: MakeTransport, names: Names
+) -> None:
+    transport = make_transport(start_margin=30.0)
+    topic = names.topic()
+    await transport.send(message(topic, "before"))
+    receiver = transport.open(names.group(), [topic])
+    await receiver.ready()
+    receiver.open_processing()
+    assert (await next_record(aiter(receiver))).key == "before"
 
 
 async def test_deliver_policy_all_replays_history_to_a_new_group(
@@ -369,3 +373,17 @@ async def test_an_unreachable_server_fails_within_the_connect_timeout(names: Nam
         await transport.send(message(names.topic(), "k"))
     assert time.monotonic() - started < 5
     await transport.close()
+
+
+async def test_a_new_group_starts_exactly_at_its_open_among_many_records(
+    make_transport: MakeTransport, names: Names
+) -> None:
+    transport = make_transport()
+    topic, other = names.topic(), names.topic("ctx", "other")
+    await transport.send_many([message(topic if n % 3 else other, f"old-{n}") for n in range(57)])
+    receiver = transport.open(names.group(), [topic])
+    await transport.send_many([message(topic, f"new-{n}") for n in range(3)])
+    await receiver.ready()
+    receiver.open_processing()
+    records = aiter(receiver)
+    assert [(await next_record(records)).key for _ in range(3)] == ["new-0", "new-1", "new-2"]

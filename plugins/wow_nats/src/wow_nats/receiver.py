@@ -3,11 +3,13 @@
 Lifecycle:
 
 1. ``ready()`` creates (or reconciles) the context streams and one durable pull consumer
-   per topic for the group, then binds a pull subscription to each. A consumer starts,
-   when first created, at the next record stored (``deliver_policy="new"``) or at the
-   start of the stream (``"all"``); either way a record stored after ``ready()`` returned
-   is delivered to the group. A consumer that already existed resumes where the group
-   left off.
+   per topic for the group, and a pull inbox for each. A consumer that already existed
+   resumes where the group left off. A new one starts (``deliver_policy="new"``) at the
+   time the receiver was *opened*, less ``start_margin`` seconds for clock skew between
+   this host and the server: a record stored after ``open()`` (so surely one stored
+   after ``ready()`` returned) is delivered to the group, and a new group may also get
+   the records of the margin before. With ``"all"`` a new group starts at the stream's
+   first record.
 2. Nothing is pulled before ``open_processing()``: JetStream delivers nothing to a pull
    consumer that does not ask, so records wait on the server, not in this process.
 3. One pull loop per topic asks for up to ``fetch_batch`` records and hands them, in
@@ -35,11 +37,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import json
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import nats.errors
 import nats.js.errors
@@ -74,11 +77,14 @@ class NatsReceiver:
         self.group = group
         self.topics = list(dict.fromkeys(topics))
         self.consumers = {topic: transport.layout.consumer(group, topic) for topic in self.topics}
+        self.opened_at = datetime.datetime.now(datetime.UTC)
+        """A new group's consumers start here (``deliver_policy="new"``), not at readiness."""
         self._queue: asyncio.Queue[NatsRecord | _End] = asyncio.Queue()
         self._room = asyncio.Event()
         self._prepared: asyncio.Future[list[_Puller]] | None = None
         self._open = asyncio.Event()
         self._runner: asyncio.Task[None] | None = None
+        self._unsettled: set[NatsRecord] = set()
         self._closed = False
 
     # -- the TransportReceiver protocol -------------------------------------------------
@@ -116,6 +122,9 @@ class NatsReceiver:
                 raise item.error
             raise StopAsyncIteration
         self._room.set()
+        if not item.settled:
+            self._unsettled.add(item)
+            item.on_settle = self._unsettled.discard
         return item
 
     async def close(self) -> None:
@@ -129,26 +138,22 @@ class NatsReceiver:
             runner.cancel()
             await asyncio.gather(runner, return_exceptions=True)
         prepared = self._prepared
-        linger: dict[str, float] = {}
         if prepared is not None and not prepared.done():
             prepared.cancel()
             await asyncio.gather(prepared, return_exceptions=True)
         elif prepared is not None and not prepared.cancelled() and prepared.exception() is None:
-            for puller in prepared.result():
-                linger[puller.topic] = puller.request_lifetime()
-                await puller.stop()
-        pending = []
+            await asyncio.gather(*(puller.stop() for puller in prepared.result()))
+        # Hand back, in stream order, what was pulled and not acknowledged: the records
+        # still queued here and those handed out and still being processed.
+        unsettled = sorted(self._unsettled, key=lambda record: record.sequence)
+        self._unsettled.clear()
         while not self._queue.empty():
             item = self._queue.get_nowait()
             if isinstance(item, NatsRecord):
-                pending.append(item)
-        for record in pending:
-            # A pull request of ours may outlive its inbox until it expires, and JetStream
-            # (2.9) hands a record naked meanwhile to that dead request: delay the
-            # redelivery past its expiry so that another member gets it.
-            delay = linger.get(record.topic, 0.0)
+                unsettled.append(item)
+        for record in unsettled:
             try:
-                await record.nak(delay + _NAK_MARGIN if delay > 0 else None)
+                await record.nak()
             except Exception as error:
                 log.debug("nak of %r on close failed: %r (redelivered after the ack wait)", record, error)
         self._queue.put_nowait(_END)
@@ -218,6 +223,7 @@ class NatsReceiver:
             timestamp=timestamp,
             position=position,
             delivery_count=deliveries,
+            sequence=meta.sequence.stream,
         )
 
     # -- internals ----------------------------------------------------------------------
@@ -251,14 +257,13 @@ class NatsReceiver:
         settings = self.transport.settings
         name = self.consumers[topic]
         try:
-            info = await js.consumer_info(stream, name)
+            await js.consumer_info(stream, name)
         except nats.js.errors.NotFoundError:
             config = ConsumerConfig(
                 name=name,
                 durable_name=name,
                 description=f"wow group {self.group} on {topic}"[:256],
                 filter_subject=topic,
-                deliver_policy=DeliverPolicy.NEW if settings.deliver_policy == "new" else DeliverPolicy.ALL,
                 ack_policy=AckPolicy.EXPLICIT,
                 ack_wait=settings.ack_wait,
                 # the delivery limit is enforced here (dead letter), not by the server,
@@ -266,16 +271,69 @@ class NatsReceiver:
                 max_deliver=-1,
                 max_ack_pending=settings.max_ack_pending,
                 replay_policy=ReplayPolicy.INSTANT,
+                **(await self._start(stream)),
             )
-            await js.add_consumer(stream, config)
-            log.info("created consumer %s on %s (%s)", name, stream, topic)
+            try:
+                await js.add_consumer(stream, config)
+                log.info("created consumer %s on %s (%s)", name, stream, topic)
+                return
+            except nats.js.errors.APIError:
+                # another member created it first (with its own start): use theirs
+                await js.consumer_info(stream, name)
+        await self._reconcile_consumer(stream, topic)
+
+    async def _reconcile_consumer(self, stream: str, topic: str) -> None:
+        """Apply ``ack_wait`` and ``max_ack_pending`` to an existing consumer.
+
+        Done on the consumer's configuration as the server returns it (JSON), so that
+        fields that cannot change (the start) are sent back exactly as they are.
+        """
+        settings = self.transport.settings
+        name = self.consumers[topic]
+        nc = await self.transport.connection()
+        reply = await nc.request(f"$JS.API.CONSUMER.INFO.{stream}.{name}", b"", timeout=5)
+        info = json.loads(reply.data)
+        if "error" in info:
+            raise nats.js.errors.APIError.from_error(info["error"])
+        config = info["config"]
+        ack_wait = int(settings.ack_wait * 1e9)
+        if config.get("ack_wait") == ack_wait and config.get("max_ack_pending") == settings.max_ack_pending:
             return
-        current = info.config
-        if current.ack_wait != settings.ack_wait or current.max_ack_pending != settings.max_ack_pending:
-            await js.add_consumer(
-                stream, current.evolve(ack_wait=settings.ack_wait, max_ack_pending=settings.max_ack_pending)
-            )
-            log.info("updated consumer %s on %s", name, stream)
+        config.update(ack_wait=ack_wait, max_ack_pending=settings.max_ack_pending)
+        request = json.dumps({"stream_name": stream, "config": config}).encode()
+        reply = await nc.request(f"$JS.API.CONSUMER.CREATE.{stream}.{name}.{topic}", request, timeout=5)
+        answer = json.loads(reply.data)
+        if "error" in answer:
+            raise nats.js.errors.APIError.from_error(answer["error"])
+        log.info("updated consumer %s on %s (ack wait %ss)", name, stream, settings.ack_wait)
+
+    async def _start(self, stream: str) -> dict[str, Any]:
+        """Where a new consumer starts: the stream's start, or at this receiver's open.
+
+        The open time is turned into a stream sequence (the first record stored at or after
+        it; binary search on stored times), since JetStream 2.9 cannot update a consumer
+        created with a start *time* (not even its ack wait), but can one with a start
+        sequence.
+        """
+        settings = self.transport.settings
+        if settings.deliver_policy == "all":
+            return {"deliver_policy": DeliverPolicy.ALL}
+        since = self.opened_at - datetime.timedelta(seconds=settings.start_margin)
+        js = await self.transport.jetstream()
+        state = (await js.stream_info(stream)).state
+        low, high = max(state.first_seq, 1), state.last_seq + 1
+        # invariant: records from `high` on were stored at or after `since`
+        while low < high:
+            middle = (low + high) // 2
+            try:
+                stored = (await js.get_msg(stream, middle)).time
+            except nats.js.errors.NotFoundError:  # deleted: look further on
+                stored = None
+            if stored is not None and stored >= since:
+                high = middle
+            else:
+                low = middle + 1
+        return {"deliver_policy": DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": high}
 
     async def _run(self) -> None:
         loops: list[asyncio.Future[None]] = []
@@ -377,6 +435,7 @@ class _Puller:
         self._requested = 0
         self._received = 0
         self._request_done = asyncio.Event()
+        self._request_done.set()
         self._request_expiry = 0.0
         self._consumer_gone = False
 
@@ -451,10 +510,22 @@ class _Puller:
             self.receiver.enqueue(record)
 
     async def stop(self) -> None:
-        """Drop interest; records already on their way are still admitted (then naked)."""
-        sub, self.sub = self.sub, None
+        """Let the outstanding request end, then drop interest.
+
+        JetStream (2.9) may still hand a record to a pull request whose inbox is gone (a
+        nak'd record, until the request expires), where it would wait for the ack wait.
+        So the inbox stays until its request ended (filled or expired: at most
+        ``fetch_timeout``); whatever arrives meanwhile is queued here and handed back by
+        ``close``.
+        """
+        sub = self.sub
         if sub is None:
             return
+        lifetime = self.request_lifetime()
+        if lifetime > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._request_done.wait(), lifetime + _NAK_MARGIN)
+        self.sub = None
         try:
             await asyncio.wait_for(sub.drain(), 5.0)  # type: ignore[no-untyped-call]
         except Exception as error:  # the connection is gone: the server dropped the request

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from nats.aio.msg import Msg
 
 KEY_HEADER = "Wow-Key"
@@ -20,7 +22,18 @@ class NatsRecord:
     is delivered again after the ack wait: at least once, never lost.
     """
 
-    __slots__ = ("_done", "_msg", "delivery_count", "key", "payload", "position", "timestamp", "topic")
+    __slots__ = (
+        "_done",
+        "_msg",
+        "delivery_count",
+        "key",
+        "on_settle",
+        "payload",
+        "position",
+        "sequence",
+        "timestamp",
+        "topic",
+    )
 
     def __init__(
         self,
@@ -32,9 +45,13 @@ class NatsRecord:
         timestamp: int,
         position: str,
         delivery_count: int,
+        sequence: int = 0,
     ) -> None:
         self._msg = msg
         self._done = False
+        self.on_settle: Callable[[NatsRecord], None] | None = None
+        self.sequence = sequence
+        """The stream sequence."""
         self.topic = topic
         self.key = key
         self.payload = payload
@@ -48,15 +65,13 @@ class NatsRecord:
         return self._done
 
     async def ack(self) -> None:
-        """Acknowledge; idempotent."""
-        if not self._done:
-            self._done = True
+        """Acknowledge; idempotent. After the receiver closed (and handed it back) a no-op."""
+        if self._settle():
             await self._msg.ack()
 
     async def nak(self, delay: float | None = None) -> None:
         """Ask for redelivery now (or after ``delay`` seconds) instead of after the ack wait."""
-        if not self._done:
-            self._done = True
+        if self._settle():
             await self._msg.nak(delay)
 
     async def in_progress(self) -> None:
@@ -66,9 +81,16 @@ class NatsRecord:
 
     async def term(self) -> None:
         """Tell JetStream never to deliver this record to this group again (not an ack)."""
-        if not self._done:
-            self._done = True
+        if self._settle():
             await self._msg.term()
+
+    def _settle(self) -> bool:
+        if self._done:
+            return False
+        self._done = True
+        if self.on_settle is not None:
+            self.on_settle(self)
+        return True
 
     def __repr__(self) -> str:
         return f"NatsRecord({self.topic} key={self.key!r} at {self.position} #{self.delivery_count})"

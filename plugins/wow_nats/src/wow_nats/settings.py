@@ -56,7 +56,10 @@ class NatsSettings(BaseModel):
     )
     deliver_policy: Literal["new", "all"] = Field(
         "new",
-        description="Where a new group starts: records sent after it exists (new), or all history (all).",
+        description="Where a new group starts: at its first open (new) or at the stream's start (all).",
+    )
+    start_margin: float = Field(
+        0.0, ge=0, description="Seconds before its first open a new group starts (allowance for clock skew)."
     )
 
     @field_validator("servers", mode="before")
