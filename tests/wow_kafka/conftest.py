@@ -98,4 +98,3 @@ async def transport(kafka_settings: KafkaSettings) -> AsyncIterator[KafkaTranspo
 
 def unique(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
-

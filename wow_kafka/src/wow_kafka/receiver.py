@@ -34,6 +34,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from aiokafka.protocol.group import LeaveGroupRequest
 
 from wow_core.messaging import BusClosedError
 from wow_kafka.errors import KafkaConnectError
@@ -91,6 +92,21 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         await self._receiver._on_assigned(assigned)
 
 
+async def _leave_generation_zero(consumer: AIOKafkaConsumer) -> None:
+    """Leave the group explicitly when the broker numbered its first generation 0.
+
+    aiokafka sends LeaveGroup only for generations above 0; tansu starts at 0, so
+    without this a closed member would hold its partitions until its session expires.
+    """
+    coordinator = getattr(consumer, "_coordinator", None)
+    if coordinator is None or getattr(coordinator, "generation", None) != 0 or not coordinator.member_id:
+        return
+    try:
+        await coordinator._send_req(LeaveGroupRequest(coordinator.group_id, coordinator.member_id))
+    except Exception as error:  # a best effort, as aiokafka's own leave
+        log.debug("LeaveGroup for generation 0 failed: %s", error)
+
+
 class KafkaTransportReceiver:
     """A member of consumer group ``group`` for ``topics``; see the module docstring."""
 
@@ -130,6 +146,8 @@ class KafkaTransportReceiver:
         """How many assignments were anchored (rebalances this member went through)."""
         self.assignment_changed = asyncio.Event()
         """Set after each anchored assignment; tests and tools clear and wait on it."""
+        self.revocation_started = asyncio.Event()
+        """Set when a revocation of owned partitions begins (before the drain)."""
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -190,11 +208,15 @@ class KafkaTransportReceiver:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        consumer, self._consumer = self._consumer, None
+        consumer = self._consumer
         try:
             if consumer is not None:
-                with contextlib.suppress(KafkaError):
+                try:
                     await self._commit(list(self._partitions))
+                except KafkaError as error:
+                    log.warning("Kafka receiver of group %r: final commit failed: %s", self.group, error)
+                self._consumer = None
+                await _leave_generation_zero(consumer)
                 await consumer.stop()
         finally:
             for state in self._partitions.values():
@@ -324,6 +346,7 @@ class KafkaTransportReceiver:
             return
         for _, state in states:
             state.revoking = True
+        self.revocation_started.set()
         timeout = self._settings.revocation_drain_timeout_ms / 1000
         if timeout > 0 and not self._closed:
             loop = asyncio.get_running_loop()
