@@ -42,7 +42,8 @@ async def test_a_joining_member_takes_partitions_and_redelivers_only_in_flight(k
             while first.assignments == before:
                 first.assignment_changed.clear()
                 await first.assignment_changed.wait()
-        assert first.assigned and second.assigned
+        assert first.assigned
+        assert second.assigned
         assert not (first.assigned & second.assigned)
         assert len(first.assigned | second.assigned) == 4
 

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from tests.wow_kafka.conftest import test_settings, unique
+from tests.wow_kafka.conftest import unique
 from tests.wow_kafka.helpers import Collector, message
-from wow_core.messaging import BusClosedError
 from wow_core.model import NamedAggregate, TopicKind
-from wow_kafka import KafkaSettings, KafkaTransport
+from wow_kafka import KafkaTransport
 
 pytestmark = pytest.mark.kafka
 
