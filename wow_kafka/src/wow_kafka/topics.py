@@ -64,13 +64,7 @@ class KafkaTopics:
             wanted = [topic for topic in dict.fromkeys(wanted) if topic not in self._known]
             if not wanted:
                 return
-            admin = await self._client()
-            try:
-                existing = set(await admin.list_topics())
-            except KafkaError as error:
-                raise KafkaConnectError(
-                    f"cannot list the topics of {self._settings.bootstrap_servers}: {error}", error
-                ) from error
+            admin, existing = await self._list_topics()
             missing = [topic for topic in wanted if topic not in existing]
             if missing and not self._settings.auto_create_topics:
                 raise KafkaTopicError(
@@ -80,6 +74,21 @@ class KafkaTopics:
             if missing:
                 await self._create(admin, missing)
             self._known.update(wanted)
+
+    async def _list_topics(self) -> tuple[AIOKafkaAdminClient, set[str]]:
+        # A broker restart leaves the admin client with a dead connection it does not
+        # re-open by itself: on a retriable error, start a new client once.
+        for attempt in (1, 2):
+            admin = await self._client()
+            try:
+                return admin, set(await admin.list_topics())
+            except KafkaError as error:
+                await self.close()
+                if attempt == 2 or not error.retriable:
+                    raise KafkaConnectError(
+                        f"cannot list the topics of {self._settings.bootstrap_servers}: {error}", error
+                    ) from error
+        raise AssertionError("unreachable")
 
     async def _create(self, admin: AIOKafkaAdminClient, topics: list[str]) -> None:
         settings = self._settings
