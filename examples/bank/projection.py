@@ -9,6 +9,7 @@ committed before dispatch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from examples.bank.domain import (
     AccountClosed,
@@ -43,7 +44,7 @@ class BankSummary:
     transfers: dict[str, str] = field(default_factory=dict)
     applied: set[str] = field(default_factory=set)
 
-    def _first_time(self, event: DomainEvent[object]) -> bool:
+    def _first_time(self, event: DomainEvent[Any]) -> bool:
         if event.id in self.applied:
             return False
         self.applied.add(event.id)
