@@ -45,6 +45,16 @@ def test_every_member_builds_its_own_wheel_from_its_own_pyproject(wheelhouse: di
             assert f"{name} = " in entry_points.split("[wow]", 1)[1], (distribution, name)
 
 
+def test_each_wheel_holds_only_its_own_package(wheelhouse: dict[str, Path]) -> None:
+    for distribution, wheel in wheelhouse.items():
+        with zipfile.ZipFile(wheel) as archive:
+            tops = {
+                name.split("/")[0] for name in archive.namelist() if ".dist-info" not in name.split("/")[0]
+            }
+        expected = set() if distribution == "wow-py" else {distribution.replace("-", "_")}
+        assert tops == expected, (distribution, tops)
+
+
 def test_the_umbrella_declares_the_extras(wheelhouse: dict[str, Path]) -> None:
     fields, _ = _metadata(wheelhouse["wow-py"])
     assert set(fields["Provides-Extra"]) == {"kafka", "redis", "nats", "otel", "compensation", "all"}

@@ -119,12 +119,12 @@ def test_the_console_script_exits_2_without_a_traceback(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_the_console_script_runs_the_demo_placeholder(tmp_path: Path) -> None:
+def test_the_console_script_lists_the_plugins(tmp_path: Path) -> None:
     result = subprocess.run(
-        [str(WOW), "demo"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False, env={}
+        [str(WOW), "plugins"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False, env={}
     )
     assert result.returncode == 0, result.stderr
-    assert "transport=in_memory" in result.stdout
+    assert "wow-core" in result.stdout
 
 
 class _Greeting:

@@ -44,7 +44,7 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from wow_core.model import AggregateId, NamedAggregate
 
@@ -93,6 +93,16 @@ class _CommandMark:
     body: type[Any] | None
 
 
+@overload
+def on_command(fn: F, /) -> F: ...
+
+
+@overload
+def on_command(
+    *, create: bool = False, allow_create: bool = False, body: type[Any] | None = None
+) -> Callable[[F], F]: ...
+
+
 def on_command(
     fn: F | None = None,
     *,
@@ -111,6 +121,14 @@ def on_command(
         return function
 
     return mark(fn) if fn is not None else mark
+
+
+@overload
+def on_sourcing(fn: F, /) -> F: ...
+
+
+@overload
+def on_sourcing(*, event: type[Any] | None = None) -> Callable[[F], F]: ...
 
 
 def on_sourcing(fn: F | None = None, *, event: type[Any] | None = None) -> Any:

@@ -113,4 +113,11 @@ def build_runtime(
         runtime.command_dispatcher.group = f"{app.name}.command"
     for install in app.installers:
         install(runtime)
+    # -- event dispatch (spec 003): processors, sagas, projections and snapshots ----------
+    from wow_core.event.runtime import install_event_dispatch
+
+    components = [item() if isinstance(item, type) else item for item in app.components]
+    runtime.event_dispatch = install_event_dispatch(
+        runtime, components, recorder=container.failure_recorder()
+    )
     return runtime

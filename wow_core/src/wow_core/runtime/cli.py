@@ -163,19 +163,31 @@ def _run_settings(invocation: Invocation) -> int:
     return 0
 
 
-# -- wow demo (placeholder) ----------------------------------------------------------------
+# -- wow run, wow demo --------------------------------------------------------------------
 
 
 def _run_demo(invocation: Invocation) -> int:
-    container = invocation.container()
-    settings: WowSettings = container.settings()
-    invocation.out.write(
-        "wow demo: settings and plugins are valid "
-        f"(transport={settings.transport}, event store={settings.eventsourcing.store}).\n"
-        "The demo service (an aggregate, commands, events, a projection) is not built yet: "
-        "it arrives with the command kernel.\n"
-    )
-    return 0
+    from wow_core.runtime.serve import demo_command
+
+    return demo_command(invocation)
+
+
+def _configure_demo(parser: argparse.ArgumentParser) -> None:
+    from wow_core.runtime.serve import configure_demo
+
+    configure_demo(parser)
+
+
+def _run_run(invocation: Invocation) -> int:
+    from wow_core.runtime.serve import run_command
+
+    return run_command(invocation)
+
+
+def _configure_run(parser: argparse.ArgumentParser) -> None:
+    from wow_core.runtime.serve import configure_run
+
+    configure_run(parser)
 
 
 CORE_COMMANDS: dict[str, Command] = {
@@ -195,8 +207,21 @@ CORE_COMMANDS: dict[str, Command] = {
         configure=_configure_settings,
     ),
     "demo": Command(
-        help="run the demo service (placeholder: checks settings and plugins)",
+        help="run the bank demo on the configured transport and print what happened per stage",
+        description="Runs examples/bank in this process on the settings' transport and stores (the "
+        "embedded in-memory default when nothing is set): a batch of accounts, deposits, withdrawals and "
+        "transfers, some refused on purpose, one request sent twice, one Void command; then a table per "
+        "stage and a summary (counts, throughput, latency percentiles).",
         run=_run_demo,
+        configure=_configure_demo,
+    ),
+    "run": Command(
+        help="run a service (module:app) until SIGINT or SIGTERM",
+        description="Imports module:app (a WowApp), builds its runtime from the settings, logs what it "
+        "runs on, serves until SIGINT or SIGTERM, then stops in order and exits 0. A second signal forces "
+        "the stop (exit 130).",
+        run=_run_run,
+        configure=_configure_run,
     ),
 }
 
