@@ -1,1 +1,26 @@
-"""eventsourcing."""
+"""Event sourcing: the EventStore and SnapshotRepository SPIs and their in-memory implementations."""
+
+from wow_core.eventsourcing.in_memory import InMemoryEventStore, InMemorySnapshotRepository
+from wow_core.eventsourcing.store import (
+    AppendedRequest,
+    DuplicateRequestIdError,
+    EventStore,
+    EventStoreError,
+    EventVersionConflictError,
+    Snapshot,
+    SnapshotRepository,
+    check_range,
+)
+
+__all__ = [
+    "AppendedRequest",
+    "DuplicateRequestIdError",
+    "EventStore",
+    "EventStoreError",
+    "EventVersionConflictError",
+    "InMemoryEventStore",
+    "InMemorySnapshotRepository",
+    "Snapshot",
+    "SnapshotRepository",
+    "check_range",
+]

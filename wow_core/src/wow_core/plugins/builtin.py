@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from wow_core.context import MetricsSourceCapture
+from wow_core.metrics import InMemoryMetrics, NoopMetrics
 from wow_core.plugins.hookspecs import Factory, hookimpl
 
 if TYPE_CHECKING:
@@ -74,3 +75,9 @@ def register_event_stores(register: Callable[[str, Factory], None]) -> None:
 @hookimpl
 def register_snapshot_repositories(register: Callable[[str, Factory], None]) -> None:
     register("in_memory", _in_memory_snapshot_repository)
+
+
+@hookimpl
+def register_metrics(register: Callable[[str, Factory], None]) -> None:
+    register("noop", lambda settings: NoopMetrics())
+    register("in_memory", lambda settings: InMemoryMetrics())

@@ -59,5 +59,10 @@ def register_snapshot_repositories(register: Callable[[str, Factory], None]) -> 
 
 
 @hookspec
+def register_metrics(register: Callable[[str, Factory], None]) -> None:
+    """Contribute metrics backends: ``register(name, factory)`` returning a Metrics."""
+
+
+@hookspec
 def register_settings(register: Callable[[str, type[BaseModel]], None]) -> None:
     """Contribute a settings section: ``register("kafka", KafkaSettings)`` reads ``WOW_KAFKA__*``."""

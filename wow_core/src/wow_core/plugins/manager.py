@@ -27,6 +27,7 @@ KINDS: dict[str, str] = {
     "context_capture": "register_context_captures",
     "event_store": "register_event_stores",
     "snapshot_repository": "register_snapshot_repositories",
+    "metrics": "register_metrics",
     "settings": "register_settings",
 }
 

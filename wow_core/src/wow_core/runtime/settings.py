@@ -102,6 +102,7 @@ class WowSettings(BaseSettings):
 
     transport: str = Field("in_memory", description="Transport of the distributed buses, by plugin name.")
     failure_recorder: str = Field("none", description="FailureRecorder, by plugin name.")
+    metrics: str = Field("noop", description="Metrics backend, by plugin name (`noop`, `in_memory`, ...).")
     service_name: str = Field("wow-service", description="Name of this service in logs and metrics.")
     command: CommandSettings = Field(default_factory=CommandSettings)
     event: EventSettings = Field(default_factory=EventSettings)

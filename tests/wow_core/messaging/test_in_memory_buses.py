@@ -1,0 +1,382 @@
+"""The in-memory buses: routing, single consumer, admission, hand-off receipts, close."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from wow_core.messaging import (
+    BusClosedError,
+    LocalMessageBus,
+    MessageSubscription,
+    ReceiverConflictError,
+    ServerCommandExchange,
+    opened_messages,
+)
+from wow_core.messaging.in_memory import (
+    InMemoryCommandBus,
+    InMemoryDomainEventBus,
+    InMemoryReceiver,
+    InMemoryStateEventBus,
+)
+from wow_core.model import (
+    AggregateId,
+    CommandMessage,
+    DomainEvent,
+    DomainEventStream,
+    NamedAggregate,
+    ReadOnlyHeaderError,
+)
+
+ACCOUNT = NamedAggregate("bank", "account")
+ORDER = NamedAggregate("shop", "order")
+TIMEOUT = 2.0
+
+
+@dataclass
+class Deposit:
+    amount: int
+
+
+def command(aggregate_id: str = "a-1", amount: int = 1) -> CommandMessage[Any]:
+    return CommandMessage(AggregateId(ACCOUNT, aggregate_id), Deposit(amount), "deposit")
+
+
+def stream(aggregate_id: str = "a-1", version: int = 1) -> DomainEventStream:
+    target = AggregateId(ACCOUNT, aggregate_id)
+    event = DomainEvent(target, Deposit(version), "deposited", version)
+    return DomainEventStream(target, version, (event,), "c", "r")
+
+
+def sub(
+    group: str = "bank.processor", *named: NamedAggregate, runtime_owned: bool = False
+) -> MessageSubscription:
+    return MessageSubscription.of(group, named or (ACCOUNT,), runtime_owned=runtime_owned)
+
+
+async def pull(receiver: InMemoryReceiver[Any]) -> Any:
+    async with asyncio.timeout(TIMEOUT):
+        return await anext(receiver)
+
+
+def test_they_are_local_message_buses() -> None:
+    assert isinstance(InMemoryCommandBus(), LocalMessageBus)
+    assert isinstance(InMemoryDomainEventBus(), LocalMessageBus)
+    assert isinstance(InMemoryStateEventBus(), LocalMessageBus)
+
+
+async def test_command_reaches_its_consumer_read_only() -> None:
+    bus = InMemoryCommandBus()
+    receiver = bus.receiver(sub())
+    await receiver.ready()
+    receiver.open_processing()
+    message = command()
+    await bus.send(message)
+    exchange = await pull(receiver)
+    assert isinstance(exchange, ServerCommandExchange)
+    assert exchange.message is message
+    assert exchange.message.header.read_only
+    with pytest.raises(ReadOnlyHeaderError):
+        exchange.message.header["x"] = "y"
+    await bus.close()
+
+
+async def test_second_concurrent_command_consumer_is_a_clear_error() -> None:
+    bus = InMemoryCommandBus()
+    first = bus.receiver(sub("bank.one"))
+    with pytest.raises(ReceiverConflictError, match=r"bank\.account already has a consuming receiver"):
+        bus.receiver(sub("bank.two", ORDER, ACCOUNT))
+    # The refused subscription took nothing: ORDER is still free.
+    bus.receiver(sub("shop.x", ORDER))
+    await first.close()
+    bus.receiver(sub("bank.two"))  # free again once the first closed
+    await bus.close()
+
+
+async def test_send_without_subscriber_logs_at_debug_and_completes(caplog: pytest.LogCaptureFixture) -> None:
+    bus = InMemoryCommandBus()
+    with caplog.at_level(logging.DEBUG, logger="wow_core.messaging.in_memory"):
+        await bus.send(command())
+    assert "no subscriber for bank.account" in caplog.text
+    # Nothing was kept for a later subscriber.
+    receiver = bus.receiver(sub())
+    receiver.open_processing()
+    assert receiver.pending == 0
+    await bus.close()
+
+
+async def test_nothing_reaches_the_consumer_before_processing_opens() -> None:
+    bus = InMemoryCommandBus()
+    receiver = bus.receiver(sub())
+    await bus.send(command("a-1"))
+    got: list[Any] = []
+    arrived = asyncio.Event()
+
+    async def consume() -> None:
+        async for exchange in receiver:
+            got.append(exchange)
+            arrived.set()
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0)  # let the consumer block; not a synchronisation
+    assert got == []
+    assert receiver.pending == 1
+    receiver.open_processing()
+    await asyncio.wait_for(arrived.wait(), TIMEOUT)
+    await receiver.close()
+    await asyncio.wait_for(task, TIMEOUT)
+    assert [e.message.aggregate_id.id for e in got] == ["a-1"]
+
+
+async def test_concurrent_senders_keep_per_aggregate_order() -> None:
+    bus = InMemoryCommandBus()
+    receiver = bus.receiver(sub())
+    receiver.open_processing()
+
+    async def sender(aggregate: str) -> None:
+        for index in range(50):
+            await bus.send(command(aggregate, amount=index))
+            await asyncio.sleep(0)
+
+    await asyncio.gather(*(sender(f"a-{n}") for n in range(4)))
+    seen: dict[str, list[int]] = {}
+    for _ in range(200):
+        exchange = await pull(receiver)
+        seen.setdefault(exchange.message.aggregate_id.id, []).append(exchange.message.body.amount)
+    assert seen == {f"a-{n}": list(range(50)) for n in range(4)}
+    await bus.close()
+
+
+async def test_event_bus_delivers_to_every_group_and_members_share() -> None:
+    bus = InMemoryDomainEventBus()
+    one_a = bus.receiver(sub("g1"))
+    one_b = bus.receiver(sub("g1"))
+    two = bus.receiver(sub("g2"))
+    for receiver in (one_a, one_b, two):
+        receiver.open_processing()
+    ids = [f"id-{n}" for n in range(40)]
+    for aggregate in ids:
+        await bus.send(stream(aggregate))
+    assert two.pending == 40
+    assert one_a.pending + one_b.pending == 40
+    assert one_a.pending > 0
+    assert one_b.pending > 0
+    await bus.close()
+
+
+async def test_event_bus_keeps_nothing_for_aggregates_nobody_subscribes_to() -> None:
+    bus = InMemoryDomainEventBus()
+    other = bus.receiver(sub("shop.p", ORDER))
+    await bus.send(stream("a-1"))
+    assert other.pending == 0
+    assert bus._routes.keys() == {ORDER}
+    receiver = bus.receiver(sub("bank.p"))
+    assert receiver.pending == 0
+    await bus.close()
+
+
+async def test_state_event_bus_routes_by_named_aggregate() -> None:
+    from wow_core.model import StateEvent
+
+    bus = InMemoryStateEventBus()
+    receiver = bus.receiver(sub("bank.snapshot"))
+    receiver.open_processing()
+    await bus.send(StateEvent(stream("a-1"), {"balance": 1}))
+    exchange = await pull(receiver)
+    assert exchange.message.state == {"balance": 1}
+    await bus.close()
+
+
+async def test_send_and_receiver_after_close_raise() -> None:
+    bus = InMemoryCommandBus()
+    receiver = bus.receiver(sub())
+    await bus.close()
+    with pytest.raises(BusClosedError, match="closed"):
+        await bus.send(command())
+    with pytest.raises(BusClosedError):
+        bus.receiver(sub())
+    with pytest.raises(StopAsyncIteration):
+        await anext(receiver)
+
+
+async def test_close_ends_a_blocked_consumer() -> None:
+    bus = InMemoryDomainEventBus()
+    receiver = bus.receiver(sub())
+    receiver.open_processing()
+    task = asyncio.create_task(anext(receiver))
+    await asyncio.sleep(0)
+    await receiver.close()
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(task, TIMEOUT)
+    await bus.close()
+
+
+async def test_quiesce_stops_new_work_and_waits_for_in_flight() -> None:
+    bus = InMemoryCommandBus()
+    receiver = bus.receiver(sub(runtime_owned=True))
+    receiver.open_processing()
+    await bus.send(command("a-1"))
+    await bus.send(command("a-2"))
+    exchange = await pull(receiver)
+    assert receiver.in_flight == 1
+    assert await receiver.quiesce(timeout=0.01) is False
+    assert bus.subscriber_count(ACCOUNT) == 0  # quiescing leaves the local-first routes
+    with pytest.raises(StopAsyncIteration):
+        await anext(receiver)
+    waiting = asyncio.create_task(receiver.quiesce(timeout=TIMEOUT))
+    await exchange.ack()
+    assert await waiting is True
+    assert receiver.in_flight == 0
+    await bus.close()
+
+
+async def test_release_settles_without_ack() -> None:
+    bus = InMemoryCommandBus()
+    receiver = bus.receiver(sub())
+    receiver.open_processing()
+    await bus.send(command())
+    exchange = await pull(receiver)
+    exchange.release()
+    exchange.release()
+    assert receiver.in_flight == 0
+    assert not exchange.acked
+    await bus.close()
+
+
+async def test_opened_messages_is_the_plain_stream() -> None:
+    bus = InMemoryDomainEventBus()
+    got: list[str] = []
+
+    async def consume() -> None:
+        async for exchange in opened_messages(bus)(sub()):
+            got.append(exchange.message.aggregate_id.id)
+            await exchange.ack()
+            if len(got) == 2:
+                return
+
+    task = asyncio.create_task(consume())
+    # The stream subscribes when it starts; send once it did (asyncio runs it first).
+    await asyncio.sleep(0)
+    assert bus._routes.keys() == {ACCOUNT}
+    await bus.send(stream("x"))
+    await bus.send(stream("y"))
+    await asyncio.wait_for(task, TIMEOUT)
+    assert got == ["x", "y"]
+    assert not bus._routes  # the receiver closed with the iteration
+    await bus.close()
+
+
+# -- local-first: subscriber_count and hand_off -------------------------------------------
+
+
+async def test_subscriber_count_counts_runtime_owned_processing_open_receivers() -> None:
+    bus = InMemoryDomainEventBus()
+    plain = bus.receiver(sub("plain"))
+    plain.open_processing()
+    owned = bus.receiver(sub("owned", runtime_owned=True))
+    assert bus.subscriber_count(ACCOUNT) == 0
+    owned.open_processing()
+    assert bus.subscriber_count(ACCOUNT) == 1
+    assert bus.subscriber_count(ORDER) == 0
+    await owned.close()
+    assert bus.subscriber_count(ACCOUNT) == 0
+    await bus.close()
+
+
+async def test_hand_off_without_routable_receiver_is_refused_and_emits_nothing() -> None:
+    bus = InMemoryCommandBus()
+    receipt = bus.hand_off(command())
+    assert not receipt.accepted
+    assert receipt.admission.done()
+    assert receipt.admission.result() is False
+    receiver = bus.receiver(sub(runtime_owned=True))  # not processing-open yet
+    receipt = bus.hand_off(command())
+    assert not receipt.accepted
+    assert "no processing-open receiver" in receipt.reason
+    assert receiver.pending == 0
+    await bus.close()
+
+
+async def test_hand_off_to_plain_receivers_only_is_refused() -> None:
+    bus = InMemoryDomainEventBus()
+    plain = bus.receiver(sub("plain"))
+    plain.open_processing()
+    receipt = bus.hand_off(stream())
+    assert not receipt.accepted
+    assert plain.pending == 0
+    await bus.close()
+
+
+async def test_hand_off_is_accepted_on_sink_entry_and_admitted_when_pulled() -> None:
+    bus = InMemoryDomainEventBus()
+    first = bus.receiver(sub("g1", runtime_owned=True))
+    second = bus.receiver(sub("g2", runtime_owned=True))
+    plain = bus.receiver(sub("g3"))
+    for receiver in (first, second, plain):
+        receiver.open_processing()
+    message = stream()
+    receipt = bus.hand_off(message)
+    assert receipt.accepted
+    assert receipt.receivers == 2
+    assert message.header.read_only
+    assert plain.pending == 1  # plain receivers get it, without counting for admission
+    assert not receipt.admission.done()  # sink entry alone is not admission
+    await pull(first)
+    assert not receipt.admission.done()
+    await pull(second)
+    assert await asyncio.wait_for(receipt.admission, TIMEOUT) is True
+    await bus.close()
+
+
+async def test_hand_off_admission_is_rejected_when_a_receiver_closes() -> None:
+    bus = InMemoryDomainEventBus()
+    first = bus.receiver(sub("g1", runtime_owned=True))
+    second = bus.receiver(sub("g2", runtime_owned=True))
+    first.open_processing()
+    second.open_processing()
+    receipt = bus.hand_off(stream())
+    later = bus.hand_off(stream("a-2"))
+    await pull(first)
+    await second.close()
+    assert receipt.admission.result() is False
+    assert later.admission.result() is False
+    await bus.close()
+
+
+async def test_hand_off_needs_every_runtime_owned_group() -> None:
+    bus = InMemoryDomainEventBus()
+    ready = bus.receiver(sub("g1", runtime_owned=True))
+    ready.open_processing()
+    bus.receiver(sub("g2", runtime_owned=True))  # routed, but processing not open
+    receipt = bus.hand_off(stream())
+    assert not receipt.accepted
+    assert ready.pending == 0
+    await bus.close()
+
+
+async def test_hand_off_goes_to_one_member_of_a_group() -> None:
+    bus = InMemoryCommandBus()
+    receiver = bus.receiver(sub(runtime_owned=True))
+    receiver.open_processing()
+    receipts = [bus.hand_off(command(f"a-{n}")) for n in range(3)]
+    assert all(r.accepted and r.receivers == 1 for r in receipts)
+    for _ in range(3):
+        await pull(receiver)
+    assert [r.admission.result() for r in receipts] == [True, True, True]
+    await bus.close()
+
+
+async def test_closing_the_bus_rejects_every_pending_admission_then_refuses() -> None:
+    bus = InMemoryCommandBus()
+    receiver = bus.receiver(sub(runtime_owned=True))
+    receiver.open_processing()
+    receipt = bus.hand_off(command())
+    await bus.close()
+    assert receipt.admission.result() is False
+    assert not bus.hand_off(command()).accepted
+    with pytest.raises(StopAsyncIteration):
+        await anext(receiver)

@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+from dataclasses import FrozenInstanceError
+
+import pytest
+
+from wow_core.model import (
+    AggregateId,
+    CommandMessage,
+    DomainEvent,
+    DomainEventStream,
+    Header,
+    NamedAggregate,
+    ReadOnlyHeaderError,
+    StateEvent,
+)
+
+ACCOUNT = NamedAggregate("bank", "account")
+AGG = AggregateId(ACCOUNT, "a-1")
+
+
+def _stream() -> DomainEventStream:
+    event = DomainEvent(aggregate_id=AGG, body={"x": 1}, name="Opened", version=1)
+    return DomainEventStream(aggregate_id=AGG, version=1, events=(event,), command_id="c", request_id="r")
+
+
+def test_a_read_only_header_refuses_writes_and_deletes() -> None:
+    header = Header({"a": "1"}).with_read_only()
+    with pytest.raises(ReadOnlyHeaderError):
+        header["b"] = "2"
+    with pytest.raises(ReadOnlyHeaderError):
+        del header["a"]
+    assert header == {"a": "1"}
+
+
+def test_a_message_marked_read_only_before_emission_refuses_header_writes() -> None:
+    for message in (CommandMessage(aggregate_id=AGG, body=1, name="N"), _stream()):
+        message.with_read_only()
+        with pytest.raises(ReadOnlyHeaderError):
+            message.header["k"] = "v"
+
+
+def test_every_copy_gets_its_own_writable_header() -> None:
+    command = CommandMessage(aggregate_id=AGG, body=1, name="N", header=Header({"a": "1"})).with_read_only()
+    one, two = command.copy(), command.copy()
+    one.header["local_first"] = "true"
+    assert "local_first" not in two.header
+    assert "local_first" not in command.header
+    assert one.id == command.id
+    assert one.header.read_only is False
+
+
+def test_header_keys_and_values_are_strings() -> None:
+    with pytest.raises(TypeError):
+        Header({"a": 1})  # type: ignore[dict-item]
+    with pytest.raises(TypeError):
+        Header({"": "x"})
+    header = Header()
+    with pytest.raises(TypeError):
+        header["n"] = 2  # type: ignore[assignment]
+
+
+def test_messages_are_immutable_values() -> None:
+    command = CommandMessage(aggregate_id=AGG, body=1, name="N")
+    with pytest.raises(FrozenInstanceError):
+        command.name = "M"  # type: ignore[misc]
+    state = StateEvent(stream=_stream(), state={"b": 1})
+    with pytest.raises(FrozenInstanceError):
+        state.deleted = True  # type: ignore[misc]
+
+
+def test_a_command_without_request_id_uses_its_id() -> None:
+    command = CommandMessage(aggregate_id=AGG, body=1, name="N")
+    assert command.request_id == command.id
+    assert CommandMessage(aggregate_id=AGG, body=1, name="N", request_id="r").request_id == "r"
+
+
+def test_a_negative_expected_version_is_refused() -> None:
+    with pytest.raises(ValueError, match="aggregate_version"):
+        CommandMessage(aggregate_id=AGG, body=1, name="N", aggregate_version=-1)
+
+
+def test_event_streams_are_not_empty_and_start_at_version_one() -> None:
+    with pytest.raises(ValueError, match="at least one"):
+        DomainEventStream(aggregate_id=AGG, version=1, events=(), command_id="c", request_id="r")
+    event = DomainEvent(aggregate_id=AGG, body=1, name="E", version=0)
+    with pytest.raises(ValueError, match="starts at 1"):
+        DomainEventStream(aggregate_id=AGG, version=0, events=(event,), command_id="c", request_id="r")
+
+
+def test_a_state_event_exposes_its_stream() -> None:
+    stream = _stream()
+    state = StateEvent(stream=stream, state={"b": 1})
+    assert (state.aggregate_id, state.version, state.command_id, state.request_id) == (AGG, 1, "c", "r")
+    assert state.name == "Opened"
+
+
+@pytest.mark.parametrize("name", ["", "a.b", "with space", "-lead", "é"])
+def test_names_are_checked(name: str) -> None:
+    with pytest.raises(ValueError, match="not valid"):
+        NamedAggregate(name, "account")
+    with pytest.raises(ValueError, match="not valid"):
+        NamedAggregate("bank", name)
+
+
+def test_aggregate_ids_need_an_id_and_tenant() -> None:
+    with pytest.raises(ValueError):
+        AggregateId(ACCOUNT, "")
+    with pytest.raises(ValueError):
+        AggregateId(ACCOUNT, "a", "")
+    assert str(AGG) == "bank.account@a-1"
+    assert NamedAggregate.parse("bank.account") == ACCOUNT
+    with pytest.raises(ValueError):
+        NamedAggregate.parse("bank")

@@ -1,0 +1,69 @@
+"""A plugin module used by the runtime tests: registered directly with ``load_plugins(extra=...)``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from wow_core.plugins import hookimpl
+from wow_core.runtime.settings import WowSettings
+from wow_core.transport.spi import (
+    DecodeFailureDefault,
+    DefaultTopicNaming,
+    TopicNaming,
+    TransportMessage,
+    TransportReceiver,
+)
+
+
+class ProbeSettings(BaseModel):
+    port: int = Field(7000, ge=1, le=65535, description="A port.")
+    token: str = "open"
+
+
+class ProbeTransport:
+    """Records what it is asked to send; opens nothing."""
+
+    def __init__(self, settings: WowSettings) -> None:
+        self.settings = settings
+        self.sent: list[TransportMessage] = []
+
+    @property
+    def name(self) -> str:
+        return "probe"
+
+    @property
+    def naming(self) -> TopicNaming:
+        return DefaultTopicNaming(self.settings.messaging.topic_prefix)
+
+    @property
+    def decode_failure_default(self) -> DecodeFailureDefault:
+        return DecodeFailureDefault.LEAVE_PENDING
+
+    async def start(self) -> None:
+        return None
+
+    async def send(self, message: TransportMessage) -> None:
+        self.sent.append(message)
+
+    async def send_many(self, messages: Sequence[TransportMessage]) -> None:
+        self.sent.extend(messages)
+
+    def open(self, group: str, topics: Sequence[str]) -> TransportReceiver:
+        raise NotImplementedError("the probe transport only sends")
+
+    async def close(self) -> None:
+        return None
+
+
+@hookimpl
+def register_transports(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    register("probe", ProbeTransport)
+    register("not_a_transport", lambda settings: object())
+
+
+@hookimpl
+def register_settings(register: Callable[[str, type[BaseModel]], None]) -> None:
+    register("probe", ProbeSettings)

@@ -1,0 +1,392 @@
+"""The in-memory buses: ``InMemoryCommandBus``, ``InMemoryDomainEventBus``, ``InMemoryStateEventBus``.
+
+They are the local buses of this process (:class:`~wow_core.messaging.LocalMessageBus`):
+besides ``send`` and ``receiver`` they offer ``subscriber_count`` and ``hand_off`` for
+local-first delivery.
+
+What they guarantee:
+
+* ``send`` returns once the message entered the sink of every routed receiver (one
+  receiver per group; members of a group share the messages, each aggregate id sticks
+  to one member so its messages stay in order). SENT proves only that the in-process
+  sink emission ended; with no subscriber it logs at debug and completes, so it does
+  not prove that a processor exists.
+* A message is marked read-only before it is emitted.
+* Sinks are unbounded: a sender never waits for a receiver to pull.
+* Nothing reaches a consumer before ``open_processing()``.
+* Nothing is kept for an aggregate nobody subscribes to.
+
+What they do not: durability. A message in a sink exists only in this process; closing a
+receiver drops what it did not yield (and rejects the hand-off admissions still pending).
+There is no redelivery: ``ack`` only settles the exchange.
+
+The command bus is a multi-producer, single-consumer route per named aggregate: one
+consuming receiver per named aggregate at a time, a second concurrent one raises
+:class:`~wow_core.messaging.ReceiverConflictError`.
+
+Routes decide under their own lock: ``send`` and ``hand_off`` are synchronous from the
+moment they pick targets to the moment every target sink holds the message, so on the
+event loop nothing interleaves with a decision (the asyncio form of a per-route monitor);
+routes of different named aggregates share no state. Closing the bus closes every route
+first, rejecting every pending admission, before refusing new sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any, Generic, TypeVar
+
+from wow_core.messaging.contract import (
+    EXCHANGE_TYPES,
+    BusClosedError,
+    EventStreamExchange,
+    HandOffReceipt,
+    MessageSubscription,
+    ReceiverConflictError,
+    ServerCommandExchange,
+    SimpleExchange,
+    StateEventExchange,
+)
+from wow_core.model import CommandMessage, DomainEventStream, Message, NamedAggregate, StateEvent, TopicKind
+
+_log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=Message)
+E = TypeVar("E", bound=SimpleExchange[Any])
+
+
+class _Admission:
+    """The admission of one hand-off: true once every counted receiver confirmed it."""
+
+    __slots__ = ("future", "pending")
+
+    def __init__(self, future: asyncio.Future[bool], pending: int) -> None:
+        self.future = future
+        self.pending = pending
+
+    def confirm(self) -> None:
+        if self.future.done():
+            return
+        self.pending -= 1
+        if self.pending <= 0:
+            self.future.set_result(True)
+
+    def reject(self) -> None:
+        if not self.future.done():
+            self.future.set_result(False)
+
+
+class _Delivery:
+    __slots__ = ("admission", "message")
+
+    def __init__(self, message: Message, admission: _Admission | None) -> None:
+        self.message = message
+        self.admission = admission
+
+
+class InMemoryReceiver(Generic[E]):
+    """A receiver of an in-memory bus: an unbounded sink and its consumer side.
+
+    It is routed (and so ready) from the moment it is created. Its iteration yields only
+    after :meth:`open_processing`; pulling a handed-off message confirms that delivery's
+    admission. :meth:`quiesce` stops it taking new work (it leaves the local-first routes
+    at once) and waits for in-flight exchanges; :meth:`close` drops what was not pulled,
+    rejects every pending admission and ends the iteration.
+    """
+
+    __slots__ = (
+        "_bus",
+        "_closed",
+        "_exchange_type",
+        "_in_flight",
+        "_opened",
+        "_quiescing",
+        "_settled",
+        "_sink",
+        "_waiter",
+        "subscription",
+    )
+
+    def __init__(
+        self, bus: _InMemoryBus[Any, E], subscription: MessageSubscription, exchange_type: type[E]
+    ) -> None:
+        self._bus = bus
+        self.subscription = subscription
+        self._exchange_type = exchange_type
+        self._sink: deque[_Delivery] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._settled: asyncio.Event | None = None
+        self._opened = False
+        self._quiescing = False
+        self._closed = False
+        self._in_flight = 0
+
+    # -- routing side (called by the bus, synchronously) ---------------------------------
+
+    @property
+    def routable(self) -> bool:
+        """Open for local-first deliveries: runtime-owned, processing open, not stopping."""
+        return self.subscription.runtime_owned and self._opened and not self._quiescing and not self._closed
+
+    @property
+    def accepting(self) -> bool:
+        return not self._closed
+
+    def _emit(self, delivery: _Delivery) -> None:
+        self._sink.append(delivery)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- consumer side -------------------------------------------------------------------
+
+    def __aiter__(self) -> AsyncIterator[E]:
+        return self
+
+    async def __anext__(self) -> E:
+        while True:
+            if self._closed or self._quiescing:
+                raise StopAsyncIteration
+            if self._opened and self._sink:
+                delivery = self._sink.popleft()
+                if delivery.admission is not None:
+                    delivery.admission.confirm()
+                self._in_flight += 1
+                return self._exchange_type(delivery.message, None, self._on_settle)
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    def _on_settle(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0 and self._settled is not None:
+            self._settled.set()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def ready(self) -> None:
+        """Complete at once: the receiver is routed since it was created."""
+        if self._closed:
+            raise BusClosedError("receiver is closed")
+
+    @property
+    def processing_open(self) -> bool:
+        return self._opened and not self._closed
+
+    def open_processing(self) -> None:
+        if self._closed:
+            raise BusClosedError("receiver is closed")
+        self._opened = True
+        self._wake()
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @property
+    def pending(self) -> int:
+        """Messages in the sink, not pulled yet."""
+        return len(self._sink)
+
+    async def quiesce(self, timeout: float | None = None) -> bool:
+        self._quiescing = True
+        self._wake()
+        if self._in_flight == 0:
+            return True
+        self._settled = asyncio.Event()
+        try:
+            async with asyncio.timeout(timeout):
+                await self._settled.wait()
+        except TimeoutError:
+            return self._in_flight == 0
+        return True
+
+    async def close(self) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._bus._unroute(self)
+        while self._sink:
+            admission = self._sink.popleft().admission
+            if admission is not None:
+                admission.reject()
+        self._wake()
+
+    def __repr__(self) -> str:
+        names = sorted(map(str, self.subscription.named_aggregates))
+        return f"InMemoryReceiver({self.subscription.group}, {names})"
+
+
+class _Route:
+    """The receivers of one named aggregate, by group (insertion order kept)."""
+
+    __slots__ = ("groups",)
+
+    def __init__(self) -> None:
+        self.groups: dict[str, list[InMemoryReceiver[Any]]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.groups)
+
+
+def _member(members: list[InMemoryReceiver[Any]], key: str) -> InMemoryReceiver[Any]:
+    if len(members) == 1:
+        return members[0]
+    return members[zlib.crc32(key.encode("utf-8")) % len(members)]
+
+
+class _InMemoryBus(Generic[M, E]):
+    """Shared machinery of the three in-memory buses."""
+
+    topic_kind: TopicKind
+    _single_consumer = False
+
+    def __init__(self) -> None:
+        self._routes: dict[NamedAggregate, _Route] = {}
+        self._closed = False
+        self._exchange_type: type[E] = EXCHANGE_TYPES[self.topic_kind]  # type: ignore[assignment]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def receiver(self, subscription: MessageSubscription) -> InMemoryReceiver[E]:
+        if self._closed:
+            raise BusClosedError(f"{type(self).__name__} is closed")
+        if self._single_consumer:
+            for named_aggregate in subscription.named_aggregates:
+                route = self._routes.get(named_aggregate)
+                if route:
+                    holder = next(iter(route.groups.values()))[0]
+                    raise ReceiverConflictError(
+                        f"{named_aggregate} already has a consuming receiver (group "
+                        f"{holder.subscription.group!r}); {type(self).__name__} allows one "
+                        "consumer per named aggregate at a time: close it first"
+                    )
+        receiver = InMemoryReceiver(self, subscription, self._exchange_type)
+        for named_aggregate in subscription.named_aggregates:
+            route = self._routes.setdefault(named_aggregate, _Route())
+            route.groups.setdefault(subscription.group, []).append(receiver)
+        return receiver
+
+    def _unroute(self, receiver: InMemoryReceiver[Any]) -> None:
+        for named_aggregate in receiver.subscription.named_aggregates:
+            route = self._routes.get(named_aggregate)
+            if route is None:
+                continue
+            members = route.groups.get(receiver.subscription.group)
+            if members is not None and receiver in members:
+                members.remove(receiver)
+                if not members:
+                    del route.groups[receiver.subscription.group]
+            if not route:
+                del self._routes[named_aggregate]
+
+    async def send(self, message: M) -> None:
+        """Emit ``message`` into the sink of one member of every subscribed group."""
+        if self._closed:
+            raise BusClosedError(f"{type(self).__name__} is closed; cannot send {message.name}")
+        aggregate_id = message.aggregate_id
+        route = self._routes.get(aggregate_id.named_aggregate)
+        if not route:
+            _log.debug(
+                "no subscriber for %s: %s %s not kept", aggregate_id.named_aggregate, message.name, message.id
+            )
+            return
+        message.with_read_only()
+        delivery = _Delivery(message, None)
+        for members in route.groups.values():
+            _member(members, aggregate_id.id)._emit(delivery)
+
+    def subscriber_count(self, named_aggregate: NamedAggregate) -> int:
+        """Runtime-owned, processing-open receivers routed for ``named_aggregate``."""
+        route = self._routes.get(named_aggregate)
+        if not route:
+            return 0
+        return sum(1 for members in route.groups.values() for member in members if member.routable)
+
+    def hand_off(self, message: M) -> HandOffReceipt:
+        """Put ``message`` into the sink of the routed receivers without waiting for a pull.
+
+        Every group that holds a runtime-owned receiver must have a processing-open,
+        runtime-owned member, or the hand-off is refused (a group left out would filter
+        the distributed copy as handled locally and never see the message). Groups of
+        plain receivers get the message too but do not count for admission. A refused
+        receipt emits nothing.
+        """
+        if self._closed:
+            return HandOffReceipt.refused(f"{type(self).__name__} is closed")
+        aggregate_id = message.aggregate_id
+        route = self._routes.get(aggregate_id.named_aggregate)
+        if not route:
+            return HandOffReceipt.refused(f"no receiver for {aggregate_id.named_aggregate}")
+        counted: list[InMemoryReceiver[Any]] = []
+        plain: list[InMemoryReceiver[Any]] = []
+        for group, members in route.groups.items():
+            if any(member.subscription.runtime_owned for member in members):
+                routable = [member for member in members if member.routable]
+                if not routable:
+                    return HandOffReceipt.refused(
+                        f"group {group!r} of {aggregate_id.named_aggregate} has no processing-open receiver"
+                    )
+                counted.append(_member(routable, aggregate_id.id))
+            else:
+                plain.append(_member(members, aggregate_id.id))
+        if not counted:
+            return HandOffReceipt.refused(f"no runtime-owned receiver for {aggregate_id.named_aggregate}")
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        admission = _Admission(future, len(counted))
+        message.with_read_only()
+        for receiver in counted:
+            receiver._emit(_Delivery(message, admission))
+        if plain:
+            delivery = _Delivery(message, None)
+            for receiver in plain:
+                receiver._emit(delivery)
+        return HandOffReceipt(True, future, receivers=len(counted))
+
+    async def close(self) -> None:
+        """Close every route (rejecting pending admissions), then refuse new sends."""
+        for route in list(self._routes.values()):
+            for members in list(route.groups.values()):
+                for receiver in list(members):
+                    receiver._close()
+        self._routes.clear()
+        self._closed = True
+
+
+class InMemoryCommandBus(_InMemoryBus[CommandMessage[Any], ServerCommandExchange]):
+    """Commands inside one process: one consuming receiver per named aggregate."""
+
+    topic_kind = TopicKind.COMMAND
+    _single_consumer = True
+
+
+class InMemoryDomainEventBus(_InMemoryBus[DomainEventStream, EventStreamExchange]):
+    """Domain event streams inside one process: every subscribed group receives each one."""
+
+    topic_kind = TopicKind.EVENT
+
+
+class InMemoryStateEventBus(_InMemoryBus[StateEvent[Any], StateEventExchange]):
+    """State events inside one process: every subscribed group receives each one."""
+
+    topic_kind = TopicKind.STATE
+
+
+LocalCommandBus = InMemoryCommandBus
+"""The spec's name for the local command bus of local-first delivery."""
+LocalDomainEventBus = InMemoryDomainEventBus
+LocalStateEventBus = InMemoryStateEventBus

@@ -1,0 +1,190 @@
+"""The dependency-injector container that assembles a wow-py process from its settings.
+
+``WowSettings`` -> plugins -> the selected implementations. Every SPI implementation is
+chosen *by plugin name* from a setting (``WOW_TRANSPORT``, ``WOW_FAILURE_RECORDER``,
+``WOW_MESSAGING__DECODE_FAILURE``, ``WOW_EVENTSOURCING__STORE``,
+``WOW_EVENTSOURCING__SNAPSHOT``, ``WOW_METRICS``); a name no plugin registered is a
+:class:`~wow_core.runtime.settings.SettingsError` naming the variable, the value and the
+accepted names. :func:`create_container` checks every selection (and every plugin
+settings section) up front, so a wrong value fails at start-up rather than at the first
+message.
+
+Providers are singletons and lazy: nothing is built before it is asked for. Tests replace
+one provider instead of monkeypatching::
+
+    container = create_container(WowSettings())
+    container.transport.override(providers.Object(my_transport))
+
+Extending: later pieces (buses, kernel, gateway, runtime) add providers to
+:class:`WowContainer` that take the providers below as arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dependency_injector import containers, providers
+from pydantic import BaseModel
+
+from wow_core.context import ContextCapture
+from wow_core.event.failure import FailureRecorder
+from wow_core.metrics import Metrics
+from wow_core.model import BodyTypeRegistry, MessageCodec
+from wow_core.plugins import PluginError, PluginRegistry, Registration, UnknownPluginError, load_plugins
+from wow_core.runtime.settings import SettingsError, WowSettings, env_name
+from wow_core.transport.decode_failure import TransportDecodeFailureHandler
+from wow_core.transport.spi import Transport
+
+SELECTIONS: Mapping[str, tuple[str, ...]] = {
+    "transport": ("transport",),
+    "failure_recorder": ("failure_recorder",),
+    "decode_failure_handler": ("messaging", "decode_failure"),
+    "event_store": ("eventsourcing", "store"),
+    "snapshot_repository": ("eventsourcing", "snapshot"),
+    "metrics": ("metrics",),
+}
+"""Plugin kind -> the settings location holding the selected name."""
+
+
+def selected_name(settings: WowSettings, kind: str) -> str:
+    value: Any = settings
+    for part in SELECTIONS[kind]:
+        value = getattr(value, part)
+    return str(value)
+
+
+def select(plugins: PluginRegistry, settings: WowSettings, kind: str) -> Registration:
+    """The registration the settings select for ``kind``.
+
+    Raises :class:`SettingsError` (variable, value, accepted names) when no plugin
+    registered that name.
+    """
+    name = selected_name(settings, kind)
+    try:
+        return plugins.get(kind, name)
+    except UnknownPluginError:
+        accepted = ", ".join(plugins.names(kind)) or "none (no plugin registers one)"
+        raise SettingsError(
+            f"invalid settings:\n  {env_name(SELECTIONS[kind])}={name!r} is not accepted: "
+            f"no {kind.replace('_', ' ')} plugin has that name; accepted: {accepted}"
+        ) from None
+
+
+def _build(plugins: PluginRegistry, settings: WowSettings, kind: str, expected: type[Any] | None) -> Any:
+    registration = select(plugins, settings, kind)
+    instance = registration.value(settings)
+    if expected is not None and not isinstance(instance, expected):
+        raise PluginError(
+            f"{registration.origin}: the {kind.replace('_', ' ')} factory {registration.name!r} "
+            f"returned {type(instance).__name__}, not a {expected.__name__}"
+        )
+    return instance
+
+
+def create_transport(plugins: PluginRegistry, settings: WowSettings) -> Transport:
+    transport: Transport = _build(plugins, settings, "transport", Transport)
+    return transport
+
+
+def create_failure_recorder(plugins: PluginRegistry, settings: WowSettings) -> FailureRecorder:
+    recorder: FailureRecorder = _build(plugins, settings, "failure_recorder", FailureRecorder)
+    return recorder
+
+
+def create_decode_failure_handler(
+    plugins: PluginRegistry, settings: WowSettings
+) -> TransportDecodeFailureHandler:
+    handler: TransportDecodeFailureHandler = _build(
+        plugins, settings, "decode_failure_handler", TransportDecodeFailureHandler
+    )
+    return handler
+
+
+def create_metrics(plugins: PluginRegistry, settings: WowSettings) -> Metrics:
+    metrics: Metrics = _build(plugins, settings, "metrics", Metrics)
+    return metrics
+
+
+def create_event_store(plugins: PluginRegistry, settings: WowSettings) -> Any:
+    return _build(plugins, settings, "event_store", None)
+
+
+def create_snapshot_repository(plugins: PluginRegistry, settings: WowSettings) -> Any:
+    return _build(plugins, settings, "snapshot_repository", None)
+
+
+def collect_context_captures(plugins: PluginRegistry) -> tuple[ContextCapture, ...]:
+    """Every registered capture, in name order (a queued copy restores all of them)."""
+    captures: list[ContextCapture] = []
+    for registration in plugins.all("context_capture"):
+        if not isinstance(registration.value, ContextCapture):
+            raise PluginError(
+                f"{registration.origin}: the context capture {registration.name!r} "
+                f"is a {type(registration.value).__name__}, not a ContextCapture"
+            )
+        captures.append(registration.value)
+    return tuple(captures)
+
+
+def load_plugin_sections(plugins: PluginRegistry, settings: WowSettings) -> dict[str, BaseModel]:
+    """Every plugin settings section, read from ``WOW_<NAME>__*`` (validated)."""
+    sections: dict[str, BaseModel] = {}
+    for registration in plugins.all("settings"):
+        model = registration.value
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            raise PluginError(
+                f"{registration.origin}: the settings section {registration.name!r} is not a pydantic model"
+            )
+        sections[registration.name] = settings.section(registration.name, model)
+    return sections
+
+
+class WowContainer(containers.DeclarativeContainer):
+    """The providers of one wow-py process; see the module docstring."""
+
+    settings: providers.Provider[WowSettings] = providers.Singleton(WowSettings.load)
+    plugins: providers.Provider[PluginRegistry] = providers.Singleton(load_plugins)
+    plugin_sections = providers.Singleton(load_plugin_sections, plugins, settings)
+
+    metrics = providers.Singleton(create_metrics, plugins, settings)
+    body_types = providers.Singleton(BodyTypeRegistry)
+    codec = providers.Singleton(MessageCodec, body_types)
+    context_captures = providers.Singleton(collect_context_captures, plugins)
+
+    transport = providers.Singleton(create_transport, plugins, settings)
+    decode_failure_handler = providers.Singleton(create_decode_failure_handler, plugins, settings)
+    failure_recorder = providers.Singleton(create_failure_recorder, plugins, settings)
+    event_store = providers.Singleton(create_event_store, plugins, settings)
+    snapshot_repository = providers.Singleton(create_snapshot_repository, plugins, settings)
+
+
+def check(container: WowContainer) -> None:
+    """Validate the selections and plugin sections without building any implementation."""
+    settings = container.settings()
+    plugins = container.plugins()
+    for kind in SELECTIONS:
+        select(plugins, settings, kind)
+    container.plugin_sections()
+
+
+def create_container(
+    settings: WowSettings | None = None,
+    *,
+    plugins: PluginRegistry | None = None,
+    validate: bool = True,
+) -> WowContainer:
+    """A container over ``settings`` (default: read from the environment) and ``plugins``
+    (default: discovered through the entry-point group ``wow``).
+
+    With ``validate`` (the default) every plugin selection and plugin section is checked
+    now: :class:`SettingsError` for a wrong value, :class:`PluginError` for a broken plugin.
+    """
+    container = WowContainer()
+    if settings is not None:
+        container.settings.override(providers.Object(settings))
+    if plugins is not None:
+        container.plugins.override(providers.Object(plugins))
+    if validate:
+        check(container)
+    return container
