@@ -537,3 +537,20 @@ async def test_close_releases_every_task_and_connection(make_transport: Make) ->
     assert not pool._in_use_connections  # type: ignore[attr-defined]
     for receiver in receivers:
         assert [r async for r in receiver] == []
+
+
+async def test_close_right_after_reading_does_not_wait_for_the_blocking_read(make_transport: Make) -> None:
+    # A cancellation racing the completion of a send was swallowed by asyncio.wait_for
+    # (Python 3.11) when redis-py had a socket timeout: close then waited for BLOCK.
+    transport = make_transport(block_time=5.0)
+    topic = topic_of(transport)
+    for round_no in range(5):
+        receiver = transport.open(f"g{round_no}", [topic])
+        await receiver.ready()
+        receiver.open_processing()
+        await transport.send_many([message(topic, payload=str(n)) for n in range(300)])
+        for record in await take(receiver, 300):
+            await record.ack()
+        started = asyncio.get_running_loop().time()
+        await receiver.close()
+        assert asyncio.get_running_loop().time() - started < 2.5

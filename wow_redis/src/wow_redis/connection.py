@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
+from collections.abc import AsyncIterator
 from typing import Any
 
 from redis.asyncio import Redis
@@ -24,9 +27,14 @@ def create_client(settings: RedisSettings, **overrides: Any) -> Redis:
     url = settings.url
     if settings.tls and url.startswith("redis://"):
         url = "rediss://" + url[len("redis://") :]
+    # No socket_timeout: redis-py then sends through ``asyncio.wait_for``, which on
+    # Python 3.11 can swallow a cancellation that races the send's completion (a closed
+    # receiver would block until its XREADGROUP returned). Commands are bounded with
+    # ``asyncio.timeout`` by the callers instead (see :func:`command`).
     options: dict[str, Any] = {
-        "socket_timeout": settings.socket_timeout,
+        "socket_timeout": None,
         "socket_connect_timeout": settings.socket_timeout,
+        "socket_keepalive": True,
         "health_check_interval": 0,
         "protocol": 2,
     }
@@ -66,6 +74,18 @@ class Backoff:
         self._attempt = 0
 
 
-async def command(client: Redis, *args: Any) -> Any:
-    """``client.execute_command`` with a type (redis-py leaves it untyped)."""
-    return await client.execute_command(*args)  # type: ignore[no-untyped-call]
+@contextlib.asynccontextmanager
+async def deadline(seconds: float, what: str) -> AsyncIterator[None]:
+    """Bound a round trip: past ``seconds`` it raises :class:`redis.exceptions.TimeoutError`
+    (transient, retried by the callers); redis-py drops the connection it was using."""
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError as error:
+        raise RedisTimeoutError(f"{what} took longer than {seconds}s") from error
+
+
+async def command(client: Redis, *args: Any, timeout: float) -> Any:
+    """``client.execute_command`` (untyped in redis-py) bounded by ``timeout`` seconds."""
+    async with deadline(timeout, str(args[0])):
+        return await client.execute_command(*args)  # type: ignore[no-untyped-call]

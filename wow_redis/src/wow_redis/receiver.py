@@ -40,7 +40,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from wow_core.messaging import BusClosedError
-from wow_redis.connection import TRANSIENT_ERRORS, Backoff, command
+from wow_redis.connection import TRANSIENT_ERRORS, Backoff, command, deadline
 from wow_redis.naming import dead_letter_stream
 from wow_redis.observer import RedisMessageBusObserver
 from wow_redis.scripts import DEAD_LETTER_SCRIPT
@@ -196,6 +196,7 @@ class RedisStreamReceiver:
         """Entries yielded and not acknowledged yet, with when: not re-read as own pending."""
         self._dead_letter: AsyncScript | None = None
         self._read_ids_new = [">"] * len(self.topics)
+        self._timeout = settings.socket_timeout
 
     # -- the TransportReceiver protocol -----------------------------------------------
 
@@ -286,7 +287,9 @@ class RedisStreamReceiver:
 
     async def _create_group(self, topic: str, start: str) -> None:
         try:
-            await command(self._client, "XGROUP", "CREATE", topic, self.group, start, "MKSTREAM")
+            await command(
+                self._client, "XGROUP", "CREATE", topic, self.group, start, "MKSTREAM", timeout=self._timeout
+            )
         except ResponseError as error:
             if "BUSYGROUP" not in str(error):
                 raise
@@ -316,6 +319,7 @@ class RedisStreamReceiver:
                     "STREAMS",
                     *self.topics,
                     *self._read_ids_new,
+                    timeout=settings.block_time + settings.socket_timeout,
                 )
                 backoff.reset()
             except TRANSIENT_ERRORS as error:
@@ -351,6 +355,7 @@ class RedisStreamReceiver:
                     "STREAMS",
                     topic,
                     cursor,
+                    timeout=self._timeout,
                 )
                 entries = response[0][1] if response else []
                 if not entries:
@@ -363,9 +368,10 @@ class RedisStreamReceiver:
 
     async def _delivery_counts(self, topic: str, entries: Sequence[Any]) -> dict[str, int]:
         first, last = _text(entries[0][0]), _text(entries[-1][0])
-        rows = await self._client.xpending_range(
-            topic, self.group, min=first, max=last, count=len(entries) + 16, consumername=self.consumer
-        )
+        async with deadline(self._timeout, "XPENDING"):
+            rows = await self._client.xpending_range(
+                topic, self.group, min=first, max=last, count=len(entries) + 16, consumername=self.consumer
+            )
         return {_text(row["message_id"]): int(row["times_delivered"]) for row in rows}  # type: ignore[arg-type]
 
     async def _deliver(self, topic: str, entries: Sequence[Any], counts: dict[str, int] | None) -> None:
@@ -404,7 +410,7 @@ class RedisStreamReceiver:
         """A pending entry whose content retention (MAXLEN) removed: nothing left to process."""
         self._observer.dead_lettered(topic, self.group, entry_id, 0, "trimmed before processing")
         with contextlib.suppress(*TRANSIENT_ERRORS):
-            await command(self._client, "XACK", topic, self.group, entry_id)
+            await command(self._client, "XACK", topic, self.group, entry_id, timeout=self._timeout)
 
     # -- recovery ---------------------------------------------------------------------
 
@@ -446,14 +452,17 @@ class RedisStreamReceiver:
             cursor = "0-0"
             scanned = 0
             while not self._closing:
-                next_cursor, entries, deleted = await self._client.xautoclaim(
-                    topic,
-                    self.group,
-                    self.consumer,
-                    idle_ms,
-                    start_id=cursor,
-                    count=self._settings.batch_size,
-                )
+                async with deadline(self._timeout, "XAUTOCLAIM"):
+                    claimed = await self._client.xautoclaim(
+                        topic,
+                        self.group,
+                        self.consumer,
+                        idle_ms,
+                        start_id=cursor,
+                        count=self._settings.batch_size,
+                    )
+                next_cursor, entries = claimed[0], claimed[1]
+                deleted = claimed[2] if len(claimed) > 2 else ()
                 for entry_id in deleted or ():
                     self._observer.dead_lettered(
                         topic, self.group, _text(entry_id), 0, "trimmed before processing"
@@ -475,10 +484,11 @@ class RedisStreamReceiver:
         if self._dead_letter is None:
             self._dead_letter = self._client.register_script(DEAD_LETTER_SCRIPT)
         maxlen = self._settings.dead_letter_maxlen or 0
-        moved = await self._dead_letter(
-            keys=[topic, dead_letter_stream(topic)],
-            args=[self.group, self.consumer, entry_id, deliveries, reason, maxlen],
-        )
+        async with deadline(self._timeout, "dead letter"):
+            moved = await self._dead_letter(
+                keys=[topic, dead_letter_stream(topic)],
+                args=[self.group, self.consumer, entry_id, deliveries, reason, maxlen],
+            )
         self._delivered.pop((topic, entry_id), None)
         if moved:
             self._observer.dead_lettered(topic, self.group, entry_id, deliveries, reason)
@@ -496,7 +506,7 @@ class RedisStreamReceiver:
         backoff = Backoff(self._settings.reconnect_backoff, self._settings.reconnect_backoff_max)
         while True:
             try:
-                async with self._client.pipeline(transaction=False) as pipe:
+                async with deadline(self._timeout, "XACK"), self._client.pipeline(transaction=False) as pipe:
                     for topic, ids in batch.items():
                         pipe.execute_command("XACK", topic, self.group, *ids)
                     await pipe.execute()
@@ -533,10 +543,19 @@ class RedisStreamReceiver:
         """
         for topic in self.topics:
             try:
-                rows = await self._client.xpending_range(
-                    topic, self.group, min="-", max="+", count=1, consumername=self.consumer
-                )
+                async with deadline(self._timeout, "XPENDING"):
+                    rows = await self._client.xpending_range(
+                        topic, self.group, min="-", max="+", count=1, consumername=self.consumer
+                    )
                 if not rows:
-                    await command(self._client, "XGROUP", "DELCONSUMER", topic, self.group, self.consumer)
+                    await command(
+                        self._client,
+                        "XGROUP",
+                        "DELCONSUMER",
+                        topic,
+                        self.group,
+                        self.consumer,
+                        timeout=self._timeout,
+                    )
             except (ResponseError, *TRANSIENT_ERRORS) as error:
                 log.debug("could not forget consumer %s on %s: %s", self.consumer, topic, error)

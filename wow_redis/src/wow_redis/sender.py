@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from wow_core.messaging import BusClosedError
-from wow_redis.connection import TRANSIENT_ERRORS, Backoff
+from wow_redis.connection import TRANSIENT_ERRORS, Backoff, deadline
 from wow_redis.observer import RedisMessageBusObserver
 from wow_redis.settings import RedisSettings
 
@@ -101,7 +101,10 @@ class StreamWriter:
         trim = self._trim
         while True:
             try:
-                async with self._client.pipeline(transaction=False) as pipe:
+                async with (
+                    deadline(self._settings.socket_timeout, "XADD"),
+                    self._client.pipeline(transaction=False) as pipe,
+                ):
                     for stream, key, payload, _ in batch:
                         pipe.execute_command("XADD", stream, *trim, "*", "msg", payload, "key", key)
                     replies = await pipe.execute(raise_on_error=False)

@@ -30,7 +30,7 @@ from redis.asyncio import Redis
 from wow_core.messaging import BusClosedError
 from wow_core.metrics import Metrics
 from wow_core.transport import DecodeFailureDefault, TopicNaming, TransportMessage
-from wow_redis.connection import create_client
+from wow_redis.connection import create_client, deadline
 from wow_redis.naming import RedisTopicNaming
 from wow_redis.observer import RedisMessageBusObserver
 from wow_redis.receiver import RedisStreamReceiver
@@ -95,7 +95,8 @@ class RedisStreamTransport:
     async def start(self) -> None:
         """Check the server answers (PING); idempotent."""
         self._check_open()
-        await self.client.ping()
+        async with deadline(self.settings.socket_timeout, "PING"):
+            await self.client.ping()
 
     async def send(self, message: TransportMessage) -> None:
         self._check_open()
