@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 
 from wow_core.plugins import hookimpl
 from wow_core.runtime.settings import WowSettings
@@ -20,7 +20,8 @@ from wow_core.transport.spi import (
 
 class ProbeSettings(BaseModel):
     port: int = Field(7000, ge=1, le=65535, description="A port.")
-    token: str = "open"
+    token: SecretStr = SecretStr("open-sesame")
+    hosts: list[str] = Field(default_factory=lambda: ["a"], description="Hosts, as a JSON array.")
 
 
 class ProbeTransport:

@@ -1,4 +1,37 @@
-"""The wow_nats plugin module (entry point group ``wow``).
+"""The wow_nats plugin module, found through the entry point group ``wow``.
 
-It registers nothing yet; the issue that builds this package adds its hooks here.
+``pyproject.toml`` declares ``[project.entry-points.wow] nats = "wow_nats.plugin"``;
+``wow_core.plugins.load_plugins()`` imports this module and calls its hooks. The hooks
+stay cheap: the transport module (and nats-py) is imported only when the runtime builds
+the transport.
 """
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from wow_core.plugins import hookimpl
+from wow_nats.settings import SECTION, NatsSettings
+
+if TYPE_CHECKING:
+    from wow_core.runtime.settings import WowSettings
+
+
+def nats_transport(settings: WowSettings) -> Any:
+    """Factory of the ``nats`` transport: ``WOW_TRANSPORT=nats`` selects it."""
+    from wow_nats.transport import NatsTransport
+
+    return NatsTransport.from_settings(settings)
+
+
+@hookimpl
+def register_transports(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    register("nats", nats_transport)
+
+
+@hookimpl
+def register_settings(register: Callable[[str, type[BaseModel]], None]) -> None:
+    register(SECTION, NatsSettings)

@@ -1,1 +1,40 @@
-"""command."""
+"""Commands: the gateway, wait stages and plans, the wait coordinator, the command dispatcher."""
+
+from wow_core.command.coordinator import WaitCoordinator, Waiter
+from wow_core.command.errors import (
+    CommandGatewayError,
+    CommandValidationError,
+    CommandWaitTimeoutError,
+    DuplicateWaitError,
+    VoidCommandWaitError,
+)
+from wow_core.command.gateway import CommandGateway
+from wow_core.command.stages import (
+    CommandResult,
+    CommandStage,
+    CommandWait,
+    ErrorCodes,
+    Violation,
+    WaitPlan,
+    WaitSignal,
+)
+from wow_core.command.validation import validate_body
+
+__all__ = [
+    "CommandGateway",
+    "CommandGatewayError",
+    "CommandResult",
+    "CommandStage",
+    "CommandValidationError",
+    "CommandWait",
+    "CommandWaitTimeoutError",
+    "DuplicateWaitError",
+    "ErrorCodes",
+    "Violation",
+    "VoidCommandWaitError",
+    "WaitCoordinator",
+    "WaitPlan",
+    "WaitSignal",
+    "Waiter",
+    "validate_body",
+]

@@ -202,7 +202,8 @@ class InMemoryReceiver(Generic[E]):
         self._wake()
         if self._in_flight == 0:
             return True
-        self._settled = asyncio.Event()
+        if self._settled is None:
+            self._settled = asyncio.Event()
         try:
             async with asyncio.timeout(timeout):
                 await self._settled.wait()

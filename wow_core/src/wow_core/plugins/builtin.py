@@ -14,6 +14,7 @@ from wow_core.plugins.hookspecs import Factory, hookimpl
 
 if TYPE_CHECKING:
     from wow_core.context import ContextCapture
+    from wow_core.runtime.cli import Command
     from wow_core.runtime.settings import WowSettings
 
 
@@ -81,3 +82,11 @@ def register_snapshot_repositories(register: Callable[[str, Factory], None]) -> 
 def register_metrics(register: Callable[[str, Factory], None]) -> None:
     register("noop", lambda settings: NoopMetrics())
     register("in_memory", lambda settings: InMemoryMetrics())
+
+
+@hookimpl
+def register_commands(register: Callable[[str, Command], None]) -> None:
+    from wow_core.runtime.cli import CORE_COMMANDS
+
+    for name, command in CORE_COMMANDS.items():
+        register(name, command)

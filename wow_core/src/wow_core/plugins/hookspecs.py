@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from wow_core.context import ContextCapture
+    from wow_core.runtime.cli import Command
 
 PROJECT = "wow"
 
@@ -61,6 +62,11 @@ def register_snapshot_repositories(register: Callable[[str, Factory], None]) -> 
 @hookspec
 def register_metrics(register: Callable[[str, Factory], None]) -> None:
     """Contribute metrics backends: ``register(name, factory)`` returning a Metrics."""
+
+
+@hookspec
+def register_commands(register: Callable[[str, Command], None]) -> None:
+    """Contribute ``wow`` subcommands: ``register("run", Command(...))``."""
 
 
 @hookspec

@@ -28,6 +28,7 @@ KINDS: dict[str, str] = {
     "event_store": "register_event_stores",
     "snapshot_repository": "register_snapshot_repositories",
     "metrics": "register_metrics",
+    "command": "register_commands",
     "settings": "register_settings",
 }
 

@@ -27,11 +27,14 @@ from typing import Any
 from dependency_injector import containers, providers
 from pydantic import BaseModel
 
+from wow_core.command.coordinator import WaitCoordinator
 from wow_core.context import ContextCapture
 from wow_core.event.failure import FailureRecorder
 from wow_core.metrics import Metrics
 from wow_core.model import BodyTypeRegistry, MessageCodec
+from wow_core.modeling.registry import AggregateRegistry
 from wow_core.plugins import PluginError, PluginRegistry, Registration, UnknownPluginError, load_plugins
+from wow_core.runtime import assembly
 from wow_core.runtime.settings import SettingsError, WowSettings, env_name
 from wow_core.transport.decode_failure import TransportDecodeFailureHandler
 from wow_core.transport.spi import Transport
@@ -143,6 +146,8 @@ def load_plugin_sections(plugins: PluginRegistry, settings: WowSettings) -> dict
 class WowContainer(containers.DeclarativeContainer):
     """The providers of one wow-py process; see the module docstring."""
 
+    __self__ = providers.Self()
+
     settings: providers.Provider[WowSettings] = providers.Singleton(WowSettings.load)
     plugins: providers.Provider[PluginRegistry] = providers.Singleton(load_plugins)
     plugin_sections = providers.Singleton(load_plugin_sections, plugins, settings)
@@ -157,6 +162,25 @@ class WowContainer(containers.DeclarativeContainer):
     failure_recorder = providers.Singleton(create_failure_recorder, plugins, settings)
     event_store = providers.Singleton(create_event_store, plugins, settings)
     snapshot_repository = providers.Singleton(create_snapshot_repository, plugins, settings)
+
+    # -- the command side (wow_core.runtime.assembly) --
+    aggregate_registry = providers.Singleton(AggregateRegistry)
+    wait_coordinator = providers.Singleton(WaitCoordinator)
+    executor = providers.Singleton(assembly.create_executor, settings)
+    command_bus = providers.Singleton(assembly.create_command_bus, __self__)
+    domain_event_bus = providers.Singleton(assembly.create_domain_event_bus, __self__)
+    state_event_bus = providers.Singleton(assembly.create_state_event_bus, __self__)
+    kernel = providers.Singleton(
+        assembly.create_kernel,
+        aggregate_registry,
+        event_store,
+        snapshot_repository,
+        domain_event_bus,
+        state_event_bus,
+        metrics,
+    )
+    command_gateway = providers.Singleton(assembly.create_gateway, command_bus, wait_coordinator, settings)
+    runtime = providers.Singleton(assembly.create_runtime, __self__)
 
 
 def check(container: WowContainer) -> None:

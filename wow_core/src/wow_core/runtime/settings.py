@@ -10,11 +10,19 @@ names the variable, the value and what is accepted.
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import types
+import typing
+from pathlib import Path
 from typing import Any, TypeVar
 
+from dotenv import dotenv_values
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 from pydantic import create_model as _create_model
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsError as _SourceError
 
 ENV_PREFIX = "WOW_"
 NESTED = "__"
@@ -127,29 +135,46 @@ class WowSettings(BaseSettings):
             return cls(**overrides)
         except ValidationError as error:
             raise SettingsError(describe(error, ())) from None
+        except _SourceError as error:
+            raise SettingsError(describe_undecodable(error, cls, ())) from None
+
+
+class _SectionHolder(BaseSettings):
+    """Reads one plugin section; every other ``WOW_*`` variable is someone else's."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=NESTED,
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+    )
 
 
 def load_section(name: str, model: type[T]) -> T:
     """Read ``WOW_<NAME>__*`` into ``model``."""
     holder = _create_model(
         f"WowSection_{name}",
-        __base__=BaseSettings,
-        __config__=None,
+        __base__=_SectionHolder,
         **{name: (model, Field(default_factory=model))},  # type: ignore[call-overload]
-    )
-    holder.model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX,
-        env_nested_delimiter=NESTED,
-        env_file=".env",
-        extra="ignore",
     )
     try:
         value = getattr(holder(), name)
     except ValidationError as error:
         raise SettingsError(describe(error, ())) from None
+    except _SourceError as error:
+        raise SettingsError(describe_undecodable(error, holder, ())) from None
     if not isinstance(value, model):
         raise TypeError(f"section {name!r} did not load as {model.__name__}")
     return value
+
+
+def env_var_for(spec_key: str) -> str:
+    """The variable of a specification key: ``wow.event.ack-on-unrecorded-failure`` ->
+    ``WOW_EVENT__ACK_ON_UNRECORDED_FAILURE`` (``.`` -> ``__``, ``-`` -> ``_``, upper case)."""
+    if not spec_key.startswith("wow."):
+        raise ValueError(f"a specification key starts with 'wow.': {spec_key!r}")
+    return ENV_PREFIX + NESTED.join(part.replace("-", "_").upper() for part in spec_key.split(".")[1:])
 
 
 def env_name(location: tuple[int | str, ...]) -> str:
@@ -158,14 +183,98 @@ def env_name(location: tuple[int | str, ...]) -> str:
     return ENV_PREFIX + NESTED.join(part.upper() for part in parts)
 
 
+_BOOLEAN = "true or false (also 1/0, yes/no, on/off)"
+_ACCEPTED_BY_TYPE = {
+    "bool_parsing": _BOOLEAN,
+    "bool_type": _BOOLEAN,
+    "int_parsing": "a whole number",
+    "int_from_float": "a whole number",
+    "float_parsing": "a number",
+    "dict_type": "a JSON object",
+    "model_type": "a JSON object, or one variable per field (WOW_<SECTION>__<FIELD>)",
+    "extra_forbidden": "only the variables `wow settings` lists",
+}
+
+
+def _accepted(item: Any) -> str:
+    kind = item["type"]
+    if kind in _ACCEPTED_BY_TYPE:
+        return str(_ACCEPTED_BY_TYPE[kind])
+    message = str(item["msg"])
+    if not message.startswith("Input should be "):
+        return message
+    rest = message.removeprefix("Input should be ")
+    return "a value " + rest if rest.startswith(("greater", "less")) else rest
+
+
 def describe(error: ValidationError, prefix: tuple[str, ...]) -> str:
+    """One line per wrong value: the variable, the value and what is accepted."""
     lines = []
     for item in error.errors():
         location = prefix + tuple(str(part) for part in item["loc"])
         value = item.get("input")
+        shown = f"={value!r}" if not isinstance(value, dict) else ""
         lines.append(
-            f"{env_name(location)}={value!r} is not accepted: {item['msg']}"
-            if not isinstance(value, dict)
-            else f"{env_name(location)} is not accepted: {item['msg']}"
+            f"{env_name(location)}{shown} is not accepted ({item['msg']}); accepted: {_accepted(item)}"
         )
+    return "invalid settings:\n  " + "\n  ".join(lines)
+
+
+def _is_complex(annotation: Any) -> bool:
+    origin = typing.get_origin(annotation) or annotation
+    if origin in (typing.Union, types.UnionType):
+        return any(_is_complex(arg) for arg in typing.get_args(annotation) if arg is not type(None))
+    return (isinstance(origin, type) and issubclass(origin, BaseModel)) or origin in (dict, list, set, tuple)
+
+
+def _field_at(model: type[BaseModel], path: list[str]) -> Any:
+    """The annotation at ``path`` (lower-case field names) below ``model``, or None."""
+    annotation: Any = model
+    for part in path:
+        fields = getattr(annotation, "model_fields", None)
+        if fields is None:
+            return None
+        field = fields.get(part)
+        if field is None:
+            return None
+        annotation = field.annotation
+    return annotation
+
+
+def _environment() -> dict[str, str]:
+    found = (
+        {k: v for k, v in dotenv_values(Path(".env")).items() if v is not None}
+        if Path(".env").exists()
+        else {}
+    )
+    found.update(os.environ)
+    return found
+
+
+def describe_undecodable(error: _SourceError, model: type[BaseModel], prefix: tuple[str, ...]) -> str:
+    """A value of a JSON-valued setting (a dict, a list, a whole section) that is not JSON.
+
+    pydantic-settings reports only the top-level field; find the variables under it whose
+    value is not JSON although their setting needs JSON.
+    """
+    match = re.search(r'field "([^"]+)"', str(error))
+    field = match.group(1) if match else ""
+    head = env_name((*prefix, field)) if field else ENV_PREFIX
+    lines = []
+    for variable, value in sorted(_environment().items()):
+        upper = variable.upper()
+        if upper != head and not upper.startswith(head + NESTED):
+            continue
+        path = [part.lower() for part in upper.removeprefix(ENV_PREFIX).split(NESTED)][len(prefix) :]
+        annotation = _field_at(model, path)
+        if not _is_complex(annotation):
+            continue
+        origin = typing.get_origin(annotation) or annotation
+        wanted = "a JSON array" if origin in (list, set, tuple) else "a JSON object"
+        try:
+            json.loads(value)
+        except ValueError as problem:
+            lines.append(f"{variable}={value!r} is not accepted ({problem}); accepted: {wanted}")
+    if not lines:
+        lines.append(f"{head}: {error}")
     return "invalid settings:\n  " + "\n  ".join(lines)

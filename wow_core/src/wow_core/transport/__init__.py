@@ -3,6 +3,7 @@
 from wow_core.transport.decode_failure import (
     DecodeFailure,
     DecodeFailureAction,
+    DefaultDecodeFailureHandler,
     TransportDecodeFailureHandler,
 )
 from wow_core.transport.spi import (
@@ -19,6 +20,7 @@ __all__ = [
     "DecodeFailure",
     "DecodeFailureAction",
     "DecodeFailureDefault",
+    "DefaultDecodeFailureHandler",
     "DefaultTopicNaming",
     "TopicNaming",
     "Transport",

@@ -8,12 +8,16 @@ counted, and the receiver goes on.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from wow_core.metrics import Metrics, NoopMetrics
 from wow_core.model import DecodeError
-from wow_core.transport.spi import Transport, TransportRecord
+from wow_core.transport.spi import DecodeFailureDefault, Transport, TransportMessage, TransportRecord
+
+_log = logging.getLogger(__name__)
 
 
 class DecodeFailureAction(StrEnum):
@@ -49,3 +53,63 @@ class TransportDecodeFailureHandler(Protocol):
     """Decides what happens to an undecodable record."""
 
     async def handle(self, failure: DecodeFailure, transport: Transport) -> DecodeFailureAction: ...
+
+
+class DefaultDecodeFailureHandler:
+    """Log, count, keep the raw record retrievable, and let the receiver go on.
+
+    Every failure is logged at warning with the group, topic, key, position and error,
+    and counted on ``wow.transport.decode_failures`` (tags: transport, failure kind).
+    The action is ``policy`` when given, else the transport's
+    :attr:`~wow_core.transport.Transport.decode_failure_default`:
+
+    * ``DEAD_LETTER``: publish the raw record (same key, payload and timestamp) to
+      ``<topic>.dlq`` on the same transport, then acknowledge it. If that publish fails,
+      the record is left pending instead, so nothing is lost.
+    * ``LEAVE_PENDING``: leave the record unacknowledged where the backend keeps it.
+
+    It does not repair or retry the record: a dead letter is for a human or a tool.
+    """
+
+    __slots__ = ("metrics", "policy")
+
+    DEAD_LETTER_SUFFIX = ".dlq"
+    COUNTER = "wow.transport.decode_failures"
+
+    def __init__(self, policy: DecodeFailureDefault | None = None, metrics: Metrics | None = None) -> None:
+        self.policy = policy
+        self.metrics: Metrics = metrics if metrics is not None else NoopMetrics()
+
+    async def handle(self, failure: DecodeFailure, transport: Transport) -> DecodeFailureAction:
+        policy = self.policy or transport.decode_failure_default
+        _log.warning(
+            "undecodable record on %s (group %s, key %r, position %s): %s; policy %s",
+            failure.topic,
+            failure.group,
+            failure.key,
+            failure.position,
+            failure.error,
+            policy.value,
+        )
+        self.metrics.increment(
+            self.COUNTER, tags={"transport": transport.name, "kind": failure.error.kind.value}
+        )
+        if policy is DecodeFailureDefault.LEAVE_PENDING:
+            return DecodeFailureAction.LEAVE_PENDING
+        record = failure.record
+        dead_letter = TransportMessage(
+            topic=record.topic + self.DEAD_LETTER_SUFFIX,
+            key=record.key,
+            payload=record.payload,
+            timestamp=record.timestamp,
+        )
+        try:
+            await transport.send(dead_letter)
+        except Exception:
+            _log.exception(
+                "could not dead-letter the record at %s of %s; leaving it pending",
+                failure.position,
+                failure.topic,
+            )
+            return DecodeFailureAction.LEAVE_PENDING
+        return DecodeFailureAction.ACK

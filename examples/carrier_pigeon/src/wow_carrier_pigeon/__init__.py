@@ -1,0 +1,1 @@
+"""wow-carrier-pigeon: an example transport plugin for wow-py."""

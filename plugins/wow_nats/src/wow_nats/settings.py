@@ -1,0 +1,94 @@
+"""``NatsSettings``: the ``nats`` settings section, read from ``WOW_NATS__*``.
+
+The plugin contributes this model through the ``register_settings`` hook; the core reads
+it with ``WowSettings.section("nats", NatsSettings)``, so a wrong value fails with the
+core's ``SettingsError`` naming the variable (``WOW_NATS__ACK_WAIT='soon' is not
+accepted: ...``). Secrets are :class:`~pydantic.SecretStr`: they never appear in a
+``repr``, a log line or ``wow plugins`` output.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, SecretStr, field_validator
+from pydantic_settings import NoDecode
+
+SECTION = "nats"
+
+
+class NatsSettings(BaseModel):
+    """Connection, stream and consumer settings of the NATS JetStream transport."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    servers: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["nats://127.0.0.1:4222"],
+        description="Server URLs: a comma-separated list or a JSON array.",
+    )
+    user: str | None = Field(None, description="User name (with password).")
+    password: SecretStr | None = Field(None, description="Password (with user).")
+    token: SecretStr | None = Field(None, description="Authentication token.")
+    credentials: str | None = Field(None, description="Path of a .creds file (JWT and NKey seed).")
+    connection_name: str | None = Field(None, description="Connection name shown by the server.")
+    connect_timeout: PositiveFloat = Field(5.0, description="Seconds to wait for the first connection.")
+    reconnect_time_wait: PositiveFloat = Field(1.0, description="Seconds between reconnect attempts.")
+    max_reconnect_attempts: int = Field(-1, ge=-1, description="Reconnect attempts, -1 for no limit.")
+    stream_prefix: str = Field("", description="Prefix of every stream name (a namespace on shared servers).")
+    replicas: int = Field(1, ge=1, le=5, description="Stream replicas (1 on a single server).")
+    storage: Literal["file", "memory"] = Field("file", description="Stream storage.")
+    max_age: float = Field(0.0, ge=0, description="Seconds a stream keeps a message, 0 for no limit.")
+    ack_wait: PositiveFloat = Field(
+        30.0, description="Seconds a delivered, unacknowledged record waits before it is delivered again."
+    )
+    max_deliver: PositiveInt = Field(
+        5, description="Deliveries of one record before it is dead-lettered to <topic>.dlq as poison."
+    )
+    max_ack_pending: PositiveInt = Field(
+        1000, description="Records of one consumer delivered and not yet acknowledged, at most."
+    )
+    fetch_batch: PositiveInt = Field(64, description="Records asked for by one pull request.")
+    fetch_timeout: PositiveFloat = Field(1.0, description="Seconds one pull request waits for records.")
+    publish_timeout: PositiveFloat = Field(5.0, description="Seconds a send waits for the publish ack.")
+    max_pending_publishes: PositiveInt = Field(
+        4000, description="Publishes waiting for their ack at once; a send waits for room beyond it."
+    )
+    deliver_policy: Literal["new", "all"] = Field(
+        "new",
+        description="Where a new group starts: at its first open (new) or at the stream's start (all).",
+    )
+    start_margin: float = Field(
+        0.0, ge=0, description="Seconds before its first open a new group starts (allowance for clock skew)."
+    )
+
+    @field_validator("servers", mode="before")
+    @classmethod
+    def _split_servers(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                try:
+                    return json.loads(text)
+                except ValueError as error:
+                    raise ValueError(f"not a JSON array of URLs: {error}") from None
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("servers")
+    @classmethod
+    def _check_servers(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("at least one server URL is needed")
+        for url in value:
+            if not url.startswith(("nats://", "tls://", "ws://", "wss://")):
+                raise ValueError(f"{url!r} is not a nats://, tls://, ws:// or wss:// URL")
+        return value
+
+    @field_validator("stream_prefix")
+    @classmethod
+    def _check_stream_prefix(cls, value: str) -> str:
+        bad = [ch for ch in value if not (ch.isascii() and (ch.isalnum() or ch in "-_"))]
+        if bad:
+            raise ValueError(f"a stream prefix holds only letters, digits, '-' and '_' (found {bad[0]!r})")
+        return value

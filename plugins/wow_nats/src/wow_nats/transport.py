@@ -1,0 +1,313 @@
+"""``NatsTransport``: the wow-py Transport SPI over NATS JetStream (nats-py).
+
+What ``send`` proves (SENT): JetStream stored the record in the context's stream and
+answered with a publish ack (stream and sequence). It does not prove that any group
+received, processed or acknowledged it.
+
+The transport owns one NATS connection. Streams are created (or their subjects added)
+the first time a topic of their context is sent to or opened; consumers are created by
+the receivers (:mod:`wow_nats.receiver`). nats-py reconnects by itself; a send that
+times out or finds no stream responder while the connection is re-established is tried
+again with the same ``Nats-Msg-Id``, so JetStream's duplicate window keeps the retry
+from storing the record twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client as NatsClient
+from nats.js import JetStreamContext
+from nats.js.api import PubAck, StorageType, StreamConfig
+
+from wow_core.messaging import BusClosedError
+from wow_core.metrics import Metrics, NoopMetrics
+from wow_core.transport import DecodeFailureDefault, DefaultTopicNaming, TopicNaming, TransportMessage
+from wow_nats.layout import StreamLayout
+from wow_nats.record import KEY_HEADER, TIMESTAMP_HEADER
+from wow_nats.settings import SECTION, NatsSettings
+
+if TYPE_CHECKING:
+    from wow_core.runtime.settings import WowSettings
+    from wow_nats.receiver import NatsReceiver
+
+log = logging.getLogger("wow_nats")
+
+MSG_ID_HEADER = "Nats-Msg-Id"
+_PUBLISH_ATTEMPTS = 3
+_TRANSIENT = (nats.errors.TimeoutError, nats.errors.ConnectionReconnectingError, TimeoutError)
+
+
+class NatsTransport:
+    """A stream per bounded context, a subject per topic, a durable pull consumer per group.
+
+    Guarantees: a completed ``send`` is stored by JetStream; a record reaches every group
+    that had a consumer when it was stored (at least once; see
+    :class:`~wow_nats.receiver.NatsReceiver` for order and redelivery).
+    Not guaranteed: order between records of two concurrent ``send`` calls (the caller
+    decides order by awaiting), order across topics.
+    """
+
+    def __init__(
+        self,
+        settings: NatsSettings | None = None,
+        *,
+        naming: TopicNaming | None = None,
+        topic_prefix: str | None = None,
+        decode_failure_default: DecodeFailureDefault = DecodeFailureDefault.DEAD_LETTER,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.settings = settings or NatsSettings()
+        self._naming: TopicNaming = naming or DefaultTopicNaming()
+        prefix = topic_prefix if topic_prefix is not None else getattr(self._naming, "prefix", "wow.")
+        self.layout = StreamLayout(str(prefix), self.settings.stream_prefix)
+        self._decode_failure_default = decode_failure_default
+        self.metrics: Metrics = metrics or NoopMetrics()
+        self._nc: NatsClient | None = None
+        self._js: JetStreamContext | None = None
+        self._connect_lock = asyncio.Lock()
+        self._streams: dict[str, asyncio.Future[None]] = {}
+        self._receivers: set[NatsReceiver] = set()
+        self._publish_slots = asyncio.Semaphore(self.settings.max_pending_publishes)
+        self._closed = False
+
+    @classmethod
+    def from_settings(cls, settings: WowSettings, *, metrics: Metrics | None = None) -> NatsTransport:
+        """Build from ``WOW_NATS__*`` and the core's topic naming settings."""
+        messaging = settings.messaging
+        return cls(
+            settings.section(SECTION, NatsSettings),
+            naming=DefaultTopicNaming(messaging.topic_prefix, messaging.context_aliases),
+            topic_prefix=messaging.topic_prefix,
+            metrics=metrics,
+        )
+
+    # -- the Transport protocol ---------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return "nats"
+
+    @property
+    def naming(self) -> TopicNaming:
+        return self._naming
+
+    @property
+    def decode_failure_default(self) -> DecodeFailureDefault:
+        """DEAD_LETTER: see the README, "Decode failures"."""
+        return self._decode_failure_default
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def start(self) -> None:
+        await self.jetstream()
+
+    async def send(self, message: TransportMessage) -> None:
+        """Publish to the topic's subject; return on JetStream's publish ack."""
+        self._check_open()
+        subject = self.layout.subject(message.topic)
+        headers = {
+            KEY_HEADER: message.key,
+            TIMESTAMP_HEADER: str(message.timestamp),
+            MSG_ID_HEADER: uuid.uuid4().hex,
+        }
+        await self.publish(subject, message.payload.encode("utf-8"), headers)
+        self.metrics.increment("wow.nats.sent", tags={"stream": self.layout.stream(subject)})
+
+    async def send_many(self, messages: Sequence[TransportMessage]) -> None:
+        """Publish every message, pipelined on the one connection, in the given order.
+
+        Completes when every publish was acked; fails with the first failure (the others
+        may have been stored). A retried publish may land after a later one of the batch.
+        """
+        self._check_open()
+        if messages:
+            await asyncio.gather(*(self.send(message) for message in messages))
+
+    def open(self, group: str, topics: Sequence[str]) -> NatsReceiver:
+        from wow_nats.receiver import NatsReceiver
+
+        self._check_open()
+        if not topics:
+            raise ValueError(f"group {group!r} opens no topic")
+        receiver = NatsReceiver(self, group, [self.layout.subject(topic) for topic in topics])
+        self._receivers.add(receiver)
+        return receiver
+
+    async def close(self) -> None:
+        """Close every receiver, flush what is buffered, close the connection."""
+        if self._closed:
+            return
+        self._closed = True
+        for receiver in list(self._receivers):
+            await receiver.close()
+        for future in self._streams.values():
+            future.cancel()
+        nc, self._nc, self._js = self._nc, None, None
+        if nc is not None and not nc.is_closed:
+            try:
+                await nc.flush(timeout=2)
+            except Exception as error:  # the connection may be gone; nothing left to save
+                log.debug("flush before close failed: %r", error)
+            await nc.close()
+
+    # -- shared with the receivers ------------------------------------------------------
+
+    async def jetstream(self) -> JetStreamContext:
+        """The JetStream context of the one connection, connecting on first use."""
+        js = self._js
+        if js is not None:
+            return js
+        async with self._connect_lock:
+            self._check_open()
+            if self._js is None:
+                self._nc = await self._connect()
+                self._js = self._nc.jetstream(publish_async_max_pending=self.settings.max_pending_publishes)
+            return self._js
+
+    async def connection(self) -> NatsClient:
+        """The one NATS connection, connecting on first use."""
+        await self.jetstream()
+        nc = self._nc
+        if nc is None:
+            raise BusClosedError("the NATS transport is closed")
+        return nc
+
+    async def ensure_stream(self, topic: str) -> str:
+        """Create the stream of ``topic``'s context, or add its subjects; return its name."""
+        base = self.layout.base(topic)
+        name = self.layout.stream_for_base(base)
+        future = self._streams.get(name)
+        if future is None or (future.done() and (future.cancelled() or future.exception() is not None)):
+            future = self._streams[name] = asyncio.ensure_future(self._create_or_update_stream(name, base))
+        await asyncio.shield(future)
+        return name
+
+    def forget_stream(self, topic: str) -> None:
+        """Drop the memo of ``topic``'s stream (it was deleted behind our back)."""
+        self._streams.pop(self.layout.stream(topic), None)
+
+    async def publish(self, subject: str, data: bytes, headers: dict[str, str]) -> PubAck:
+        """JetStream publish with bounded in-flight acks and retries of transient failures."""
+        attempt = 0
+        while True:
+            self._check_open()
+            attempt += 1
+            try:
+                await self.ensure_stream(subject)
+                js = await self.jetstream()
+                async with self._publish_slots:
+                    return await js.publish(
+                        subject, data, timeout=self.settings.publish_timeout, headers=headers
+                    )
+            except nats.js.errors.NoStreamResponseError:
+                if attempt >= _PUBLISH_ATTEMPTS:
+                    raise
+                # the stream vanished (deleted) or JetStream is still recovering
+                self.forget_stream(subject)
+                log.warning("no stream answered a publish to %s; attempt %d", subject, attempt)
+            except _TRANSIENT as error:
+                if attempt >= _PUBLISH_ATTEMPTS or self._closed:
+                    raise
+                log.warning("publish to %s failed (%r); attempt %d", subject, error, attempt)
+                await asyncio.sleep(self.settings.reconnect_time_wait)
+
+    def receiver_closed(self, receiver: NatsReceiver) -> None:
+        self._receivers.discard(receiver)
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BusClosedError("the NATS transport is closed")
+
+    async def _connect(self) -> NatsClient:
+        settings = self.settings
+
+        async def on_error(error: Exception) -> None:
+            log.warning("NATS connection error: %r", error)
+
+        async def on_disconnected() -> None:
+            if not self._closed:
+                log.warning("NATS connection lost; reconnecting")
+
+        async def on_reconnected() -> None:
+            log.info("NATS connection re-established")
+
+        options: dict[str, object] = {
+            "servers": settings.servers,
+            "name": settings.connection_name,
+            "connect_timeout": settings.connect_timeout,
+            "reconnect_time_wait": settings.reconnect_time_wait,
+            "max_reconnect_attempts": settings.max_reconnect_attempts,
+            "error_cb": on_error,
+            "disconnected_cb": on_disconnected,
+            "reconnected_cb": on_reconnected,
+        }
+        if settings.user is not None:
+            options["user"] = settings.user
+        if settings.password is not None:
+            options["password"] = settings.password.get_secret_value()
+        if settings.token is not None:
+            options["token"] = settings.token.get_secret_value()
+        if settings.credentials is not None:
+            options["user_credentials"] = settings.credentials
+        # nats-py retries the first connection forever when reconnects are unlimited:
+        # bound it, so a wrong URL fails instead of hanging.
+        try:
+            return await asyncio.wait_for(nats.connect(**options), settings.connect_timeout)  # type: ignore[arg-type]
+        except TimeoutError:
+            raise ConnectionError(
+                f"no NATS server answered at {', '.join(settings.servers)} within "
+                f"{settings.connect_timeout}s (WOW_NATS__SERVERS, WOW_NATS__CONNECT_TIMEOUT)"
+            ) from None
+
+    async def _create_or_update_stream(self, name: str, base: str) -> None:
+        js = await self.jetstream()
+        settings = self.settings
+        subjects = self.layout.stream_subjects(base)
+        try:
+            info = await js.stream_info(name)
+        except nats.js.errors.NotFoundError:
+            config = StreamConfig(
+                name=name,
+                subjects=subjects,
+                storage=StorageType(settings.storage),
+                num_replicas=settings.replicas,
+                max_age=settings.max_age or None,
+            )
+            try:
+                await js.add_stream(config)
+                log.info("created stream %s for %s", name, ", ".join(subjects))
+                return
+            except nats.js.errors.BadRequestError:
+                # another process created it first; fall through and reconcile
+                info = await js.stream_info(name)
+        current = info.config
+        missing = [subject for subject in subjects if subject not in (current.subjects or [])]
+        wanted_age = float(settings.max_age)
+        if missing or float(current.max_age or 0) != wanted_age or current.num_replicas != settings.replicas:
+            updated = current.evolve(
+                subjects=[*(current.subjects or []), *missing],
+                max_age=wanted_age or None,
+                num_replicas=settings.replicas,
+            )
+            await js.update_stream(updated)
+            log.info("updated stream %s (subjects %s)", name, ", ".join(updated.subjects or []))
+        storage = str(getattr(current.storage, "value", current.storage or settings.storage))
+        if storage != settings.storage:
+            log.warning(
+                "stream %s uses %s storage, WOW_NATS__STORAGE asks for %s: storage cannot be changed",
+                name,
+                storage,
+                settings.storage,
+            )

@@ -1,0 +1,53 @@
+"""The configuration reference is generated from the settings model, field by field."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.wow_core.runtime import probe_plugin
+from wow_core.runtime.cli import settings_lines
+from wow_core.runtime.settings import ENV_PREFIX, WowSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def hook() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "settings_reference", ROOT / "docs/hooks/settings_reference.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_setting_has_a_row(hook: ModuleType) -> None:
+    rendered = hook.render()
+    for line in settings_lines(WowSettings(), ENV_PREFIX):
+        variable = line.split("=", 1)[0]
+        assert f"| `{variable}` |" in rendered, variable
+    assert (
+        "| `WOW_EVENT__ACK_ON_UNRECORDED_FAILURE` | `wow.event.ack-on-unrecorded-failure` | `bool` | `true` |"
+        in (rendered)
+    )
+    assert "`wow.command.bus.local-first.backlog-high-water-mark` | `int` (> 0) | `10000` |" in rendered
+
+
+def test_the_marker_is_replaced_and_other_pages_are_untouched(hook: ModuleType) -> None:
+    page = (ROOT / "docs/configuration.md").read_text()
+    assert hook.MARKER in page
+    assert hook.MARKER not in hook.on_page_markdown(page, page=None, config=None, files=None)
+    assert hook.on_page_markdown("# other", page=None) == "# other"
+
+
+def test_plugin_sections_are_rendered_with_their_origin(hook: ModuleType) -> None:
+    table = hook._table(probe_plugin.ProbeSettings, "WOW_PROBE__", "wow.probe.")
+    assert "| `WOW_PROBE__PORT` | `wow.probe.port` | `int` (>= 1, <= 65535) | `7000` | A port. |" in table
+    assert "| `WOW_PROBE__TOKEN` | `wow.probe.token` | `SecretStr` | *secret* |" in table
+    assert "`list[str]`" in table

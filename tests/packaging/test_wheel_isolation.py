@@ -1,0 +1,107 @@
+"""Every member builds its own wheel; ``wow-core`` installs alone, without any broker client."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+import zipfile
+from collections.abc import Callable
+from email.parser import Parser
+from pathlib import Path
+
+import pytest
+
+from tests.packaging.conftest import MEMBERS, ROOT, Venv
+
+pytestmark = pytest.mark.slow
+
+FOREIGN = ["aiokafka", "redis", "nats", "opentelemetry"]
+
+
+def _metadata(wheel: Path) -> tuple[dict[str, list[str]], str]:
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
+        headers = Parser().parsestr(archive.read(meta).decode())
+        points = next((n for n in names if n.endswith(".dist-info/entry_points.txt")), None)
+        entry_points = archive.read(points).decode() if points else ""
+    fields: dict[str, list[str]] = {}
+    for key, value in headers.items():
+        fields.setdefault(key, []).append(value)
+    return fields, entry_points
+
+
+def test_every_member_builds_its_own_wheel_from_its_own_pyproject(wheelhouse: dict[str, Path]) -> None:
+    assert set(wheelhouse) == set(MEMBERS)
+    for distribution, folder in MEMBERS.items():
+        project = tomllib.loads((ROOT / folder / "pyproject.toml").read_text())["project"]
+        fields, entry_points = _metadata(wheelhouse[distribution])
+        assert fields["Name"] == [distribution]
+        assert fields["Version"] == [project["version"]]
+        declared = project.get("dependencies", [])
+        required = [r for r in fields.get("Requires-Dist", []) if "extra ==" not in r]
+        assert len(required) == len(declared), (distribution, required, declared)
+        for name in project.get("entry-points", {}).get("wow", {}):
+            assert f"{name} = " in entry_points.split("[wow]", 1)[1], (distribution, name)
+
+
+def test_each_wheel_holds_only_its_own_package(wheelhouse: dict[str, Path]) -> None:
+    for distribution, wheel in wheelhouse.items():
+        with zipfile.ZipFile(wheel) as archive:
+            tops = {
+                name.split("/")[0] for name in archive.namelist() if ".dist-info" not in name.split("/")[0]
+            }
+        expected = set() if distribution == "wow-py" else {distribution.replace("-", "_")}
+        assert tops == expected, (distribution, tops)
+
+
+def test_the_umbrella_declares_the_extras(wheelhouse: dict[str, Path]) -> None:
+    fields, _ = _metadata(wheelhouse["wow-py"])
+    assert set(fields["Provides-Extra"]) == {"kafka", "redis", "nats", "otel", "compensation", "all"}
+
+
+PROBE = """
+import importlib.metadata, importlib.util, json
+import wow_core
+from wow_core.runtime.container import create_container
+from wow_core.runtime.settings import WowSettings
+container = create_container(WowSettings())
+print(json.dumps({
+    "version": wow_core.__version__,
+    "found": {m: importlib.util.find_spec(m) is not None for m in %r},
+    "distributions": sorted(d.metadata["Name"].lower() for d in importlib.metadata.distributions()),
+    "metrics": type(container.metrics()).__name__,
+}))
+"""
+
+
+def test_wow_core_alone_installs_without_broker_clients_or_opentelemetry(
+    wheelhouse: dict[str, Path], make_venv: Callable[[str], Venv], tmp_path: Path
+) -> None:
+    venv = make_venv("core-alone")
+    venv.install(wheelhouse["wow-core"])
+    result = venv.script(PROBE % FOREIGN, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["version"] == "0.1.0"
+    assert report["found"] == dict.fromkeys(FOREIGN, False)
+    installed = set(report["distributions"])
+    assert "wow-core" in installed
+    assert not installed & {"aiokafka", "redis", "nats-py", "opentelemetry-api", "opentelemetry-sdk"}
+    assert not {d for d in installed if d.startswith("wow-") and d != "wow-core"}
+    assert report["metrics"] == "NoopMetrics"
+    plugins = venv.command("wow", "plugins", "--json", cwd=tmp_path)
+    assert plugins.returncode == 0, plugins.stderr
+    assert {p["distribution"] for p in json.loads(plugins.stdout)["plugins"]} == {"wow-core"}
+
+
+def test_an_extra_of_the_umbrella_pulls_its_member_in(
+    wheelhouse: dict[str, Path], make_venv: Callable[[str], Venv], tmp_path: Path
+) -> None:
+    venv = make_venv("umbrella-redis")
+    venv.install(f"{wheelhouse['wow-py']}[redis]", wheelhouse["wow-core"], wheelhouse["wow-redis"])
+    result = venv.script(PROBE % FOREIGN, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["found"] == {"aiokafka": False, "redis": True, "nats": False, "opentelemetry": False}
+    assert {"wow-py", "wow-core", "wow-redis"} <= set(report["distributions"])

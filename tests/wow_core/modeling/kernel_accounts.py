@@ -1,0 +1,115 @@
+"""A small aggregate the modeling tests run against."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from wow_core.model import CommandMessage
+from wow_core.modeling import DomainError, Emit, aggregate, on_command, on_sourcing
+
+
+@dataclass(frozen=True)
+class AccountState:
+    owner: str = ""
+    balance: int = 0
+    history: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Open:
+    owner: str
+    initial: Annotated[int, Field(ge=0)] = 0
+
+
+@dataclass(frozen=True)
+class Deposit:
+    amount: Annotated[int, Field(gt=0)]
+
+
+@dataclass(frozen=True)
+class Withdraw:
+    amount: Annotated[int, Field(gt=0)]
+
+
+@dataclass(frozen=True)
+class Touch:
+    """Changes nothing."""
+
+
+@dataclass(frozen=True)
+class Audit:
+    """Reads the command message."""
+
+
+@dataclass(frozen=True)
+class Explode:
+    pass
+
+
+@dataclass(frozen=True)
+class Opened:
+    owner: str
+    initial: int
+
+
+@dataclass(frozen=True)
+class Deposited:
+    amount: int
+
+
+@dataclass(frozen=True)
+class Withdrawn:
+    amount: int
+
+
+@dataclass(frozen=True)
+class Audited:
+    by: str
+
+
+@aggregate("bank", "account", state=AccountState)
+class Account:
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    @on_command(create=True)
+    def open(self, state: AccountState, body: Open) -> Opened:
+        return Opened(body.owner, body.initial)
+
+    @on_command
+    def deposit(self, state: AccountState, body: Deposit) -> Emit:
+        return Emit(Deposited(body.amount), result={"balance": state.balance + body.amount})
+
+    @on_command
+    async def withdraw(self, state: AccountState, body: Withdraw) -> list[Any]:
+        if body.amount > state.balance:
+            raise DomainError("INSUFFICIENT_FUNDS", f"balance {state.balance} is below {body.amount}")
+        return [Withdrawn(body.amount)]
+
+    @on_command
+    def touch(self, state: AccountState, body: Touch) -> None:
+        return None
+
+    @on_command
+    def audit(self, state: AccountState, body: Audit, command: CommandMessage[Audit]) -> Audited:
+        self.seen.append(command.header.get("user", ""))
+        return Audited(command.header.get("user", ""))
+
+    @on_command
+    def explode(self, state: AccountState, body: Explode) -> Any:
+        raise RuntimeError("bug in the aggregate")
+
+    @on_sourcing
+    def opened(self, state: AccountState, event: Opened) -> AccountState:
+        return replace(state, owner=event.owner, balance=event.initial, history=(*state.history, "opened"))
+
+    @on_sourcing
+    def deposited(self, state: AccountState, event: Deposited) -> AccountState:
+        return replace(state, balance=state.balance + event.amount, history=(*state.history, "deposited"))
+
+    @on_sourcing
+    def withdrawn(self, state: AccountState, event: Withdrawn) -> AccountState:
+        return replace(state, balance=state.balance - event.amount, history=(*state.history, "withdrawn"))

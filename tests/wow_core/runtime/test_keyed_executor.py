@@ -1,0 +1,140 @@
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from wow_core.runtime.keyed_executor import ExecutorClosedError, KeyedExecutor
+
+
+async def test_one_keys_work_runs_in_submission_order_one_at_a_time() -> None:
+    executor = KeyedExecutor(64)
+    seen: list[int] = []
+    running = 0
+    overlap = False
+
+    def work(i: int):  # type: ignore[no-untyped-def]
+        async def run() -> None:
+            nonlocal running, overlap
+            running += 1
+            overlap = overlap or running > 1
+            await asyncio.sleep(0)
+            seen.append(i)
+            running -= 1
+
+        return run
+
+    for i in range(30):
+        await executor.submit("a", work(i))
+    assert await executor.drain(5)
+    assert seen == list(range(30))
+    assert not overlap
+
+
+async def test_different_keys_run_in_parallel() -> None:
+    executor = KeyedExecutor(64)
+    started = {key: asyncio.Event() for key in "abc"}
+    release = asyncio.Event()
+
+    def work(key: str):  # type: ignore[no-untyped-def]
+        async def run() -> None:
+            started[key].set()
+            await release.wait()
+
+        return run
+
+    for key in "abc":
+        await executor.submit(key, work(key))
+    # All three started while none finished: they run at once.
+    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started.values())), 5)
+    assert executor.active_keys == 3
+    release.set()
+    assert await executor.drain(5)
+    assert executor.active_keys == 0
+
+
+async def test_total_in_flight_work_is_bounded() -> None:
+    executor = KeyedExecutor(2)
+    release = asyncio.Event()
+
+    async def blocked() -> None:
+        await release.wait()
+
+    await executor.submit("a", blocked)
+    await executor.submit("b", blocked)
+    third = asyncio.create_task(executor.submit("c", blocked))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert not third.done()
+    assert executor.in_flight == 2
+    release.set()
+    await asyncio.wait_for(third, 5)
+    assert await executor.drain(5)
+    assert executor.in_flight == 0
+
+
+async def test_run_returns_results_and_raises_errors_without_breaking_the_lane() -> None:
+    executor = KeyedExecutor(4)
+
+    async def fail() -> int:
+        raise ValueError("boom")
+
+    async def ok() -> int:
+        return 7
+
+    with pytest.raises(ValueError, match="boom"):
+        await executor.run("k", fail)
+    assert await executor.run("k", ok) == 7
+
+
+async def test_a_failing_submitted_work_is_logged_and_the_lane_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    executor = KeyedExecutor(4)
+    done = asyncio.Event()
+
+    async def fail() -> None:
+        raise RuntimeError("bad work")
+
+    async def then() -> None:
+        done.set()
+
+    await executor.submit("k", fail)
+    await executor.submit("k", then)
+    await asyncio.wait_for(done.wait(), 5)
+    assert "bad work" in caplog.text
+
+
+async def test_close_refuses_new_work_and_cancels_what_overruns() -> None:
+    executor = KeyedExecutor(4)
+    never = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def stuck() -> None:
+        try:
+            await never.wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    await executor.submit("k", stuck)
+    await executor.submit("k", stuck)
+    assert not await executor.close(timeout=0.05)
+    assert cancelled.is_set()
+    assert executor.in_flight == 0
+    with pytest.raises(ExecutorClosedError):
+        await executor.submit("k", stuck)
+
+
+async def test_close_lets_admitted_work_finish() -> None:
+    executor = KeyedExecutor(4)
+    finished: list[int] = []
+
+    async def work() -> None:
+        await asyncio.sleep(0)
+        finished.append(1)
+
+    for _ in range(3):
+        await executor.submit("k", work)
+    assert await executor.close(timeout=5)
+    assert finished == [1, 1, 1]

@@ -1,0 +1,199 @@
+"""The runtime end to end on the embedded default, and its start and stop order."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "modeling"))
+
+from kernel_accounts import Account, Deposit, Open, Withdraw
+
+from wow_core.command import CommandStage, CommandWait, ErrorCodes
+from wow_core.eventsourcing import InMemoryEventStore
+from wow_core.modeling import AggregateRegistry
+from wow_core.runtime.app import WowApp
+from wow_core.runtime.runtime import Lifecycle, RuntimeState, WowRuntime
+from wow_core.runtime.settings import WowSettings
+
+
+@pytest.fixture
+async def runtime() -> Any:
+    runtime = WowApp("bank", aggregates=[Account]).runtime(WowSettings())
+    async with runtime:
+        yield runtime
+    assert runtime.state is RuntimeState.STOPPED
+
+
+async def test_send_and_wait_processed_end_to_end(runtime: WowRuntime) -> None:
+    command = runtime.aggregates.command(Open("ada", 10))
+    result = await runtime.gateway.send_and_wait(command, CommandWait.processed(), timeout=5)
+    assert result.succeeded
+    assert (result.stage, result.aggregate_version) == (CommandStage.PROCESSED, 1)
+    deposit = runtime.aggregates.command(Deposit(5), command.aggregate_id.id)
+    result = await runtime.gateway.send_and_wait(deposit, timeout=5)
+    assert result.aggregate_version == 2
+    assert len(runtime.coordinator) == 0
+
+
+async def test_rejections_and_duplicates_reach_the_caller(runtime: WowRuntime) -> None:
+    opened = await runtime.gateway.send_and_wait(runtime.aggregates.command(Open("ada", 10)), timeout=5)
+    assert opened.aggregate_id is not None
+    too_much = runtime.aggregates.command(Withdraw(99), opened.aggregate_id.id)
+    rejected = await runtime.gateway.send_and_wait(too_much, timeout=5)
+    assert (rejected.error_code, rejected.stage) == ("INSUFFICIENT_FUNDS", CommandStage.PROCESSED)
+    first = runtime.aggregates.command(Deposit(1), opened.aggregate_id.id, request_id="once")
+    again = runtime.aggregates.command(Deposit(1), opened.aggregate_id.id, request_id="once")
+    one = await runtime.gateway.send_and_wait(first, timeout=5)
+    two = await runtime.gateway.send_and_wait(again, CommandWait.projected(), timeout=5)
+    assert not one.duplicate
+    assert two.duplicate
+    assert two.aggregate_version == one.aggregate_version
+
+
+async def test_a_void_command_is_dropped_before_the_kernel(runtime: WowRuntime) -> None:
+    opened = await runtime.gateway.send_and_wait(runtime.aggregates.command(Open("ada", 10)), timeout=5)
+    assert opened.aggregate_id is not None
+    void = runtime.aggregates.command(Deposit(5), opened.aggregate_id.id, is_void=True)
+    assert (await runtime.gateway.send(void)).stage is CommandStage.SENT
+    # A normal command after it is processed; the void one before it (same lane) never was.
+    after = runtime.aggregates.command(Deposit(1), opened.aggregate_id.id)
+    result = await runtime.gateway.send_and_wait(after, timeout=5)
+    assert result.aggregate_version == 2
+    assert runtime.command_dispatcher.void_dropped == 1
+    streams = await runtime.event_store.load(opened.aggregate_id)
+    assert [s.command_id for s in streams] == [opened.command_id, after.id]
+
+
+async def test_a_command_to_an_aggregate_nobody_hosts_times_out_naming_the_stage() -> None:
+    from wow_core.command import CommandWaitTimeoutError
+
+    runtime = WowApp("bank").runtime(WowSettings())
+    async with runtime:
+        command = AggregateRegistry([Account]).command(Open("x"))
+        with pytest.raises(CommandWaitTimeoutError, match="last stage reached: SENT"):
+            await runtime.gateway.send_and_wait(command, timeout=0.1)
+        assert len(runtime.coordinator) == 0
+
+
+async def test_invalid_commands_from_the_wire_are_rejected_listing_violations(runtime: WowRuntime) -> None:
+    opened = await runtime.gateway.send_and_wait(runtime.aggregates.command(Open("ada", 10)), timeout=5)
+    assert opened.aggregate_id is not None
+    bad = runtime.aggregates.command(Deposit(-5), opened.aggregate_id.id)
+    waiter = runtime.coordinator.register(bad, CommandWait.processed())
+    try:
+        await runtime.command_bus.send(bad)  # around the gateway's own check
+        result = await asyncio.wait_for(waiter.future, 5)
+    finally:
+        runtime.coordinator.unregister(waiter)
+    assert result.error_code == ErrorCodes.COMMAND_INVALID
+    assert [v.path for v in result.errors] == ["amount"]
+
+
+class Recorder:
+    def __init__(self, log: list[str], name: str) -> None:
+        self.log = log
+        self.name = name
+
+    async def prepare(self) -> None:
+        self.log.append(f"prepare {self.name}")
+
+    async def start(self) -> None:
+        self.log.append(f"start {self.name}")
+
+    async def stop(self, timeout: float | None = None) -> bool:
+        self.log.append(f"stop {self.name}")
+        return True
+
+    async def close(self) -> None:
+        self.log.append(f"close {self.name}")
+
+
+async def test_start_and_stop_happen_in_order() -> None:
+    log: list[str] = []
+    lifecycle = Lifecycle(shutdown_timeout=5)
+    lifecycle.add_transport(Recorder(log, "transport"))
+    lifecycle.add_closeable(Recorder(log, "transport"))
+    lifecycle.add_closeable(Recorder(log, "bus"))
+    lifecycle.add_dispatcher(Recorder(log, "d1"))
+    lifecycle.add_dispatcher(Recorder(log, "d2"))
+
+    async def flush(timeout: float) -> None:
+        assert timeout > 0
+        log.append("flush copies")
+
+    lifecycle.register_flush(flush, "copies")
+    await lifecycle.start()
+    assert log == ["start transport", "prepare d1", "prepare d2", "start d1", "start d2"]
+    log.clear()
+    assert await lifecycle.stop()
+    assert log == ["stop d1", "stop d2", "flush copies", "close bus", "close transport"]
+    assert await lifecycle.stop()  # a second stop waits for the first and changes nothing
+    assert log == ["stop d1", "stop d2", "flush copies", "close bus", "close transport"]
+
+
+async def test_a_flush_past_the_shutdown_timeout_is_cancelled_and_reported() -> None:
+    lifecycle = Lifecycle(shutdown_timeout=0.05)
+    cancelled = asyncio.Event()
+    closed: list[str] = []
+
+    async def slow(timeout: float) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    lifecycle.register_flush(slow, "slow copies")
+    lifecycle.add_closeable(Recorder(closed, "transport"))
+    await lifecycle.start()
+    assert not await lifecycle.stop()
+    assert cancelled.is_set()
+    assert closed == ["close transport"]
+
+
+async def test_stop_lets_a_command_in_flight_finish() -> None:
+    gate = asyncio.Event()
+    entered = asyncio.Event()
+
+    class SlowStore(InMemoryEventStore):
+        async def append(self, stream: Any) -> None:
+            entered.set()
+            await gate.wait()
+            await super().append(stream)
+
+    from wow_core.runtime.container import create_container
+
+    container = create_container(WowSettings())
+    store = SlowStore()
+    from dependency_injector import providers
+
+    container.event_store.override(providers.Object(store))
+    from wow_core.runtime.assembly import build_runtime
+
+    runtime = build_runtime(WowApp("bank", aggregates=[Account]), container=container)
+    await runtime.start()
+    task = asyncio.create_task(
+        runtime.gateway.send_and_wait(runtime.aggregates.command(Open("a")), timeout=5)
+    )
+    await asyncio.wait_for(entered.wait(), 5)
+    stopping = asyncio.create_task(runtime.stop())
+    await asyncio.sleep(0)
+    assert not stopping.done()
+    gate.set()
+    assert await asyncio.wait_for(stopping, 5)
+    result = await asyncio.wait_for(task, 5)
+    assert result.succeeded
+    assert len(store) == 1
+
+
+async def test_the_command_receiver_is_runtime_owned_and_open(runtime: WowRuntime) -> None:
+    receiver = runtime.command_dispatcher.receiver
+    assert receiver is not None
+    assert receiver.processing_open
+    assert runtime.command_dispatcher.group == "bank.command"
+    assert runtime.command_bus.subscriber_count(Account.__wow_aggregate__[0]) == 1  # type: ignore[attr-defined]

@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import asyncio
+
+from wow_core.context import CapturedContext, ContextCapture, MetricsSourceCapture
+from wow_core.metrics import OVERFLOW, InMemoryMetrics, Metrics, NoopMetrics, metrics_source
+
+
+def test_both_recorders_are_metrics() -> None:
+    assert isinstance(NoopMetrics(), Metrics)
+    assert isinstance(InMemoryMetrics(), Metrics)
+    noop = NoopMetrics()
+    noop.increment("x")
+    noop.gauge("x", 1)
+    noop.observe("x", 1)
+
+
+def test_counters_add_up_and_are_read_by_tag_subsets() -> None:
+    metrics = InMemoryMetrics()
+    metrics.increment("wow.processing.outcomes", tags={"outcome": "HANDLED", "function": "f"})
+    metrics.increment("wow.processing.outcomes", 2, tags={"outcome": "HANDLED", "function": "g"})
+    metrics.increment("wow.processing.outcomes", tags={"outcome": "FAILURE_RECORDED", "function": "f"})
+    assert metrics.counter_value("wow.processing.outcomes") == 4
+    assert metrics.counter_value("wow.processing.outcomes", outcome="HANDLED") == 3
+    assert metrics.counter_value("wow.processing.outcomes", outcome="HANDLED", function="f") == 1
+    assert metrics.counter_value("wow.never") == 0
+    assert metrics.names() == ["wow.processing.outcomes"]
+
+
+def test_gauges_keep_the_last_value_per_tag_set() -> None:
+    metrics = InMemoryMetrics()
+    metrics.gauge("wow.local_first.backlog", 5, tags={"aggregate": "order"})
+    metrics.gauge("wow.local_first.backlog", 2, tags={"aggregate": "order"})
+    metrics.gauge("wow.local_first.backlog", 9, tags={"aggregate": "cart"})
+    assert metrics.gauge_value("wow.local_first.backlog", aggregate="order") == 2
+    assert metrics.gauge_value("wow.local_first.backlog", aggregate="cart") == 9
+    assert metrics.gauge_value("wow.local_first.backlog", aggregate="user") is None
+    assert metrics.gauge_value("wow.nothing") is None
+
+
+def test_histograms_keep_every_value() -> None:
+    metrics = InMemoryMetrics()
+    for value in (0.1, 0.2, 0.3):
+        metrics.observe("wow.send.latency", value, tags={"bus": "command"})
+    metrics.observe("wow.send.latency", 1.0, tags={"bus": "event"})
+    assert metrics.histogram_values("wow.send.latency", bus="command") == [0.1, 0.2, 0.3]
+    assert len(metrics.histogram_values("wow.send.latency")) == 4
+    assert metrics.histogram_values("wow.none") == []
+
+
+def test_tag_sets_are_bounded_per_metric() -> None:
+    metrics = InMemoryMetrics(max_series=2)
+    for request in range(10):
+        metrics.increment("wow.bus.sent", tags={"id": str(request)})
+    series = metrics.series("wow.bus.sent")["counters"]
+    assert len(series) == 3, "two real series and the overflow series"
+    assert series[OVERFLOW] == 8
+    metrics.increment("wow.bus.sent", tags={"id": "0"})
+    assert metrics.counter_value("wow.bus.sent", id="0") == 2, "a known series keeps counting"
+    metrics.increment("wow.other", tags={"id": "new"})
+    assert metrics.counter_value("wow.other", id="new") == 1, "the bound is per metric"
+
+
+async def test_a_captured_metrics_source_is_restored_in_another_task() -> None:
+    capture = MetricsSourceCapture()
+    assert isinstance(capture, ContextCapture)
+    token = metrics_source.set("saga:shipping")
+    try:
+        captured = CapturedContext([capture])
+    finally:
+        metrics_source.reset(token)
+    seen: list[str] = []
+
+    async def deferred_send() -> None:
+        seen.append(metrics_source.get())
+        with captured.restored():
+            seen.append(metrics_source.get())
+        seen.append(metrics_source.get())
+
+    await asyncio.create_task(deferred_send())
+    assert seen == ["", "saga:shipping", ""]

@@ -1,0 +1,244 @@
+"""TransportMessageBus specifics: naming and memo, encoding, metrics, the failure policy's edges."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+
+import pytest
+
+from wow_core.messaging import BusClosedError, MessageSubscription
+from wow_core.metrics import InMemoryMetrics, metrics_source
+from wow_core.model import DecodeFailureKind, NamedAggregate, TopicKind
+from wow_core.testing.support import Rig, command, conformance_codec, event_stream, state_event
+from wow_core.transport.bus import (
+    RECEIVED_COUNTER,
+    SENT_COUNTER,
+    TransportCommandBus,
+    TransportDomainEventBus,
+    TransportEventStreamExchange,
+    TransportServerCommandExchange,
+    TransportStateEventBus,
+    TransportStateEventExchange,
+)
+from wow_core.transport.decode_failure import (
+    DecodeFailure,
+    DecodeFailureAction,
+    DefaultDecodeFailureHandler,
+)
+from wow_core.transport.in_memory import InMemoryBroker, InMemoryTransport, InMemoryTransportReceiver
+from wow_core.transport.spi import DecodeFailureDefault, DefaultTopicNaming, Transport, TransportMessage
+
+ACCOUNT = NamedAggregate("bank", "account")
+TIMEOUT = 2.0
+
+
+class CountingNaming(DefaultTopicNaming):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def topic(self, named_aggregate: NamedAggregate, kind: TopicKind) -> str:
+        self.calls += 1
+        return super().topic(named_aggregate, kind)
+
+
+@pytest.fixture
+async def rig() -> object:
+    broker = InMemoryBroker()
+    made = Rig(lambda: InMemoryTransport(broker=broker), TIMEOUT, "bank")
+    yield made
+    await made.aclose()
+
+
+async def test_topics_come_from_the_transport_naming_and_are_memoised() -> None:
+    naming = CountingNaming()
+    bus = TransportCommandBus(InMemoryTransport(naming), conformance_codec())
+    assert bus.topic(ACCOUNT) == "wow.bank.account.command"
+    assert bus.topic(ACCOUNT) == "wow.bank.account.command"
+    assert naming.calls == 1
+    events = TransportDomainEventBus(InMemoryTransport(naming), conformance_codec())
+    assert events.topic(ACCOUNT) == "wow.bank.account.event"
+    states = TransportStateEventBus(InMemoryTransport(naming), conformance_codec())
+    assert states.topic(ACCOUNT) == "wow.bank.account.state"
+
+
+def test_encode_marks_read_only_and_keys_by_aggregate_id() -> None:
+    bus = TransportCommandBus(InMemoryTransport(), conformance_codec())
+    message = command(ACCOUNT, "a-7", 3)
+    record = bus.encode(message)
+    assert message.header.read_only
+    assert (record.topic, record.key, record.timestamp) == (
+        "wow.bank.account.command",
+        "a-7",
+        message.create_time,
+    )
+    assert json.loads(record.payload)["id"] == message.id
+
+
+async def test_each_kind_has_its_exchange_whose_ack_acks_the_record(rig: Rig) -> None:
+    transport = await rig.transport()
+    assert isinstance(transport, InMemoryTransport)
+    cases = [
+        (TopicKind.COMMAND, command(ACCOUNT, "a-1"), TransportServerCommandExchange),
+        (TopicKind.EVENT, event_stream(ACCOUNT, "a-1"), TransportEventStreamExchange),
+        (TopicKind.STATE, state_event(ACCOUNT, "a-1"), TransportStateEventExchange),
+    ]
+    for kind, message, exchange_type in cases:
+        bus = rig.transport_bus(transport, kind)
+        group = f"bank.{kind.value}"
+        receiver = await rig.subscribe(bus, MessageSubscription.of(group, [ACCOUNT]))
+        await bus.send(message)
+        [exchange] = await rig.take(receiver, 1)
+        assert type(exchange) is exchange_type
+        assert exchange.record.key == "a-1"
+        assert transport.broker.backlog(group, bus.topic(ACCOUNT)) == 1
+        await exchange.ack()
+        assert transport.broker.backlog(group, bus.topic(ACCOUNT)) == 0
+
+
+async def test_send_and_receive_are_counted(rig: Rig) -> None:
+    transport = await rig.transport()
+    bus = rig.transport_bus(transport, TopicKind.COMMAND)
+    receiver = await rig.subscribe(bus, MessageSubscription.of("bank.p", [ACCOUNT]))
+    token = metrics_source.set("gateway")
+    try:
+        await bus.send(command(ACCOUNT, "a-1"))
+    finally:
+        metrics_source.reset(token)
+    await rig.take(receiver, 1)
+    metrics = rig.metrics
+    assert metrics.counter_value(SENT_COUNTER, outcome="ok", source="gateway", aggregate="bank.account") == 1
+    assert metrics.counter_value(RECEIVED_COUNTER, group="bank.p", kind="command") == 1
+    await transport.close()
+    with pytest.raises(BusClosedError):
+        await bus.send(command(ACCOUNT, "a-2"))
+    assert metrics.counter_value(SENT_COUNTER, outcome="error") == 1
+
+
+async def test_closing_the_bus_closes_its_receivers_and_refuses(rig: Rig) -> None:
+    transport = await rig.transport()
+    bus = rig.transport_bus(transport, TopicKind.EVENT)
+    receiver = bus.receiver(MessageSubscription.of("bank.p", [ACCOUNT]))
+    await bus.close()
+    assert not receiver.processing_open
+    with pytest.raises(StopAsyncIteration):
+        await anext(receiver)
+    with pytest.raises(BusClosedError):
+        bus.receiver(MessageSubscription.of("bank.p", [ACCOUNT]))
+    with pytest.raises(BusClosedError):
+        receiver.open_processing()
+    await transport.send(TransportMessage("x", "k", "p", 0))  # the transport stays open
+
+
+class StrayTransport(InMemoryTransport):
+    """Hands its receivers a topic they did not ask for."""
+
+    def open(self, group: str, topics: Sequence[str]) -> InMemoryTransportReceiver:
+        return super().open(group, [*topics, "stray"])
+
+
+async def test_a_record_of_a_topic_not_subscribed_is_a_topic_mismatch() -> None:
+    transport = StrayTransport()
+    handler = Rig(lambda: transport, TIMEOUT, "bank").recording_handler()
+    bus = TransportCommandBus(transport, conformance_codec(), decode_failure_handler=handler)
+    receiver = bus.receiver(MessageSubscription.of("bank.p", [ACCOUNT]))
+    receiver.open_processing()
+    valid = bus.encode(command(ACCOUNT, "a-1"))
+    await transport.send(TransportMessage("stray", "a-1", valid.payload, 0))
+    await bus.send(command(ACCOUNT, "a-2"))
+    exchange = await anext(receiver)
+    assert exchange.message.aggregate_id.id == "a-2"
+    [failure] = handler.failures
+    assert failure.error.kind is DecodeFailureKind.TOPIC_MISMATCH
+    assert "not subscribed" in str(failure.error)
+    await transport.close()
+
+
+class ExplodingHandler:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def handle(self, failure: DecodeFailure, transport: Transport) -> DecodeFailureAction:
+        self.calls += 1
+        raise RuntimeError("the policy itself failed")
+
+
+async def test_a_failing_policy_leaves_the_record_pending_and_the_receiver_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    transport = InMemoryTransport()
+    handler = ExplodingHandler()
+    bus = TransportCommandBus(transport, conformance_codec(), decode_failure_handler=handler)
+    receiver = bus.receiver(MessageSubscription.of("bank.p", [ACCOUNT]))
+    receiver.open_processing()
+    await transport.send(TransportMessage(bus.topic(ACCOUNT), "a-1", "garbage", 0))
+    await bus.send(command(ACCOUNT, "a-2"))
+    with caplog.at_level(logging.ERROR):
+        exchange = await anext(receiver)
+    assert exchange.message.aggregate_id.id == "a-2"
+    assert handler.calls == 1
+    assert "leaving the record pending" in caplog.text
+    assert transport.broker.backlog("bank.p", bus.topic(ACCOUNT)) == 2  # garbage + unacked command
+    await transport.close()
+
+
+async def test_quiesce_leaves_a_record_pulled_meanwhile_unacknowledged(rig: Rig) -> None:
+    transport = await rig.transport()
+    bus = rig.transport_bus(transport, TopicKind.COMMAND)
+    receiver = await rig.subscribe(bus, MessageSubscription.of("bank.p", [ACCOUNT]))
+    pulling = rig.consume(receiver, ack=False)
+    await rig.settle()  # the consumer now waits for a record inside the transport
+    assert await receiver.quiesce(TIMEOUT) is True
+    await bus.send(command(ACCOUNT, "a-1"))
+    await pulling.wait_for(lambda _: pulling.task.done(), TIMEOUT, "the iteration to end")
+    assert pulling.items == []
+    assert transport.broker.backlog("bank.p", bus.topic(ACCOUNT)) == 1
+
+
+class RefusingTransport(InMemoryTransport):
+    async def send(self, message: TransportMessage) -> None:
+        raise ConnectionError("broker unreachable")
+
+
+async def test_a_dead_letter_that_cannot_be_sent_stays_pending(caplog: pytest.LogCaptureFixture) -> None:
+    from wow_core.model import DecodeError
+
+    transport = RefusingTransport()
+    metrics = InMemoryMetrics()
+    handler = DefaultDecodeFailureHandler(metrics=metrics)
+    broker_record = transport.open("g", ["t"])
+    await InMemoryTransport(broker=transport.broker).send(TransportMessage("t", "k", "raw", 5))
+    broker_record.open_processing()
+    record = await anext(broker_record)
+    failure = DecodeFailure("g", record, DecodeError(DecodeFailureKind.NOT_JSON, "nope"))
+    with caplog.at_level(logging.WARNING):
+        action = await handler.handle(failure, transport)
+    assert action is DecodeFailureAction.LEAVE_PENDING
+    assert "could not dead-letter" in caplog.text
+    assert "key 'k'" in caplog.text
+    assert "position 0:0" in caplog.text or "position" in caplog.text
+    assert (
+        metrics.counter_value(DefaultDecodeFailureHandler.COUNTER, transport="in_memory", kind="not_json")
+        == 1
+    )
+
+
+async def test_an_explicit_policy_overrides_the_transport_default() -> None:
+    from wow_core.model import DecodeError
+
+    transport = InMemoryTransport()
+    receiver = transport.open("g", ["t"])
+    await transport.send(TransportMessage("t", "k", "raw", 5))
+    receiver.open_processing()
+    record = await anext(receiver)
+    failure = DecodeFailure("g", record, DecodeError(DecodeFailureKind.NOT_JSON, "nope"))
+    handler = DefaultDecodeFailureHandler(DecodeFailureDefault.LEAVE_PENDING)
+    assert await handler.handle(failure, transport) is DecodeFailureAction.LEAVE_PENDING
+    dead = transport.open("d", ["t.dlq"])
+    dead.open_processing()
+    assert await DefaultDecodeFailureHandler().handle(failure, transport) is DecodeFailureAction.ACK
+    kept = await anext(dead)
+    assert (kept.topic, kept.key, kept.payload, kept.timestamp) == ("t.dlq", "k", "raw", 5)
+    await transport.close()

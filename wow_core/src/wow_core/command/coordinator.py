@@ -1,0 +1,99 @@
+"""The WaitCoordinator: matches wait signals to waiting commands by command id.
+
+Dispatchers signal stages with ``coordinator.signal(WaitSignal(command_id, stage, ...))``
+(fire and forget: a signal nobody waits for is dropped). Signals are plain method calls
+on the event loop of the coordinator; a signal from another thread goes through
+``loop.call_soon_threadsafe(coordinator.signal, signal)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from wow_core.command.errors import DuplicateWaitError
+from wow_core.command.stages import CommandResult, CommandStage, WaitPlan, WaitSignal
+from wow_core.model import CommandMessage
+
+
+class Waiter:
+    """One registered wait: its plan, the last stage reached, and the result to come."""
+
+    __slots__ = ("command", "future", "last_stage", "plan")
+
+    def __init__(self, command: CommandMessage[Any], plan: WaitPlan, future: asyncio.Future[CommandResult]):
+        self.command = command
+        self.plan = plan
+        self.future = future
+        self.last_stage: CommandStage | None = None
+
+    def reached(self, stage: CommandStage) -> None:
+        if self.last_stage is None or stage.rank > self.last_stage.rank:
+            self.last_stage = stage
+
+    def offer(self, signal: WaitSignal) -> bool:
+        """Record ``signal``; complete the wait when it ends the plan. True when it did."""
+        if self.future.done():
+            return False
+        if signal.succeeded:
+            self.reached(signal.stage)
+        if not self.plan.ends_with(signal):
+            return False
+        self.future.set_result(
+            CommandResult(
+                command_id=self.command.id,
+                request_id=self.command.request_id,
+                stage=signal.stage,
+                wait_stage=self.plan.stage,
+                aggregate_id=signal.aggregate_id or self.command.aggregate_id,
+                aggregate_version=signal.aggregate_version,
+                result=signal.result,
+                error_code=signal.error_code,
+                error_msg=signal.error_msg,
+                errors=signal.errors,
+                duplicate=signal.duplicate,
+                processor_name=signal.processor_name,
+                function_name=signal.function_name,
+                signal_time=signal.signal_time,
+            )
+        )
+        return True
+
+
+class WaitCoordinator:
+    """Waits by command id; at most one wait per command id.
+
+    The gateway registers before sending and removes the registration in every outcome
+    (result, error, timeout, cancellation), so :func:`len` is 0 when no caller waits.
+    """
+
+    __slots__ = ("_waiters",)
+
+    def __init__(self) -> None:
+        self._waiters: dict[str, Waiter] = {}
+
+    def register(self, command: CommandMessage[Any], plan: WaitPlan) -> Waiter:
+        if command.id in self._waiters:
+            raise DuplicateWaitError(f"command {command.id!r} is already waited for")
+        waiter = Waiter(command, plan, asyncio.get_running_loop().create_future())
+        self._waiters[command.id] = waiter
+        return waiter
+
+    def unregister(self, waiter: Waiter) -> None:
+        if self._waiters.get(waiter.command.id) is waiter:
+            del self._waiters[waiter.command.id]
+        if not waiter.future.done():
+            waiter.future.cancel()
+
+    def signal(self, signal: WaitSignal) -> None:
+        """Deliver ``signal`` to the wait of its command, if any; never raises for a
+        signal nobody waits for."""
+        waiter = self._waiters.get(signal.command_id)
+        if waiter is not None:
+            waiter.offer(signal)
+
+    def waiting(self, command_id: str) -> bool:
+        return command_id in self._waiters
+
+    def __len__(self) -> int:
+        return len(self._waiters)

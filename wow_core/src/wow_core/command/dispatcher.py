@@ -1,0 +1,162 @@
+"""The CommandDispatcher: from the command bus to the kernel, one aggregate at a time.
+
+It subscribes (runtime-owned) to the command topics of the aggregates the kernel hosts,
+one receiver for all of them (group ``<service>.command``). For every exchange:
+
+- a **Void** command is acknowledged and dropped before the command pipeline: it never
+  reaches the kernel and produces no ``PROCESSED`` or later stage (spec 000, Void);
+- any other command runs on the :class:`~wow_core.runtime.KeyedExecutor` in its
+  aggregate's lane (one aggregate's commands in order, different aggregates in
+  parallel, bounded in total); the kernel decides it, the ``PROCESSED`` signal goes to
+  the :class:`~wow_core.command.WaitCoordinator`, then the exchange is acknowledged.
+
+A business outcome (a rejection, a duplicate) is acknowledged like a success: it is
+decided. A failure of the kernel itself (the event store is down) is signalled as
+``PROCESSING_ERROR`` and logged; the exchange is released without acknowledgement, so a
+transport that redelivers will present the command again (the kernel's request-id
+de-duplication keeps a second decision from writing twice).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any, Protocol
+
+from wow_core.command.coordinator import WaitCoordinator
+from wow_core.command.stages import CommandStage, ErrorCodes, WaitSignal
+from wow_core.messaging.contract import (
+    CommandBus,
+    MessageReceiver,
+    MessageSubscription,
+    ServerCommandExchange,
+)
+from wow_core.metrics import Metrics, NoopMetrics
+from wow_core.model import NamedAggregate
+from wow_core.modeling.kernel import CommandKernel
+
+log = logging.getLogger(__name__)
+
+
+class Executor(Protocol):
+    async def submit(self, key: Hashable, work: Callable[[], Awaitable[Any]]) -> None: ...
+
+
+class CommandDispatcher:
+    """Runs the commands of the kernel's aggregates; see the module docstring."""
+
+    def __init__(
+        self,
+        bus: CommandBus,
+        kernel: CommandKernel,
+        coordinator: WaitCoordinator,
+        executor: Executor,
+        *,
+        group: str = "wow-service.command",
+        named_aggregates: frozenset[NamedAggregate] | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.bus = bus
+        self.kernel = kernel
+        self.coordinator = coordinator
+        self.executor = executor
+        self.group = group
+        self.named_aggregates = (
+            kernel.registry.named_aggregates if named_aggregates is None else named_aggregates
+        )
+        self._metrics = metrics or NoopMetrics()
+        self._receiver: MessageReceiver[ServerCommandExchange] | None = None
+        self._loop: asyncio.Task[None] | None = None
+        self.void_dropped = 0
+
+    @property
+    def name(self) -> str:
+        return "CommandDispatcher"
+
+    @property
+    def receiver(self) -> MessageReceiver[ServerCommandExchange] | None:
+        return self._receiver
+
+    async def prepare(self) -> None:
+        """Open the receiver and wait until it is ready (no processing yet)."""
+        if self._receiver is not None or not self.named_aggregates:
+            return
+        subscription = MessageSubscription.of(self.group, self.named_aggregates, runtime_owned=True)
+        self._receiver = self.bus.receiver(subscription)
+        await self._receiver.ready()
+
+    async def start(self) -> None:
+        """Open processing and consume (prepares first if needed)."""
+        if self._loop is not None:
+            return
+        await self.prepare()
+        if self._receiver is None:
+            return
+        self._receiver.open_processing()
+        self._loop = asyncio.get_running_loop().create_task(self._consume(self._receiver), name=self.group)
+        log.info(
+            "command dispatcher %s runs %s", self.group, ", ".join(sorted(map(str, self.named_aggregates)))
+        )
+
+    async def _consume(self, receiver: MessageReceiver[ServerCommandExchange]) -> None:
+        async for exchange in receiver:
+            command = exchange.message
+            if command.is_void:
+                self.void_dropped += 1
+                self._metrics.increment("wow.command.void_dropped")
+                await exchange.ack()
+                continue
+            await self.executor.submit(command.aggregate_id, _Work(self, exchange))
+
+    async def handle(self, exchange: ServerCommandExchange) -> None:
+        """Decide one command, signal PROCESSED, settle the exchange."""
+        command = exchange.message
+        try:
+            outcome = await self.kernel.process(command)
+        except Exception as error:
+            log.exception("command %s %s to %s failed", command.name, command.id, command.aggregate_id)
+            self.coordinator.signal(
+                WaitSignal(
+                    command.id,
+                    CommandStage.PROCESSED,
+                    command.aggregate_id,
+                    error_code=ErrorCodes.PROCESSING_ERROR,
+                    error_msg=f"{type(error).__name__}: {error}",
+                    final=True,
+                )
+            )
+            exchange.release()
+            return
+        self.coordinator.signal(outcome.signal())
+        await exchange.ack()
+
+    async def stop(self, timeout: float | None = None) -> bool:
+        """Stop taking commands and let those in flight finish (up to ``timeout``); close.
+
+        True when everything in flight settled.
+        """
+        receiver = self._receiver
+        if receiver is None:
+            return True
+        settled = await receiver.quiesce(timeout)
+        if self._loop is not None:
+            self._loop.cancel()
+            await asyncio.gather(self._loop, return_exceptions=True)
+            self._loop = None
+        await receiver.close()
+        self._receiver = None
+        return settled
+
+
+class _Work:
+    """The executor's unit of work for one exchange (cheaper than a closure per command)."""
+
+    __slots__ = ("dispatcher", "exchange")
+
+    def __init__(self, dispatcher: CommandDispatcher, exchange: ServerCommandExchange) -> None:
+        self.dispatcher = dispatcher
+        self.exchange = exchange
+
+    def __call__(self) -> Awaitable[None]:
+        return self.dispatcher.handle(self.exchange)

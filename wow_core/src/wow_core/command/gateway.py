@@ -1,0 +1,115 @@
+"""The CommandGateway: sends commands and waits for the stage the caller chose."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from wow_core.command.coordinator import WaitCoordinator
+from wow_core.command.errors import CommandValidationError, CommandWaitTimeoutError, VoidCommandWaitError
+from wow_core.command.stages import CommandResult, CommandStage, CommandWait, Violation, WaitPlan
+from wow_core.command.validation import validate_body
+from wow_core.messaging.contract import CommandBus
+from wow_core.metrics import metrics_source
+from wow_core.model import CommandMessage
+
+log = logging.getLogger(__name__)
+
+BodyValidator = Callable[[object], Iterable[Violation]]
+
+
+class CommandGateway:
+    """Send a command, optionally wait for a stage.
+
+    - A body with violations raises :class:`CommandValidationError`; nothing is sent.
+    - A Void command accepts only a plan that supports Void (``CommandWait.sent()``);
+      any other raises :class:`VoidCommandWaitError` before sending.
+    - ``SENT`` is synthesized from the bus's ``send`` itself: it is exactly "the send
+      completed", never a signal from elsewhere.
+    - Every wait has a deadline (``timeout``, default ``default_timeout``); past it
+      :class:`CommandWaitTimeoutError` names the command, the stage waited for and the
+      last stage reached. The wait registration is removed in every outcome.
+    - A caller that is cancelled while waiting only stops waiting: the command, once
+      sent, goes on being processed.
+    - Business outcomes (a rejection with its code, a duplicate) come back as a
+      :class:`CommandResult`, they are not raised.
+    """
+
+    __slots__ = ("_bus", "_coordinator", "_validators", "default_timeout")
+
+    def __init__(
+        self,
+        bus: CommandBus,
+        coordinator: WaitCoordinator,
+        *,
+        default_timeout: float = 30.0,
+        validators: Iterable[BodyValidator] = (validate_body,),
+    ) -> None:
+        if default_timeout <= 0:
+            raise ValueError("default_timeout must be > 0")
+        self._bus = bus
+        self._coordinator = coordinator
+        self._validators = tuple(validators)
+        self.default_timeout = default_timeout
+
+    @property
+    def coordinator(self) -> WaitCoordinator:
+        return self._coordinator
+
+    def _check(self, command: CommandMessage[Any], plan: WaitPlan) -> None:
+        if command.is_void and not plan.supports_void:
+            raise VoidCommandWaitError(command, plan)
+        violations = tuple(v for validator in self._validators for v in validator(command.body))
+        if violations:
+            raise CommandValidationError(command, violations)
+
+    async def send(self, command: CommandMessage[Any]) -> CommandResult:
+        """Send ``command``; return its ``SENT`` result once the bus's send completed."""
+        return await self.send_and_wait(command, CommandWait.sent())
+
+    async def send_and_wait(
+        self,
+        command: CommandMessage[Any],
+        wait: WaitPlan | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> CommandResult:
+        """Send ``command`` and wait until ``wait`` (default ``CommandWait.processed()``)."""
+        plan = CommandWait.processed() if wait is None else wait
+        self._check(command, plan)
+        deadline = self.default_timeout if timeout is None else timeout
+        if deadline <= 0:
+            raise ValueError("timeout must be > 0")
+        if not metrics_source.get():
+            metrics_source.set("gateway")
+        if plan.stage is CommandStage.SENT:
+            try:
+                async with asyncio.timeout(deadline):
+                    await self._bus.send(command)
+            except TimeoutError:
+                raise CommandWaitTimeoutError(command, plan, None, deadline) from None
+            return _sent_result(command)
+        waiter = self._coordinator.register(command, plan)
+        try:
+            async with asyncio.timeout(deadline):
+                await self._bus.send(command)
+                waiter.reached(CommandStage.SENT)
+                return await waiter.future
+        except TimeoutError:
+            if waiter.future.done() and not waiter.future.cancelled():
+                return waiter.future.result()
+            raise CommandWaitTimeoutError(command, plan, waiter.last_stage, deadline) from None
+        finally:
+            self._coordinator.unregister(waiter)
+
+
+def _sent_result(command: CommandMessage[Any]) -> CommandResult:
+    return CommandResult(
+        command_id=command.id,
+        request_id=command.request_id,
+        stage=CommandStage.SENT,
+        wait_stage=CommandStage.SENT,
+        aggregate_id=command.aggregate_id,
+    )

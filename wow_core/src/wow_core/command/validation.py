@@ -1,0 +1,56 @@
+"""Command body validation, run by the gateway before sending and by the kernel before
+any aggregate decides a command.
+
+A body is valid when pydantic validates it against its own class: field types and
+constraints (``Annotated[int, Field(gt=0)]``, pydantic validators) of a dataclass or a
+pydantic model. A body may add cross-field rules with a ``violations()`` method that
+returns messages (or :class:`Violation` s); any it returns make the command invalid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from wow_core.command.stages import Violation
+
+_adapters: dict[type[Any], TypeAdapter[Any]] = {}
+
+
+def _adapter(cls: type[Any]) -> TypeAdapter[Any]:
+    adapter = _adapters.get(cls)
+    if adapter is None:
+        adapter = _adapters[cls] = TypeAdapter(cls)
+    return adapter
+
+
+def _field_violations(body: object) -> list[Violation]:
+    cls: type[Any] = type(body)
+    if isinstance(body, BaseModel):
+        data: Any = {name: getattr(body, name) for name in cls.model_fields}
+        validate = cls.model_validate
+    elif dataclasses.is_dataclass(body):
+        data = {f.name: getattr(body, f.name) for f in dataclasses.fields(body) if f.init}
+        validate = _adapter(cls).validate_python
+    else:
+        return []
+    try:
+        validate(data)
+    except ValidationError as error:
+        return [
+            Violation(".".join(str(part) for part in item["loc"]), item["msg"]) for item in error.errors()
+        ]
+    return []
+
+
+def validate_body(body: object) -> list[Violation]:
+    """The violations of ``body``; empty when it is valid."""
+    found = _field_violations(body)
+    custom = getattr(body, "violations", None)
+    if callable(custom):
+        extra: Iterable[object] = custom() or ()
+        found.extend(item if isinstance(item, Violation) else Violation("", str(item)) for item in extra)
+    return found

@@ -1,0 +1,371 @@
+"""Aggregate event dispatchers (spec 003, "Composite Dispatcher" and "Acknowledgement").
+
+An :class:`AbstractAggregateEventDispatcher` consumes one bus for the functions of one
+:class:`FunctionKind`:
+
+* It subscribes only to the named aggregates its functions support, with one receiver
+  per bounded context of those aggregates (group ``<context>.<dispatcher name>``,
+  runtime-owned). An aggregate with no function gets no receiver.
+* Each received exchange runs on the :class:`KeyedExecutor` under its aggregate id: one
+  aggregate's messages serially within this dispatcher, different aggregates in
+  parallel. Nothing is ordered across dispatchers, processes or external systems.
+* The events of one stream are handled in order; the functions matching one event run
+  concurrently, in no promised order.
+* After all functions terminated, the source exchange is acknowledged, on success and on
+  error, unless a function's outcome withholds acknowledgement (RECORDING_FAILED, or
+  FAILURE_UNRECORDED with ``ack_on_unrecorded_failure`` off): then the other functions
+  still run and the source is released unacknowledged (the backend redelivers it by its
+  own rules; on Kafka the partition stops at it until a restart or rebalance).
+
+:class:`CompositeEventDispatcher` pairs an :class:`EventStreamDispatcher` (EVENT
+functions, ``DomainEventBus``) with a :class:`StateEventDispatcher` (STATE_EVENT
+functions, ``StateEventBus``); :class:`DomainEventDispatcher`,
+:class:`StatelessSagaDispatcher` and :class:`ProjectionDispatcher` are its three forms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
+from typing import Any, Generic, Protocol, TypeVar
+
+from wow_core.event.compensation import CompensationTarget, InvalidCompensationHeaderError
+from wow_core.event.exchange import FunctionExchange
+from wow_core.event.function import ComponentKind, FunctionKind, MessageFunction, MessageFunctionRegistrar
+from wow_core.event.handler import FailureRecordingHandler, Settled
+from wow_core.messaging.contract import (
+    EventStreamExchange,
+    MessageBus,
+    MessageExchange,
+    MessageReceiver,
+    MessageSubscription,
+    StateEventExchange,
+)
+from wow_core.metrics import Metrics, NoopMetrics
+from wow_core.model import DomainEvent, DomainEventStream, NamedAggregate, StateEvent
+
+logger = logging.getLogger("wow.event.dispatcher")
+
+E = TypeVar("E", bound=MessageExchange[Any])
+
+REJECTED_METRIC = "wow.processing.rejected"
+
+
+class KeyedExecutor(Protocol):
+    """Runs work serially per key and in parallel across keys (the runtime's executor)."""
+
+    async def submit(self, key: Hashable, work: Callable[[], Awaitable[None]]) -> None:
+        """Queue ``work`` on the lane of ``key``; return once accepted (may wait for capacity)."""
+        ...
+
+
+class AbstractAggregateEventDispatcher(Generic[E]):
+    """One bus, one function kind, one receiver per bounded context. See the module doc."""
+
+    function_kind: FunctionKind
+
+    def __init__(
+        self,
+        name: str,
+        component: ComponentKind,
+        functions: Sequence[MessageFunction],
+        bus: MessageBus[Any, E],
+        handler: FailureRecordingHandler,
+        executor: KeyedExecutor,
+        *,
+        metrics: Metrics | None = None,
+    ) -> None:
+        for function in functions:
+            if function.kind is not self.function_kind:
+                raise ValueError(
+                    f"{type(self).__name__} takes {self.function_kind.value} functions, not {function!r}"
+                )
+        self.name = name
+        self.component = component
+        self.functions = tuple(functions)
+        self.bus = bus
+        self.handler = handler
+        self.executor = executor
+        self.metrics: Metrics = metrics or NoopMetrics()
+        self.topics: frozenset[NamedAggregate] = frozenset(
+            t for f in self.functions for t in f.named_aggregates
+        )
+        self._receivers: list[MessageReceiver[E]] = []
+        self._loops: list[asyncio.Task[None]] = []
+        self._selection: dict[tuple[NamedAggregate, Hashable], tuple[MessageFunction, ...]] = {}
+        self._running = False
+        # Lanes are per dispatcher: one aggregate is serial here, not across dispatchers.
+        self._lane = f"{name}:{self.function_kind.value}"
+
+    # -- subscriptions ------------------------------------------------------------------
+
+    def subscriptions(self) -> list[MessageSubscription]:
+        """One runtime-owned subscription per bounded context of the supported topics."""
+        by_context: dict[str, set[NamedAggregate]] = {}
+        for topic in sorted(self.topics, key=str):
+            by_context.setdefault(topic.context_name, set()).add(topic)
+        return [
+            MessageSubscription.of(f"{context}.{self.name}", aggregates, runtime_owned=True)
+            for context, aggregates in by_context.items()
+        ]
+
+    @property
+    def receivers(self) -> tuple[MessageReceiver[E], ...]:
+        return tuple(self._receivers)
+
+    async def start(self) -> None:
+        """Open a receiver per context, wait until each is ready, open processing, consume."""
+        if self._running:
+            return
+        self._running = True
+        for subscription in self.subscriptions():
+            receiver = self.bus.receiver(subscription)
+            self._receivers.append(receiver)
+            await receiver.ready()
+        for receiver in self._receivers:
+            receiver.open_processing()
+            self._loops.append(asyncio.create_task(self._consume(receiver), name=f"{self.name}:{receiver!r}"))
+        logger.info(
+            "%s started: %s on %s",
+            self.name,
+            ", ".join(f.qualified_name for f in self.functions),
+            ", ".join(s.group for s in self.subscriptions()),
+        )
+
+    async def stop(self, timeout: float | None = None) -> bool:
+        """Stop taking messages, let those in flight finish (up to ``timeout``), close.
+
+        Returns True when everything in flight settled before the receivers closed.
+        """
+        if not self._running:
+            return True
+        self._running = False
+        settled = True
+        for receiver in self._receivers:
+            settled = await receiver.quiesce(timeout) and settled
+        for loop in self._loops:
+            loop.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        for receiver in self._receivers:
+            await receiver.close()
+        self._loops.clear()
+        self._receivers.clear()
+        return settled
+
+    async def _consume(self, receiver: MessageReceiver[E]) -> None:
+        async for exchange in receiver:
+            message = exchange.message
+            await self.executor.submit((self._lane, message.aggregate_id), _bind(self.dispatch, exchange))
+
+    # -- one source exchange ------------------------------------------------------------
+
+    async def dispatch(self, exchange: E) -> None:
+        """Run every selected function of ``exchange``; then acknowledge it (or withhold)."""
+        withhold = False
+        try:
+            compensation = CompensationTarget.from_header(exchange.message.header)
+        except InvalidCompensationHeaderError as error:
+            logger.error("%s: %r rejected: %s", self.name, exchange, error)
+            self.metrics.increment(
+                REJECTED_METRIC, tags={"component": self.component.value, "reason": "header"}
+            )
+            await self._finish(exchange, withhold=False)
+            return
+        try:
+            pairs = list(self.work(exchange.message, compensation))
+            last_of = {
+                function: index for index, (_, functions) in enumerate(pairs) for function in functions
+            }
+            for index, (message, functions) in enumerate(pairs):
+                settled = await self._run(exchange, message, functions, compensation, last_of, index)
+                withhold = withhold or any(not item.acknowledges for item in settled)
+        except Exception:
+            logger.exception("%s: dispatching %r failed", self.name, exchange)
+            withhold = True
+        await self._finish(exchange, withhold=withhold)
+
+    def work(
+        self, message: Any, compensation: CompensationTarget | None
+    ) -> Iterable[tuple[DomainEvent[Any] | StateEvent[Any], tuple[MessageFunction, ...]]]:
+        """The (message, functions) pairs of one source message, in order."""
+        raise NotImplementedError
+
+    def _selected(
+        self,
+        topic: NamedAggregate,
+        key: Hashable,
+        bodies: Sequence[object],
+        compensation: CompensationTarget | None,
+    ) -> tuple[MessageFunction, ...]:
+        cache_key = (topic, key)
+        functions = self._selection.get(cache_key)
+        if functions is None:
+            functions = tuple(
+                f
+                for f in self.functions
+                if f.supports_topic(topic) and any(f.supports_body(body) for body in bodies)
+            )
+            self._selection[cache_key] = functions
+        if compensation is not None:
+            functions = tuple(f for f in functions if f.matches_target(compensation))
+        return functions
+
+    async def _run(
+        self,
+        source: E,
+        message: DomainEvent[Any] | StateEvent[Any],
+        functions: tuple[MessageFunction, ...],
+        compensation: CompensationTarget | None,
+        last_of: dict[MessageFunction, int],
+        index: int,
+    ) -> list[Settled]:
+        handle = self.handler.handle
+        component = self.component
+        if len(functions) == 1:
+            function = functions[0]
+            exchange = FunctionExchange(
+                component, source, message, function, compensation, last=last_of[function] == index
+            )
+            return [await handle(exchange)]
+        return list(
+            await asyncio.gather(
+                *(
+                    handle(
+                        FunctionExchange(
+                            component, source, message, f, compensation, last=last_of[f] == index
+                        )
+                    )
+                    for f in functions
+                )
+            )
+        )
+
+    async def _finish(self, exchange: E, *, withhold: bool) -> None:
+        if withhold:
+            logger.warning(
+                "%s: %r left unacknowledged (a function outcome withholds it)", self.name, exchange
+            )
+            exchange.release()
+            return
+        try:
+            await exchange.ack()
+        except Exception:
+            logger.exception("%s: acknowledging %r failed", self.name, exchange)
+            exchange.release()
+
+
+def _bind(dispatch: Callable[[E], Awaitable[None]], exchange: E) -> Callable[[], Awaitable[None]]:
+    def work() -> Awaitable[None]:
+        return dispatch(exchange)
+
+    return work
+
+
+class EventStreamDispatcher(AbstractAggregateEventDispatcher[EventStreamExchange]):
+    """``FunctionKind.EVENT`` functions on the ``DomainEventBus``; one call per matching event."""
+
+    function_kind = FunctionKind.EVENT
+
+    def work(
+        self, message: Any, compensation: CompensationTarget | None
+    ) -> Iterable[tuple[DomainEvent[Any] | StateEvent[Any], tuple[MessageFunction, ...]]]:
+        stream: DomainEventStream = message
+        topic = stream.aggregate_id.named_aggregate
+        for event in stream.events:
+            body = event.body
+            functions = self._selected(topic, (type(body),), (body,), compensation)
+            if functions:
+                yield event, functions
+
+
+class StateEventDispatcher(AbstractAggregateEventDispatcher[StateEventExchange]):
+    """``FunctionKind.STATE_EVENT`` functions on the ``StateEventBus``.
+
+    A function runs once per state event when the stream holds an event of a body type it
+    supports (``object``: every state event).
+    """
+
+    function_kind = FunctionKind.STATE_EVENT
+
+    def work(
+        self, message: Any, compensation: CompensationTarget | None
+    ) -> Iterable[tuple[DomainEvent[Any] | StateEvent[Any], tuple[MessageFunction, ...]]]:
+        state_event: StateEvent[Any] = message
+        bodies = [event.body for event in state_event.stream.events]
+        functions = self._selected(
+            state_event.aggregate_id.named_aggregate, tuple(type(b) for b in bodies), bodies, compensation
+        )
+        if functions:
+            yield state_event, functions
+
+
+class CompositeEventDispatcher:
+    """An EVENT and a STATE_EVENT dispatcher over one component's registrar.
+
+    A child exists only when the registrar holds functions of its kind.
+    """
+
+    component: ComponentKind
+
+    def __init__(
+        self,
+        name: str,
+        registrar: MessageFunctionRegistrar,
+        *,
+        domain_event_bus: MessageBus[DomainEventStream, EventStreamExchange],
+        state_event_bus: MessageBus[StateEvent[Any], StateEventExchange],
+        handler: FailureRecordingHandler,
+        executor: KeyedExecutor,
+        metrics: Metrics | None = None,
+    ) -> None:
+        if registrar.component is not self.component:
+            raise ValueError(f"{type(self).__name__} takes {self.component.value} functions")
+        self.name = name
+        self.registrar = registrar
+        event_functions = registrar.of_kind(FunctionKind.EVENT)
+        state_functions = registrar.of_kind(FunctionKind.STATE_EVENT)
+        self.event_stream_dispatcher = (
+            EventStreamDispatcher(
+                name, self.component, event_functions, domain_event_bus, handler, executor, metrics=metrics
+            )
+            if event_functions
+            else None
+        )
+        self.state_event_dispatcher = (
+            StateEventDispatcher(
+                name, self.component, state_functions, state_event_bus, handler, executor, metrics=metrics
+            )
+            if state_functions
+            else None
+        )
+
+    @property
+    def children(self) -> list[AbstractAggregateEventDispatcher[Any]]:
+        return [d for d in (self.event_stream_dispatcher, self.state_event_dispatcher) if d is not None]
+
+    async def start(self) -> None:
+        for child in self.children:
+            await child.start()
+
+    async def stop(self, timeout: float | None = None) -> bool:
+        results = [await child.stop(timeout) for child in self.children]
+        return all(results)
+
+
+class DomainEventDispatcher(CompositeEventDispatcher):
+    """Event processors; signals EVENT_HANDLED."""
+
+    component = ComponentKind.EVENT_PROCESSOR
+
+
+class StatelessSagaDispatcher(CompositeEventDispatcher):
+    """Stateless sagas; signals SAGA_HANDLED; the functions' commands go through the gateway."""
+
+    component = ComponentKind.STATELESS_SAGA
+
+
+class ProjectionDispatcher(CompositeEventDispatcher):
+    """Projections; signals PROJECTED."""
+
+    component = ComponentKind.PROJECTION

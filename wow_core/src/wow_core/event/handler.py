@@ -1,0 +1,206 @@
+"""The event handler of one function: run the chain, settle the outcome, hand errors on
+(spec 003, "Failure Recording" and "Acknowledgement and Failure Boundaries").
+
+:class:`FailureRecordingHandler` runs a function exchange through its filter chain and,
+*after the chain terminated* (so after the notifier signalled), settles the outcome
+through the :class:`~wow_core.event.failure.FailureRecorder`:
+
+* HANDLED: the function succeeded; ``record_success`` runs. Acknowledged.
+* FAILURE_RECORDED: the recorder recorded the failure. Acknowledged.
+* FAILURE_WAIVED: the recorder chose not to record it. Acknowledged.
+* FAILURE_UNRECORDED: no recorder records failures (the default). Acknowledged only
+  while ``ack_on_unrecorded_failure`` (``WOW_EVENT__ACK_ON_UNRECORDED_FAILURE``) is true.
+* RECORDING_FAILED: recording failed, even after ``record_attempts``. Never acknowledged.
+
+The processing error (the last attempt's, never a "retries exhausted" wrapper) then goes
+to the component's :class:`ErrorHandler` (default :class:`LogResumeErrorHandler`), with
+a recording error attached (:func:`suppressed`). Each outcome is counted in
+``wow.processing.outcomes``. The handler never raises for a function error: the
+dispatcher goes on with the other functions and decides the acknowledgement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from wow_core.event.exchange import FunctionExchange
+from wow_core.event.failure import (
+    NONE_RECORDER,
+    FailureRecorder,
+    ProcessingFailure,
+    ProcessingOutcome,
+    ProcessingSuccess,
+    RecordResult,
+)
+from wow_core.event.filter import FilterChain
+from wow_core.metrics import Metrics, NoopMetrics
+
+logger = logging.getLogger("wow.event.handler")
+
+OUTCOMES_METRIC = "wow.processing.outcomes"
+
+_SUPPRESSED = "__wow_suppressed__"
+
+
+def attach_suppressed(error: BaseException, other: BaseException) -> None:
+    """Attach ``other`` to ``error`` (Java's addSuppressed): kept and noted, not raised."""
+    found = getattr(error, _SUPPRESSED, None)
+    if not isinstance(found, list):
+        found = []
+        try:
+            setattr(error, _SUPPRESSED, found)
+        except AttributeError:  # an exception class with __slots__
+            return
+    found.append(other)
+    error.add_note(f"suppressed: {type(other).__name__}: {other}")
+
+
+def suppressed(error: BaseException) -> list[BaseException]:
+    """The errors attached to ``error`` by :func:`attach_suppressed`."""
+    found = getattr(error, _SUPPRESSED, None)
+    return list(found) if isinstance(found, list) else []
+
+
+@runtime_checkable
+class ErrorHandler(Protocol):
+    """A component's error boundary; called once per failed function exchange."""
+
+    async def handle(self, exchange: FunctionExchange, error: BaseException) -> None: ...
+
+
+class LogResumeErrorHandler:
+    """The default: log the error with the exchange, and resume with the next message."""
+
+    def __init__(self, log: logging.Logger | None = None) -> None:
+        self.log = log or logging.getLogger("wow.event.error")
+
+    async def handle(self, exchange: FunctionExchange, error: BaseException) -> None:
+        self.log.error("%r failed: %s: %s", exchange, type(error).__name__, error, exc_info=error)
+
+
+ACKNOWLEDGING = frozenset(
+    {ProcessingOutcome.HANDLED, ProcessingOutcome.FAILURE_RECORDED, ProcessingOutcome.FAILURE_WAIVED}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """The outcome of one function exchange and whether it lets the source be acknowledged."""
+
+    outcome: ProcessingOutcome
+    acknowledges: bool
+    error: BaseException | None = None
+
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class FailureRecordingHandler:
+    """Runs one function exchange through the chain and settles it. See the module doc."""
+
+    def __init__(
+        self,
+        chain: FilterChain,
+        *,
+        component: str,
+        recorder: FailureRecorder = NONE_RECORDER,
+        error_handler: ErrorHandler | None = None,
+        ack_on_unrecorded_failure: bool = True,
+        record_attempts: int = 3,
+        record_backoff: float = 0.2,
+        metrics: Metrics | None = None,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        if record_attempts < 1:
+            raise ValueError("record_attempts must be >= 1")
+        self.chain = chain
+        self.component = component
+        self.recorder = recorder
+        self.error_handler: ErrorHandler = error_handler or LogResumeErrorHandler()
+        self.ack_on_unrecorded_failure = ack_on_unrecorded_failure
+        self.record_attempts = record_attempts
+        self.record_backoff = record_backoff
+        self.metrics: Metrics = metrics or NoopMetrics()
+        self._sleep = sleep
+
+    async def handle(self, exchange: FunctionExchange) -> Settled:
+        try:
+            await self.chain.invoke(exchange)
+        except Exception as error:
+            settled = await self._settle_failure(exchange, error)
+        else:
+            settled = await self._settle_success(exchange)
+        self._count(exchange, settled.outcome)
+        return settled
+
+    async def _settle_success(self, exchange: FunctionExchange) -> Settled:
+        try:
+            await self.recorder.record_success(
+                ProcessingSuccess(
+                    exchange.function.ref,
+                    exchange.message,
+                    exchange.compensation.compensation_id if exchange.compensation else None,
+                )
+            )
+        except Exception:
+            # The function's work is done and cannot be undone; a lost success record
+            # leaves a compensation record open, which compensation itself retries.
+            logger.warning("%r: record_success failed", exchange, exc_info=True)
+        return Settled(ProcessingOutcome.HANDLED, True)
+
+    async def _settle_failure(self, exchange: FunctionExchange, error: Exception) -> Settled:
+        failure = ProcessingFailure(
+            exchange.function.ref,
+            exchange.message,
+            error,
+            retry_enabled=exchange.function.retry_enabled,
+            compensation_id=exchange.compensation.compensation_id if exchange.compensation else None,
+            attributes={"component": self.component, "attempts": str(exchange.attempts)},
+        )
+        recording_error: Exception | None = None
+        result: RecordResult | None = None
+        for attempt in range(1, self.record_attempts + 1):
+            try:
+                result = await self.recorder.record_failure(failure)
+                break
+            except Exception as failed:
+                recording_error = failed
+                if attempt < self.record_attempts:
+                    await self._sleep(self.record_backoff * attempt)
+        if result is None:
+            outcome = ProcessingOutcome.RECORDING_FAILED
+            assert recording_error is not None
+            attach_suppressed(error, recording_error)
+        elif result is RecordResult.RECORDED:
+            outcome = ProcessingOutcome.FAILURE_RECORDED
+        elif result is RecordResult.WAIVED:
+            outcome = ProcessingOutcome.FAILURE_WAIVED
+        else:
+            outcome = ProcessingOutcome.FAILURE_UNRECORDED
+        if outcome is ProcessingOutcome.FAILURE_UNRECORDED:
+            acknowledges = self.ack_on_unrecorded_failure
+        else:
+            acknowledges = outcome in ACKNOWLEDGING
+        try:
+            await self.error_handler.handle(exchange, error)
+        except Exception:
+            logger.exception("%s error handler failed on %r", self.component, exchange)
+        return Settled(outcome, acknowledges, error)
+
+    def _count(self, exchange: FunctionExchange, outcome: ProcessingOutcome) -> None:
+        aggregate_id = exchange.message.aggregate_id
+        self.metrics.increment(
+            OUTCOMES_METRIC,
+            tags={
+                "component": self.component,
+                "context": aggregate_id.context_name,
+                "aggregate": aggregate_id.aggregate_name,
+                "message": exchange.event_name,
+                "processor": exchange.function.processor_name,
+                "outcome": outcome.value,
+            },
+        )

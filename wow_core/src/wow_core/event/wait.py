@@ -1,0 +1,60 @@
+"""From processing signals to the gateway's ``WaitCoordinator``.
+
+:class:`CoordinatorNotifier` is the :class:`~wow_core.event.notifier.WaitNotifier` the
+runtime gives the notifier filters. It turns a function's signal into a
+:class:`~wow_core.command.stages.WaitSignal` of the same stage, naming the function, and
+hands it to the coordinator (a plain call: nobody waiting means it is dropped).
+
+A successful signal is forwarded only for the *last* event of the stream that the
+function handles, so a caller waiting for ``PROJECTED`` is released once that projection
+handled all of its command's events it handles, not after the first. A failure is
+forwarded at once (error code ``PROCESSING_ERROR`` unless the error carries an
+``error_code``), so a caller learns of it without waiting for its deadline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from wow_core.command.coordinator import WaitCoordinator
+from wow_core.command.stages import CommandStage, ErrorCodes, WaitSignal
+from wow_core.event.notifier import ProcessingSignal
+
+
+def error_code_of(error: BaseException) -> str:
+    code = getattr(error, "error_code", None) or getattr(error, "code", None)
+    return code if isinstance(code, str) and code else ErrorCodes.PROCESSING_ERROR
+
+
+def wait_signal_of(signal: ProcessingSignal) -> WaitSignal:
+    result: Mapping[str, Any] = signal.result if isinstance(signal.result, Mapping) else {}
+    error = signal.error
+    return WaitSignal(
+        command_id=signal.command_id,
+        stage=CommandStage(signal.stage.value),
+        aggregate_id=signal.aggregate_id,
+        aggregate_version=signal.aggregate_version,
+        result=result,
+        error_code=error_code_of(error) if error is not None else ErrorCodes.SUCCEEDED,
+        error_msg=f"{type(error).__name__}: {error}" if error is not None else "",
+        context_name=signal.function.context_name,
+        processor_name=signal.function.processor_name,
+        function_name=signal.function.function_name,
+    )
+
+
+class CoordinatorNotifier:
+    """Signals the ``WaitCoordinator``; see the module doc for which signals go through."""
+
+    __slots__ = ("coordinator",)
+
+    def __init__(self, coordinator: WaitCoordinator) -> None:
+        self.coordinator = coordinator
+
+    def notify(self, signal: ProcessingSignal) -> None:
+        if signal.error is None and not signal.is_last:
+            return
+        if not self.coordinator.waiting(signal.command_id):
+            return
+        self.coordinator.signal(wait_signal_of(signal))

@@ -1,0 +1,62 @@
+"""WowApp: what a user's service declares, for ``wow run module:app`` and for tests.
+
+::
+
+    app = WowApp("bank", aggregates=[Account, Transfer])
+
+    @app.installer
+    def projections(runtime: WowRuntime) -> None:
+        runtime.add_dispatcher(...)
+
+The app holds declarations only; :meth:`WowApp.runtime` builds a
+:class:`~wow_core.runtime.WowRuntime` from settings (the embedded default when nothing
+is set): in-memory transport and stores, one process, no server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from wow_core.plugins import PluginRegistry
+    from wow_core.runtime.runtime import WowRuntime
+    from wow_core.runtime.settings import WowSettings
+
+Installer = Callable[["WowRuntime"], Any]
+
+
+class WowApp:
+    """A service: its aggregates, extra body types and installers (event processors,
+    sagas, projections and anything else that adds dispatchers to the runtime)."""
+
+    def __init__(
+        self,
+        name: str = "",
+        *,
+        aggregates: Iterable[type[Any]] = (),
+        body_types: Iterable[type[Any]] = (),
+        installers: Iterable[Installer] = (),
+    ) -> None:
+        self.name = name
+        self.aggregates: list[type[Any]] = list(aggregates)
+        self.body_types: list[type[Any]] = list(body_types)
+        self.installers: list[Installer] = list(installers)
+
+    def aggregate(self, cls: type[Any]) -> type[Any]:
+        """Class decorator: host this aggregate."""
+        self.aggregates.append(cls)
+        return cls
+
+    def installer(self, fn: Installer) -> Installer:
+        """Decorator: call ``fn(runtime)`` when a runtime is built."""
+        self.installers.append(fn)
+        return fn
+
+    def runtime(
+        self, settings: WowSettings | None = None, *, plugins: PluginRegistry | None = None
+    ) -> WowRuntime:
+        """Build (not start) the runtime of this app."""
+        from wow_core.runtime.assembly import build_runtime
+
+        return build_runtime(self, settings, plugins=plugins)

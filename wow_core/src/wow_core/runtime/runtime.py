@@ -1,0 +1,264 @@
+"""WowRuntime: the lifecycle of one wow-py process.
+
+Start, in order:
+
+1. **transports ready**: every transport is started (connected);
+2. **receivers open**: every dispatcher that can prepare (``prepare()``) opens its
+   receivers and waits until they are ready, before any dispatcher processes;
+3. **dispatchers run**: every dispatcher opens processing and consumes (``start()``).
+
+Stop, in order, within ``settings.runtime.shutdown_timeout``:
+
+1. **dispatchers stop** taking work and finish what they hold (``stop(timeout)``), the
+   executor lets admitted work finish;
+2. **flushables** registered with :meth:`WowRuntime.register_flush` (the local-first
+   distributed copy queues) are flushed with what is left of the timeout; one that
+   overruns is cancelled;
+3. **closeables** close in reverse registration order: buses, then transports and
+   stores (registered first, closed last).
+
+A second ``stop`` waits for the first. ``stop`` returns True when every step finished
+in time. Not guaranteed: anything past the shutdown timeout (copies cancelled past it are
+lost, see the local-first page).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
+
+from wow_core.command.coordinator import WaitCoordinator
+from wow_core.command.dispatcher import CommandDispatcher
+from wow_core.command.gateway import CommandGateway
+from wow_core.eventsourcing.store import EventStore, SnapshotRepository
+from wow_core.messaging.contract import CommandBus, DomainEventBus, StateEventBus
+from wow_core.metrics import Metrics
+from wow_core.modeling.kernel import CommandKernel
+from wow_core.modeling.registry import AggregateRegistry
+from wow_core.runtime.keyed_executor import KeyedExecutor
+from wow_core.runtime.settings import WowSettings
+from wow_core.transport.spi import Transport
+
+log = logging.getLogger("wow.runtime")
+
+Flush = Callable[[float], Awaitable[Any]]
+"""A flush: called with the seconds it may take; the runtime cancels it past them."""
+
+
+@runtime_checkable
+class Dispatcher(Protocol):
+    """What the runtime runs. An optional ``async prepare()`` opens receivers and waits
+    until they are ready without processing; the runtime calls it on every dispatcher
+    before starting any."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self, timeout: float | None = None) -> bool: ...
+
+
+class Startable(Protocol):
+    async def start(self) -> None: ...
+
+
+class Closeable(Protocol):
+    async def close(self) -> None: ...
+
+
+class RuntimeState(StrEnum):
+    NEW = "new"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+class Lifecycle:
+    """The ordered start and stop of transports, dispatchers, flushables, closeables."""
+
+    def __init__(self, shutdown_timeout: float = 30.0) -> None:
+        self.shutdown_timeout = shutdown_timeout
+        self.transports: list[Startable] = []
+        self.dispatchers: list[Dispatcher] = []
+        self._flushes: list[tuple[str, Flush]] = []
+        self._closeables: list[tuple[str, Closeable]] = []
+        self.state = RuntimeState.NEW
+        self._stopped: asyncio.Future[bool] | None = None
+
+    # -- registration -------------------------------------------------------------------
+
+    def add_transport(self, transport: Startable) -> None:
+        self.transports.append(transport)
+
+    def add_dispatcher(self, dispatcher: Dispatcher) -> None:
+        if self.state is not RuntimeState.NEW:
+            raise RuntimeError("dispatchers are added before the runtime starts")
+        self.dispatchers.append(dispatcher)
+
+    def register_flush(self, flush: Flush, name: str = "") -> None:
+        """Flush ``flush(timeout)`` on stop, after the dispatchers stopped and before the
+        transports close (the local-first copy queues register here)."""
+        self._flushes.append((name or getattr(flush, "__qualname__", repr(flush)), flush))
+
+    def add_closeable(self, closeable: Closeable, name: str = "") -> None:
+        """Close ``closeable`` on stop; later registrations close first."""
+        if any(existing is closeable for _, existing in self._closeables):
+            return
+        self._closeables.append((name or type(closeable).__name__, closeable))
+
+    # -- start and stop -----------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self.state is not RuntimeState.NEW:
+            raise RuntimeError(f"the runtime is {self.state.value}; it starts once")
+        self.state = RuntimeState.STARTING
+        try:
+            for transport in self.transports:
+                await transport.start()
+            for dispatcher in self.dispatchers:
+                prepare = getattr(dispatcher, "prepare", None)
+                if prepare is not None:
+                    await prepare()
+            for dispatcher in self.dispatchers:
+                await dispatcher.start()
+        except BaseException:
+            log.exception("start failed; stopping what started")
+            self.state = RuntimeState.RUNNING
+            await self.stop()
+            raise
+        self.state = RuntimeState.RUNNING
+
+    async def stop(self, timeout: float | None = None) -> bool:
+        if self._stopped is not None:
+            return await asyncio.shield(self._stopped)
+        loop = asyncio.get_running_loop()
+        self._stopped = loop.create_future()
+        self.state = RuntimeState.STOPPING
+        budget = self.shutdown_timeout if timeout is None else timeout
+        deadline = loop.time() + budget
+
+        def remaining() -> float:
+            return max(0.0, deadline - loop.time())
+
+        clean = True
+        try:
+            results = await asyncio.gather(
+                *(d.stop(remaining()) for d in self.dispatchers), return_exceptions=True
+            )
+            for dispatcher, result in zip(self.dispatchers, results, strict=True):
+                if result is not True:
+                    clean = False
+                    log.warning("dispatcher %r did not stop cleanly: %r", dispatcher, result)
+            await self.after_dispatchers(remaining())
+            for name, flush in self._flushes:
+                left = remaining()
+                try:
+                    await asyncio.wait_for(flush(left), left + 0.5)
+                except TimeoutError:
+                    clean = False
+                    log.warning("flush %s overran the shutdown timeout (%.1fs); cancelled", name, budget)
+                except Exception:
+                    clean = False
+                    log.exception("flush %s failed", name)
+            for name, closeable in reversed(self._closeables):
+                try:
+                    await closeable.close()
+                except Exception:
+                    clean = False
+                    log.exception("closing %s failed", name)
+        finally:
+            self.state = RuntimeState.STOPPED
+            self._stopped.set_result(clean)
+        return clean
+
+    async def after_dispatchers(self, timeout: float) -> None:
+        """Hook between stopping the dispatchers and flushing (the runtime closes its executor)."""
+
+
+class WowRuntime(Lifecycle):
+    """One process: its buses, stores, kernel, gateway, dispatchers and their lifecycle.
+
+    Build it with :meth:`WowApp.runtime` (or :func:`~wow_core.runtime.assembly.build_runtime`)
+    rather than by hand; use it as ``async with runtime:`` or ``start()``/``stop()``.
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: WowSettings,
+        aggregates: AggregateRegistry,
+        command_bus: CommandBus,
+        domain_event_bus: DomainEventBus,
+        state_event_bus: StateEventBus,
+        event_store: EventStore,
+        snapshot_repository: SnapshotRepository,
+        kernel: CommandKernel,
+        coordinator: WaitCoordinator,
+        gateway: CommandGateway,
+        executor: KeyedExecutor,
+        metrics: Metrics,
+        transport: Transport | None = None,
+        name: str = "",
+    ) -> None:
+        super().__init__(settings.runtime.shutdown_timeout)
+        self.settings = settings
+        self.name = name or settings.service_name
+        self.aggregates = aggregates
+        self.command_bus = command_bus
+        self.domain_event_bus = domain_event_bus
+        self.state_event_bus = state_event_bus
+        self.event_store = event_store
+        self.snapshot_repository = snapshot_repository
+        self.kernel = kernel
+        self.coordinator = coordinator
+        self.gateway = gateway
+        self.executor = executor
+        self.metrics = metrics
+        self.transport = transport
+        # Closed last to first: stores and the transport after the buses.
+        self.add_closeable(event_store, "event store")
+        self.add_closeable(snapshot_repository, "snapshot repository")
+        if transport is not None:
+            self.add_transport(transport)
+            self.add_closeable(transport, f"transport {transport.name}")
+        for label, bus in (("command", command_bus), ("event", domain_event_bus), ("state", state_event_bus)):
+            self.add_closeable(bus, f"{label} bus")
+        self.command_dispatcher = CommandDispatcher(
+            command_bus,
+            kernel,
+            coordinator,
+            executor,
+            group=f"{self.name}.command",
+            metrics=metrics,
+        )
+        self.add_dispatcher(self.command_dispatcher)
+
+    async def after_dispatchers(self, timeout: float) -> None:
+        if not await self.executor.close(timeout):
+            log.warning("work still running past the shutdown timeout was cancelled")
+
+    async def __aenter__(self) -> WowRuntime:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    def describe(self) -> dict[str, str]:
+        """What this runtime runs on, for the start-up log."""
+        return {
+            "service": self.name,
+            "transport": self.transport.name if self.transport is not None else "none (in-process buses)",
+            "command bus": type(self.command_bus).__name__,
+            "event store": type(self.event_store).__name__,
+            "snapshot repository": type(self.snapshot_repository).__name__,
+            "aggregates": ", ".join(sorted(str(n) for n in self.aggregates.named_aggregates)) or "none",
+            "dispatchers": ", ".join(_name(d) for d in self.dispatchers),
+        }
+
+
+def _name(dispatcher: object) -> str:
+    name = getattr(dispatcher, "name", None)
+    return name if isinstance(name, str) else type(dispatcher).__name__

@@ -1,0 +1,184 @@
+"""``wow run module:app`` and ``wow demo``: run a service as a process.
+
+``wow run`` imports ``module:app`` (a :class:`~wow_core.runtime.app.WowApp`, or a
+function returning one), builds its runtime from the settings (the embedded default
+when nothing is set), starts it, logs what it runs on (transport, stores, plugins,
+settings with secrets masked), and serves until SIGINT or SIGTERM. Then it stops in
+order (dispatchers stop taking work and finish what they hold, queued copies are
+flushed within ``WOW_RUNTIME__SHUTDOWN_TIMEOUT``, transports close) and exits 0, or 1
+when the stop was not clean. A second SIGINT (or SIGTERM) during the stop forces it:
+the process exits at once with status 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from wow_core.runtime.app import WowApp
+from wow_core.runtime.assembly import build_runtime
+from wow_core.runtime.runtime import WowRuntime
+from wow_core.runtime.settings import ENV_PREFIX, SettingsError
+
+log = logging.getLogger("wow.run")
+
+FORCED_EXIT = 130
+
+
+class AppImportError(SettingsError):
+    """``module:app`` that does not name a WowApp."""
+
+
+def load_app(target: str) -> WowApp:
+    """Import ``module:attribute``; the attribute is a WowApp or returns one."""
+    module_name, sep, attribute = target.partition(":")
+    if not sep or not module_name or not attribute:
+        raise AppImportError(f"{target!r} is not 'module:app' (for example examples.bank.app:app)")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise AppImportError(f"cannot import {module_name!r}: {error}") from None
+    try:
+        value: Any = getattr(module, attribute)
+    except AttributeError:
+        raise AppImportError(f"module {module_name!r} has no attribute {attribute!r}") from None
+    if callable(value) and not isinstance(value, WowApp):
+        value = value()
+    if not isinstance(value, WowApp):
+        raise AppImportError(f"{target} is a {type(value).__name__}, not a wow_core.runtime.app.WowApp")
+    return value
+
+
+def _configure_logging(level: str) -> None:
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(
+            level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+        )
+
+
+def log_startup(runtime: WowRuntime, plugins: Any) -> None:
+    from wow_core.runtime.cli import settings_lines
+
+    for key, value in runtime.describe().items():
+        log.info("%s: %s", key, value)
+    origins = sorted(plugins.origins.values(), key=lambda origin: origin.plugin)
+    log.info(
+        "plugins: %s", ", ".join(f"{o.plugin} ({o.distribution} {o.version})" for o in origins) or "none"
+    )
+    for line in settings_lines(runtime.settings, ENV_PREFIX):
+        log.info("setting %s", line)
+
+
+async def serve(runtime: WowRuntime, stop_signals: tuple[signal.Signals, ...] = ()) -> int:
+    """Start ``runtime``, serve until a stop signal, stop in order; return the exit status."""
+    loop = asyncio.get_running_loop()
+    stop_requested = asyncio.Event()
+    signals = stop_signals or (signal.SIGINT, signal.SIGTERM)
+
+    def on_signal(signum: int) -> None:
+        if stop_requested.is_set():
+            log.warning("second %s: forcing the stop", signal.Signals(signum).name)
+            logging.shutdown()
+            os._exit(FORCED_EXIT)
+        log.info("%s received: stopping (send it again to force)", signal.Signals(signum).name)
+        stop_requested.set()
+
+    for signum in signals:
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        await runtime.start()
+        log.info("serving %s; SIGINT or SIGTERM stops", runtime.name)
+        await stop_requested.wait()
+        log.info(
+            "stopping: dispatchers, then flushes, then transports (timeout %.1fs)", runtime.shutdown_timeout
+        )
+        clean = await runtime.stop()
+    finally:
+        for signum in signals:
+            loop.remove_signal_handler(signum)
+    log.info("stopped %s", "cleanly" if clean else "with work left behind (see the warnings above)")
+    return 0 if clean else 1
+
+
+def configure_run(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("app", help="the service to run, as module:attribute (a WowApp)")
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+
+
+def run_command(invocation: Any) -> int:
+    _configure_logging(invocation.args.log_level)
+    app = load_app(invocation.args.app)
+    container = invocation.container()
+    runtime = build_runtime(app, container=container)
+    log_startup(runtime, invocation.plugins)
+    return asyncio.run(serve(runtime))
+
+
+# -- wow demo ------------------------------------------------------------------------------
+
+
+def _examples_root() -> Path | None:
+    """The source checkout holding ``examples/`` (the working directory or the repo of wow_core)."""
+    candidates = [Path.cwd(), *Path(__file__).resolve().parents]
+    for candidate in candidates:
+        if (candidate / "examples" / "bank" / "demo.py").is_file():
+            return candidate
+    return None
+
+
+def configure_demo(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--accounts", type=int, default=40, help="accounts to open (default 40)")
+    parser.add_argument("--transfers", type=int, default=400, help="transfers to attempt (default 400)")
+    parser.add_argument("--concurrency", type=int, default=64, help="commands in flight at once (default 64)")
+    parser.add_argument("--seed", type=int, default=7, help="random seed of the batch (default 7)")
+    parser.add_argument("--timeout", type=float, default=30.0, help="deadline of each wait, seconds")
+
+
+def demo_command(invocation: Any) -> int:
+    args = invocation.args
+    if args.accounts < 3 or args.transfers < 0 or args.concurrency < 1:
+        raise SettingsError("wow demo needs --accounts >= 3, --transfers >= 0 and --concurrency >= 1")
+    root = _examples_root()
+    if root is None:
+        raise SettingsError(
+            "wow demo runs examples/bank from a source checkout of wow-py; run it from the repository"
+        )
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from examples.bank.app import app
+    from examples.bank.demo import print_report, run_demo
+
+    container = invocation.container()
+    runtime = build_runtime(app, container=container)
+    out = invocation.out
+    described = runtime.describe()
+    out.write(
+        f"wow demo: the bank service ({described['aggregates']})\n"
+        f"  transport {described['transport']}, command bus {described['command bus']}, "
+        f"event store {described['event store']}\n"
+    )
+
+    async def main() -> Any:
+        async with runtime:
+            return await run_demo(
+                runtime,
+                accounts=args.accounts,
+                transfers=args.transfers,
+                concurrency=args.concurrency,
+                seed=args.seed,
+                timeout=args.timeout,
+            )
+
+    report = asyncio.run(main())
+    print_report(report, runtime, out)
+    return 0 if report.conserved and not report.unexpected else 1

@@ -1,0 +1,359 @@
+"""``TransportMessageBus``: a message bus over any :class:`~wow_core.transport.Transport`.
+
+Everything a broker does not need to know lives here, once for every backend:
+
+* topic names, through the transport's :class:`~wow_core.transport.TopicNaming`,
+  memoised per named aggregate (bounded context and aggregate name);
+* JSON encoding through :class:`~wow_core.model.MessageCodec`: a message is marked
+  read-only before it is encoded, the record key is the aggregate id;
+* decoding with key and topic checks: a record whose key or topic does not match the
+  message inside is a decode failure, not a message;
+* the decode-failure policy (:class:`~wow_core.transport.TransportDecodeFailureHandler`):
+  an undecodable record never stops the receiver and is never silently dropped;
+* one exchange type per message kind, whose ``ack`` acknowledges the record.
+
+``send`` returns when ``transport.send`` returned: SENT proves what the transport's send
+proves (a producer ack, a stream add...), never that a consumer received or processed it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar, Generic, TypeVar
+
+from wow_core.messaging.contract import (
+    BusClosedError,
+    EventStreamExchange,
+    MessageSubscription,
+    ServerCommandExchange,
+    StateEventExchange,
+)
+from wow_core.metrics import Metrics, NoopMetrics, metrics_source
+from wow_core.model import (
+    CommandMessage,
+    DecodeError,
+    DecodeFailureKind,
+    DomainEventStream,
+    Message,
+    MessageCodec,
+    NamedAggregate,
+    StateEvent,
+    TopicKind,
+)
+from wow_core.transport.decode_failure import (
+    DecodeFailure,
+    DecodeFailureAction,
+    DefaultDecodeFailureHandler,
+    TransportDecodeFailureHandler,
+)
+from wow_core.transport.spi import Transport, TransportMessage, TransportReceiver, TransportRecord
+
+_log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=Message)
+E = TypeVar("E", bound="TransportExchange")
+
+SENT_COUNTER = "wow.bus.sent"
+"""Messages a bus sent; tags ``kind``, ``aggregate``, ``transport``, ``source``, ``outcome``."""
+RECEIVED_COUNTER = "wow.bus.received"
+"""Exchanges a receiver handed to its consumer; tags ``kind``, ``aggregate``, ``group``."""
+
+
+class TransportExchange:
+    """Mixin of the transport exchanges: the received record, acknowledged by ``ack``."""
+
+    __slots__ = ()
+
+    record: TransportRecord
+
+
+class TransportServerCommandExchange(ServerCommandExchange, TransportExchange):
+    """A command received from a transport; ``ack`` acknowledges its record."""
+
+    __slots__ = ("record",)
+
+    def __init__(self, message: CommandMessage[Any], record: TransportRecord, on_settle: Any) -> None:
+        super().__init__(message, record.ack, on_settle)
+        self.record = record
+
+
+class TransportEventStreamExchange(EventStreamExchange, TransportExchange):
+    """A domain event stream received from a transport; ``ack`` acknowledges its record."""
+
+    __slots__ = ("record",)
+
+    def __init__(self, message: DomainEventStream, record: TransportRecord, on_settle: Any) -> None:
+        super().__init__(message, record.ack, on_settle)
+        self.record = record
+
+
+class TransportStateEventExchange(StateEventExchange, TransportExchange):
+    """A state event received from a transport; ``ack`` acknowledges its record."""
+
+    __slots__ = ("record",)
+
+    def __init__(self, message: StateEvent[Any], record: TransportRecord, on_settle: Any) -> None:
+        super().__init__(message, record.ack, on_settle)
+        self.record = record
+
+
+class TransportMessageBus(Generic[M, E]):
+    """A bus of one message kind over a transport.
+
+    The bus does not own the transport: ``close`` closes the bus's receivers and refuses
+    new sends; the runtime closes the transport after every bus over it.
+    """
+
+    topic_kind: ClassVar[TopicKind]
+    exchange_type: ClassVar[type[Any]]
+
+    def __init__(
+        self,
+        transport: Transport,
+        codec: MessageCodec,
+        *,
+        decode_failure_handler: TransportDecodeFailureHandler | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.transport = transport
+        self.codec = codec
+        self.metrics: Metrics = metrics if metrics is not None else NoopMetrics()
+        self.decode_failure_handler: TransportDecodeFailureHandler = (
+            decode_failure_handler
+            if decode_failure_handler is not None
+            else DefaultDecodeFailureHandler(metrics=self.metrics)
+        )
+        self._topics: dict[NamedAggregate, str] = {}
+        self._receivers: set[TransportBusReceiver[E]] = set()
+        self._closed = False
+
+    def topic(self, named_aggregate: NamedAggregate) -> str:
+        """The topic of ``named_aggregate`` for this bus's kind (memoised)."""
+        topic = self._topics.get(named_aggregate)
+        if topic is None:
+            topic = self._topics[named_aggregate] = self.transport.naming.topic(
+                named_aggregate, self.topic_kind
+            )
+        return topic
+
+    def encode(self, message: M) -> TransportMessage:
+        """The record of ``message``: marked read-only first, keyed by aggregate id."""
+        message.with_read_only()
+        aggregate_id = message.aggregate_id
+        return TransportMessage(
+            topic=self.topic(aggregate_id.named_aggregate),
+            key=aggregate_id.id,
+            payload=self.codec.encode(message),
+            timestamp=message.create_time,
+        )
+
+    async def send(self, message: M) -> None:
+        """Return when the transport accepted ``message``; raise what it raised otherwise."""
+        if self._closed:
+            raise BusClosedError(f"{type(self).__name__} is closed; cannot send {message.name}")
+        record = self.encode(message)
+        tags = {
+            "kind": self.topic_kind.value,
+            "aggregate": str(message.aggregate_id.named_aggregate),
+            "transport": self.transport.name,
+            "source": metrics_source.get(),
+        }
+        try:
+            await self.transport.send(record)
+        except BaseException:
+            self.metrics.increment(SENT_COUNTER, tags={**tags, "outcome": "error"})
+            raise
+        self.metrics.increment(SENT_COUNTER, tags={**tags, "outcome": "ok"})
+
+    def decode(self, record: TransportRecord, topics: dict[str, NamedAggregate]) -> M:
+        """The message in ``record``; raise :class:`DecodeError` for anything else.
+
+        ``topics`` are the topics the receiver subscribed to: a record from another topic,
+        or whose message belongs to another topic or has another key, is a failure.
+        """
+        if record.topic not in topics:
+            raise DecodeError(
+                DecodeFailureKind.TOPIC_MISMATCH, f"record from {record.topic!r}, which was not subscribed"
+            )
+        try:
+            message = self.codec.decode(record.payload, self.topic_kind)
+        except DecodeError:
+            raise
+        except (RecursionError, MemoryError, TypeError, ValueError) as error:
+            # Hostile payloads (deep nesting...) fail below the codec's own checks.
+            raise DecodeError(DecodeFailureKind.WRONG_SHAPE, f"{type(error).__name__}: {error}") from None
+        aggregate_id = message.aggregate_id
+        expected = self.topic(aggregate_id.named_aggregate)
+        if expected != record.topic:
+            raise DecodeError(
+                DecodeFailureKind.TOPIC_MISMATCH,
+                f"message of {aggregate_id.named_aggregate} belongs on {expected!r}, got {record.topic!r}",
+            )
+        if record.key != aggregate_id.id:
+            raise DecodeError(
+                DecodeFailureKind.KEY_MISMATCH,
+                f"record key {record.key!r} is not the aggregate id {aggregate_id.id!r}",
+            )
+        message.with_read_only()  # as emitted by a local bus: copy() to change it
+        return message  # type: ignore[return-value]
+
+    def receiver(self, subscription: MessageSubscription) -> TransportBusReceiver[E]:
+        """One transport receiver: ``transport.open(subscription.group, topics)``."""
+        if self._closed:
+            raise BusClosedError(f"{type(self).__name__} is closed")
+        receiver: TransportBusReceiver[E] = TransportBusReceiver(self, subscription)
+        self._receivers.add(receiver)
+        return receiver
+
+    def _forget(self, receiver: TransportBusReceiver[E]) -> None:
+        self._receivers.discard(receiver)
+
+    async def close(self) -> None:
+        """Close every receiver of this bus, then refuse new sends (the transport stays open)."""
+        self._closed = True
+        receivers = list(self._receivers)
+        if receivers:
+            await asyncio.gather(*(receiver.close() for receiver in receivers))
+
+
+class TransportBusReceiver(Generic[E]):
+    """A bus receiver over one transport receiver (one group member).
+
+    Readiness and processing admission are the transport receiver's. Decode failures go
+    to the bus's policy and the iteration goes on. After :meth:`quiesce` no new exchange
+    reaches the consumer (a record pulled meanwhile is left unacknowledged, so it is
+    delivered again); :meth:`close` closes the transport receiver, whose unacknowledged
+    records are delivered again to the group.
+    """
+
+    def __init__(self, bus: TransportMessageBus[Any, E], subscription: MessageSubscription) -> None:
+        self.bus = bus
+        self.subscription = subscription
+        self.topics: dict[str, NamedAggregate] = {
+            bus.topic(named_aggregate): named_aggregate
+            for named_aggregate in sorted(subscription.named_aggregates, key=str)
+        }
+        self._receiver: TransportReceiver = bus.transport.open(subscription.group, list(self.topics))
+        self._records: AsyncIterator[TransportRecord] | None = None
+        self._opened = False
+        self._quiescing = False
+        self._closed = False
+        self._in_flight = 0
+        self._settled: asyncio.Event | None = None
+
+    @property
+    def transport_receiver(self) -> TransportReceiver:
+        return self._receiver
+
+    def __aiter__(self) -> AsyncIterator[E]:
+        return self
+
+    async def __anext__(self) -> E:
+        if self._records is None:
+            self._records = aiter(self._receiver)
+        while True:
+            if self._closed or self._quiescing:
+                raise StopAsyncIteration
+            record = await anext(self._records)
+            if self._closed or self._quiescing:
+                raise StopAsyncIteration  # left unacknowledged: delivered again
+            try:
+                message = self.bus.decode(record, self.topics)
+            except DecodeError as error:
+                await self._decode_failed(record, error)
+                continue
+            self._in_flight += 1
+            self.bus.metrics.increment(
+                RECEIVED_COUNTER,
+                tags={
+                    "kind": self.bus.topic_kind.value,
+                    "aggregate": str(message.aggregate_id.named_aggregate),
+                    "group": self.subscription.group,
+                },
+            )
+            exchange: E = self.bus.exchange_type(message, record, self._on_settle)
+            return exchange
+
+    async def _decode_failed(self, record: TransportRecord, error: DecodeError) -> None:
+        failure = DecodeFailure(self.subscription.group, record, error)
+        try:
+            action = await self.bus.decode_failure_handler.handle(failure, self.bus.transport)
+        except Exception:
+            _log.exception(
+                "decode-failure handler failed for %s at %s; leaving the record pending",
+                record.topic,
+                record.position,
+            )
+            return
+        if action is DecodeFailureAction.ACK:
+            try:
+                await record.ack()
+            except Exception:
+                _log.exception(
+                    "could not acknowledge undecodable record %s at %s", record.topic, record.position
+                )
+
+    def _on_settle(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0 and self._settled is not None:
+            self._settled.set()
+
+    async def ready(self) -> None:
+        await self._receiver.ready()
+
+    @property
+    def processing_open(self) -> bool:
+        return self._opened and not self._closed
+
+    def open_processing(self) -> None:
+        if self._closed:
+            raise BusClosedError("receiver is closed")
+        self._opened = True
+        self._receiver.open_processing()
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    async def quiesce(self, timeout: float | None = None) -> bool:
+        self._quiescing = True
+        if self._in_flight == 0:
+            return True
+        if self._settled is None:
+            self._settled = asyncio.Event()
+        try:
+            async with asyncio.timeout(timeout):
+                await self._settled.wait()
+        except TimeoutError:
+            return self._in_flight == 0
+        return True
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.bus._forget(self)
+        await self._receiver.close()
+
+
+class TransportCommandBus(TransportMessageBus[CommandMessage[Any], TransportServerCommandExchange]):
+    """The distributed command bus: ``KafkaCommandBus`` is this over ``KafkaTransport``."""
+
+    topic_kind = TopicKind.COMMAND
+    exchange_type = TransportServerCommandExchange
+
+
+class TransportDomainEventBus(TransportMessageBus[DomainEventStream, TransportEventStreamExchange]):
+    """The distributed domain-event bus."""
+
+    topic_kind = TopicKind.EVENT
+    exchange_type = TransportEventStreamExchange
+
+
+class TransportStateEventBus(TransportMessageBus[StateEvent[Any], TransportStateEventExchange]):
+    """The distributed state-event bus."""
+
+    topic_kind = TopicKind.STATE
+    exchange_type = TransportStateEventExchange
