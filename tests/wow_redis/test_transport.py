@@ -13,6 +13,7 @@ from tests.wow_redis.helpers import eventually, message, next_record, take
 from wow_core.messaging import BusClosedError
 from wow_core.metrics import InMemoryMetrics
 from wow_core.model import NamedAggregate, TopicKind
+from wow_core.transport import TransportMessage
 from wow_redis import RedisMessageBusObserver, RedisStreamTransport
 from wow_redis.observer import CLAIMED, DEAD_LETTERED, SEND_FAILURES, UNDECODABLE
 
@@ -55,11 +56,11 @@ def test_context_aliases_replace_the_context_name() -> None:
 async def test_send_adds_the_payload_under_msg_and_the_key(make_transport: Make, redis: Redis) -> None:
     transport = make_transport()
     topic = topic_of(transport)
-    await transport.send(message(topic, key="acc-1", payload='{"a":"é"}'))
+    await transport.send(TransportMessage(topic, "acc-1", '{"a":"é"}', 1234))
     entries = await redis.xrange(topic)
     assert len(entries) == 1
     _, fields = entries[0]
-    assert fields == {b"msg": '{"a":"é"}'.encode(), b"key": b"acc-1"}
+    assert fields == {b"msg": '{"a":"é"}'.encode(), b"key": b"acc-1", b"ts": b"1234"}
 
 
 async def test_concurrent_sends_all_land_in_call_order(make_transport: Make, redis: Redis) -> None:

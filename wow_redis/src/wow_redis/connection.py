@@ -85,7 +85,7 @@ async def deadline(seconds: float, what: str) -> AsyncIterator[None]:
         raise RedisTimeoutError(f"{what} took longer than {seconds}s") from error
 
 
-async def command(client: Redis, *args: Any, timeout: float) -> Any:
+async def command(client: Redis, *args: Any, timeout: float, **options: Any) -> Any:
     """``client.execute_command`` (untyped in redis-py) bounded by ``timeout`` seconds."""
     async with deadline(timeout, str(args[0])):
-        return await client.execute_command(*args)  # type: ignore[no-untyped-call]
+        return await client.execute_command(*args, **options)  # type: ignore[no-untyped-call]

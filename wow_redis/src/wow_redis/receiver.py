@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
@@ -53,6 +53,12 @@ log = logging.getLogger("wow_redis")
 
 MSG_FIELD = b"msg"
 KEY_FIELD = b"key"
+TIMESTAMP_FIELD = b"ts"
+
+HANDED_BACK_IDLE_MS = 10**12
+"""Idle time given to the entries a closing consumer hands back: older than any claim threshold."""
+HANDED_BACK_MIN_IDLE_S = HANDED_BACK_IDLE_MS / 1000 / 2
+"""A starting consumer claims at least the entries handed back (idle past this), recovery on or off."""
 
 
 def _text(value: bytes | str) -> str:
@@ -71,8 +77,9 @@ def entry_timestamp(entry_id: str) -> int:
 class RedisRecord:
     """One stream entry delivered to this consumer; ``ack()`` is an ``XACK``.
 
-    ``timestamp`` is the time the server added the entry (the id's milliseconds).
-    ``position`` is ``<stream>/<entry id>``.
+    ``timestamp`` is the sender's (the ``ts`` field), or when the server added the entry
+    (the id's milliseconds) for an entry written without one. ``position`` is
+    ``<stream>/<entry id>``.
     """
 
     __slots__ = ("_receiver", "delivery_count", "entry_id", "key", "payload", "timestamp", "topic")
@@ -85,13 +92,14 @@ class RedisRecord:
         key: str,
         payload: str,
         delivery_count: int,
+        timestamp: int,
     ) -> None:
         self._receiver = receiver
         self.topic = topic
         self.entry_id = entry_id
         self.key = key
         self.payload = payload
-        self.timestamp = entry_timestamp(entry_id)
+        self.timestamp = timestamp
         self.delivery_count = delivery_count
 
     @property
@@ -173,7 +181,8 @@ class RedisStreamReceiver:
         topics: Sequence[str],
         consumer: str,
         observer: RedisMessageBusObserver,
-        on_close: Any = None,
+        create_groups: Callable[[str, Sequence[str], str], asyncio.Future[Any]],
+        on_close: Callable[[RedisStreamReceiver], None] | None = None,
     ) -> None:
         if not topics:
             raise ValueError("a receiver needs at least one stream")
@@ -186,7 +195,9 @@ class RedisStreamReceiver:
         self._on_close = on_close
         self._queue: asyncio.Queue[RedisRecord | None] = asyncio.Queue(maxsize=2 * settings.batch_size)
         """Read-ahead: a full queue stops reading, so unread entries stay for the other members."""
-        self._ready_task: asyncio.Task[None] | None = None
+        self._create_groups = create_groups
+        self._groups: asyncio.Future[Any] | None = None
+        self._group_start = "$" if settings.group_start is GroupStart.LATEST else "0"
         self._processing = asyncio.Event()
         self._closed = asyncio.Event()
         self._closing = False
@@ -195,18 +206,28 @@ class RedisStreamReceiver:
         self._delivered: dict[tuple[str, str], float] = {}
         """Entries yielded and not acknowledged yet, with when: not re-read as own pending."""
         self._dead_letter: AsyncScript | None = None
+        self._handed_back: set[tuple[str, str]] = set()
         self._read_ids_new = [">"] * len(self.topics)
         self._timeout = settings.socket_timeout
 
     # -- the TransportReceiver protocol -----------------------------------------------
 
     async def ready(self) -> None:
-        """Create or reuse the group on every stream; raises after the retries failed."""
+        """Create or reuse the group on every stream; raises after the retries failed.
+
+        The creation is queued with the transport's sends as this is called, so an
+        entry sent on the same transport after ``ready()`` was called is not missed.
+        """
         if self._closing:
             raise BusClosedError(f"receiver {self.group}/{self.consumer} is closed")
-        if self._ready_task is None:
-            self._ready_task = asyncio.get_running_loop().create_task(self._prepare_groups())
-        await asyncio.shield(self._ready_task)
+        if self._groups is None:
+            self._groups = self._create_groups(self.group, self.topics, self._group_start)
+        try:
+            await asyncio.shield(self._groups)
+        except BaseException:
+            if self._groups.done() and self._groups.exception() is not None:
+                self._groups = None  # a later ready() tries again
+            raise
 
     def open_processing(self) -> None:
         if self._closing:
@@ -222,10 +243,13 @@ class RedisStreamReceiver:
         return self._records()
 
     async def close(self) -> None:
-        """Stop reading, flush queued acks, release the connections; idempotent.
+        """Stop reading, flush queued acks, hand back what was not acknowledged; idempotent.
 
-        Records yielded and not acknowledged stay pending: they come back to this
-        consumer name on its next start, or to another member after the idle time.
+        Entries read and not acknowledged (in flight, left pending by the decode-failure
+        policy, or read ahead and never yielded) are handed back: marked idle so that
+        the next member of the group to start, or any member's next recovery scan,
+        claims them and delivers them again in order. An acknowledgement arriving
+        after the close is still sent, as one XACK.
         """
         if self._closing:
             await self._closed.wait()
@@ -238,14 +262,12 @@ class RedisStreamReceiver:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             self._tasks.clear()
-            if self._ready_task is not None and not self._ready_task.done():
-                self._ready_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await self._ready_task
+            if self._groups is not None and not self._groups.done():
+                self._groups.cancel()
             await self._acker.drain(self._settings.socket_timeout)
             await self._acker.stop()
             self._release_unread()
-            await self._forget_consumer_if_idle()
+            await self._hand_back()
         finally:
             self._closed.set()
             if self._on_close is not None:
@@ -270,30 +292,6 @@ class RedisStreamReceiver:
         if self._settings.claim_idle_time is not None:
             self._tasks.append(loop.create_task(self._claim_loop(), name=f"wow-redis-claim:{self.group}"))
 
-    async def _prepare_groups(self) -> None:
-        start = "$" if self._settings.group_start is GroupStart.LATEST else "0"
-        backoff = Backoff(self._settings.reconnect_backoff, self._settings.reconnect_backoff_max)
-        while True:
-            try:
-                for topic in self.topics:
-                    await self._create_group(topic, start)
-                return
-            except TRANSIENT_ERRORS as error:
-                if backoff.attempt >= self._settings.send_retries:
-                    raise
-                delay = backoff.next_delay()
-                self._observer.connection_error("XGROUP CREATE", error, backoff.attempt, delay)
-                await asyncio.sleep(delay)
-
-    async def _create_group(self, topic: str, start: str) -> None:
-        try:
-            await command(
-                self._client, "XGROUP", "CREATE", topic, self.group, start, "MKSTREAM", timeout=self._timeout
-            )
-        except ResponseError as error:
-            if "BUSYGROUP" not in str(error):
-                raise
-
     async def _read_loop(self) -> None:
         await self.ready()
         await self._processing.wait()
@@ -301,11 +299,18 @@ class RedisStreamReceiver:
         settings = self._settings
         block_ms = int(settings.block_time * 1000)
         own_pending = True
+        first = True
         while not self._closing:
             try:
                 if own_pending:
                     await self._read_own_pending()
                     own_pending = False
+                if first:
+                    # Entries handed back by closed members (and, with recovery on, idle
+                    # ones) come before new entries, so a key's order survives a hand-over.
+                    idle = settings.claim_idle_time
+                    await self.claim_idle(HANDED_BACK_MIN_IDLE_S if idle is None else idle)
+                    first = False
                 response = await command(
                     self._client,
                     "XREADGROUP",
@@ -332,7 +337,7 @@ class RedisStreamReceiver:
                 if "NOGROUP" not in str(error):
                     raise
                 log.warning("consumer group %s vanished, creating it again: %s", self.group, error)
-                self._ready_task = None
+                self._groups = None
                 await self.ready()
                 continue
             if response:
@@ -404,7 +409,12 @@ class RedisStreamReceiver:
         except UnicodeDecodeError as error:
             self._observer.undecodable(topic, self.group, entry_id, f"not UTF-8: {error}")
             return None
-        return RedisRecord(self, topic, entry_id, key, payload, deliveries)
+        raw_ts = fields.get(TIMESTAMP_FIELD)
+        try:
+            timestamp = int(raw_ts) if raw_ts is not None else entry_timestamp(entry_id)
+        except ValueError:
+            timestamp = entry_timestamp(entry_id)
+        return RedisRecord(self, topic, entry_id, key, payload, deliveries, timestamp)
 
     async def _trimmed(self, topic: str, entry_id: str) -> None:
         """A pending entry whose content retention (MAXLEN) removed: nothing left to process."""
@@ -424,9 +434,9 @@ class RedisStreamReceiver:
         backoff = Backoff(self._settings.reconnect_backoff, self._settings.reconnect_backoff_max)
         while not self._closing:
             try:
+                await asyncio.sleep(interval)
                 await self.claim_idle(idle)
                 backoff.reset()
-                await asyncio.sleep(interval)
             except TRANSIENT_ERRORS as error:
                 delay = backoff.next_delay()
                 self._observer.connection_error("XAUTOCLAIM", error, backoff.attempt, delay)
@@ -497,6 +507,9 @@ class RedisStreamReceiver:
 
     async def acknowledge(self, topic: str, entry_id: str) -> None:
         self._delivered.pop((topic, entry_id), None)
+        if self._closing:
+            await self._late_ack(topic, entry_id)
+            return
         waiter = self._acker.add(topic, entry_id, self._settings.ack_confirmed)
         if waiter is not None:
             await waiter
@@ -524,6 +537,13 @@ class RedisStreamReceiver:
                     self._observer.ack_failed(topic, self.group, len(ids), error)
                 return error
 
+    async def _late_ack(self, topic: str, entry_id: str) -> None:
+        """An ack after close: one XACK (XACK needs no consumer), errors reported."""
+        try:
+            await command(self._client, "XACK", topic, self.group, entry_id, timeout=self._timeout)
+        except Exception as error:
+            self._observer.ack_failed(topic, self.group, 1, error)
+
     # -- closing ----------------------------------------------------------------------
 
     def _release_unread(self) -> None:
@@ -534,20 +554,44 @@ class RedisStreamReceiver:
                 self._delivered.pop((record.topic, record.entry_id), None)
         self._queue.put_nowait(None)
 
-    async def _forget_consumer_if_idle(self) -> None:
-        """Delete this consumer from the group when it holds no pending entry.
+    async def _hand_back(self) -> None:
+        """Mark this consumer's pending entries idle for the others, or forget the consumer.
 
-        Generated consumer names are unique per process; without this every restart
-        would leave one more empty consumer in the group. A consumer that still holds
-        pending entries is kept, so they stay claimable.
+        ``XCLAIM ... IDLE <long> JUSTID`` to itself keeps each entry's delivery count
+        and makes it older than any claim threshold. A consumer without pending entries
+        is deleted from the group (generated names are unique per process; without this
+        every restart would leave one more empty consumer behind).
         """
         for topic in self.topics:
             try:
-                async with deadline(self._timeout, "XPENDING"):
-                    rows = await self._client.xpending_range(
-                        topic, self.group, min="-", max="+", count=1, consumername=self.consumer
-                    )
-                if not rows:
+                holds_entries = False
+                while True:
+                    async with deadline(self._timeout, "XPENDING"):
+                        rows = await self._client.xpending_range(
+                            topic, self.group, min="-", max="+", count=1000, consumername=self.consumer
+                        )
+                    ids = [_text(row["message_id"]) for row in rows]  # type: ignore[arg-type]
+                    holds_entries = holds_entries or bool(ids)
+                    fresh = [i for i in ids if (topic, i) not in self._handed_back]
+                    if fresh:
+                        await command(
+                            self._client,
+                            "XCLAIM",
+                            topic,
+                            self.group,
+                            self.consumer,
+                            0,
+                            *fresh,
+                            "IDLE",
+                            HANDED_BACK_IDLE_MS,
+                            "JUSTID",
+                            timeout=self._timeout,
+                            parse_justid=True,
+                        )
+                        self._handed_back.update((topic, i) for i in fresh)
+                    if len(rows) < 1000 or not fresh:
+                        break
+                if not holds_entries:
                     await command(
                         self._client,
                         "XGROUP",
@@ -558,4 +602,10 @@ class RedisStreamReceiver:
                         timeout=self._timeout,
                     )
             except (ResponseError, *TRANSIENT_ERRORS) as error:
-                log.debug("could not forget consumer %s on %s: %s", self.consumer, topic, error)
+                log.warning(
+                    "could not hand back the pending entries of %s on %s (they come back after the "
+                    "claim idle time): %s",
+                    self.consumer,
+                    topic,
+                    error,
+                )

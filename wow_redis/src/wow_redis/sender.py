@@ -18,16 +18,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from wow_core.messaging import BusClosedError
+from wow_core.transport import TransportMessage
 from wow_redis.connection import TRANSIENT_ERRORS, Backoff, deadline
 from wow_redis.observer import RedisMessageBusObserver
 from wow_redis.settings import RedisSettings
 
-_Item = tuple[str, str, str, "asyncio.Future[None] | None"]
+
+@dataclass(frozen=True, slots=True)
+class GroupCreation:
+    """``XGROUP CREATE <topic> <group> <start> MKSTREAM``; an existing group is reused."""
+
+    topic: str
+    group: str
+    start: str
+
+
+_Item = tuple["TransportMessage | GroupCreation", "asyncio.Future[None]"]
 
 
 class StreamWriter:
@@ -49,29 +61,44 @@ class StreamWriter:
         else:
             self._trim = ()
 
-    async def add(self, stream: str, key: str, payload: str) -> None:
+    async def add(self, message: TransportMessage) -> None:
         if self._closed:
             raise BusClosedError("the Redis transport is closed")
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append((stream, key, payload, future))
+        self._queue.append((message, future))
         self._kick()
         await future
 
-    async def add_many(self, items: Sequence[tuple[str, str, str]]) -> None:
+    def create_groups(self, group: str, topics: Sequence[str], start: str) -> asyncio.Future[list[None]]:
+        """Queue the creation of ``group`` on every topic, in order with the sends.
+
+        Queued before a send that is called later, so the group (created at ``$``) holds
+        that send's entry: a receiver whose ``ready()`` was called before a ``send`` on
+        the same transport never misses it. Completes when every group exists.
+        """
+        if self._closed:
+            raise BusClosedError("the Redis transport is closed")
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[None]] = []
+        for topic in topics:
+            future: asyncio.Future[None] = loop.create_future()
+            futures.append(future)
+            self._queue.append((GroupCreation(topic, group, start), future))
+        self._kick()
+        return asyncio.gather(*futures)
+
+    async def add_many(self, messages: Sequence[TransportMessage]) -> None:
         """Queue several entries in order; completes when every one was added."""
         if self._closed:
             raise BusClosedError("the Redis transport is closed")
-        if not items:
+        if not messages:
             return
-        last: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[None]] = []
-        for stream, key, payload in items[:-1]:
-            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for message in messages:
+            future: asyncio.Future[None] = loop.create_future()
             futures.append(future)
-            self._queue.append((stream, key, payload, future))
-        stream, key, payload = items[-1]
-        self._queue.append((stream, key, payload, last))
-        futures.append(last)
+            self._queue.append((message, future))
         self._kick()
         await asyncio.gather(*futures)
 
@@ -105,8 +132,24 @@ class StreamWriter:
                     deadline(self._settings.socket_timeout, "XADD"),
                     self._client.pipeline(transaction=False) as pipe,
                 ):
-                    for stream, key, payload, _ in batch:
-                        pipe.execute_command("XADD", stream, *trim, "*", "msg", payload, "key", key)
+                    for message, _ in batch:
+                        if isinstance(message, GroupCreation):
+                            pipe.execute_command(
+                                "XGROUP", "CREATE", message.topic, message.group, message.start, "MKSTREAM"
+                            )
+                            continue
+                        pipe.execute_command(
+                            "XADD",
+                            message.topic,
+                            *trim,
+                            "*",
+                            "msg",
+                            message.payload,
+                            "key",
+                            message.key,
+                            "ts",
+                            message.timestamp,
+                        )
                     replies = await pipe.execute(raise_on_error=False)
                 break
             except TRANSIENT_ERRORS as error:
@@ -120,21 +163,31 @@ class StreamWriter:
                 self._fail(batch, error)
                 return
         failed = 0
-        for (_, _, _, future), reply in zip(batch, replies, strict=True):
-            if future is None or future.done():
+        for (item, future), reply in zip(batch, replies, strict=True):
+            if future.done():
                 continue
-            if isinstance(reply, RedisError):
+            if isinstance(item, GroupCreation):
+                if isinstance(reply, ResponseError) and "BUSYGROUP" not in str(reply):
+                    future.set_exception(reply)
+                else:
+                    future.set_result(None)
+            elif isinstance(reply, RedisError):
                 failed += 1
                 future.set_exception(reply)
             else:
                 future.set_result(None)
         if failed:
-            self._observer.send_failed(failed, next(r for r in replies if isinstance(r, RedisError)))
+            first = next(
+                r
+                for (i, _), r in zip(batch, replies, strict=True)
+                if not isinstance(i, GroupCreation) and isinstance(r, RedisError)
+            )
+            self._observer.send_failed(failed, first)
 
     def _fail(self, batch: list[_Item], error: BaseException) -> None:
         self._observer.send_failed(len(batch), error)
-        for _, _, _, future in batch:
-            if future is not None and not future.done():
+        for _, future in batch:
+            if not future.done():
                 future.set_exception(error)
 
     async def close(self, timeout: float) -> None:
@@ -152,8 +205,8 @@ class StreamWriter:
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         self._task = None
-        for _, _, _, future in (*self._in_flight, *self._queue):
-            if future is not None and not future.done():
+        for _, future in (*self._in_flight, *self._queue):
+            if not future.done():
                 future.set_exception(BusClosedError("the Redis transport closed before this send completed"))
         self._in_flight = []
         self._queue.clear()

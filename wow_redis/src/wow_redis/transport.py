@@ -100,11 +100,11 @@ class RedisStreamTransport:
 
     async def send(self, message: TransportMessage) -> None:
         self._check_open()
-        await self._stream_writer().add(message.topic, message.key, message.payload)
+        await self._stream_writer().add(message)
 
     async def send_many(self, messages: Sequence[TransportMessage]) -> None:
         self._check_open()
-        await self._stream_writer().add_many([(m.topic, m.key, m.payload) for m in messages])
+        await self._stream_writer().add_many(messages)
 
     def open(self, group: str, topics: Sequence[str]) -> RedisStreamReceiver:
         """A new consumer of ``group``: ``<consumer_name>`` for the first open receiver of
@@ -132,6 +132,7 @@ class RedisStreamTransport:
             topics=topics,
             consumer=consumer,
             observer=self.observer,
+            create_groups=self._stream_writer().create_groups,
             on_close=release,
         )
         self._receivers.add(receiver)
