@@ -49,12 +49,16 @@ def payloads(count: int) -> list[tuple[str, str]]:
     result = []
     for n in range(count):
         aggregate_id = AggregateId(named, f"acc-{n % 1000}")
-        command = CommandMessage(aggregate_id=aggregate_id, body=Deposit(n, "benchmark deposit"), name="Deposit")
+        command = CommandMessage(
+            aggregate_id=aggregate_id, body=Deposit(n, "benchmark deposit"), name="Deposit"
+        )
         result.append((aggregate_id.id, codec.encode(command.with_read_only())))
     return result
 
 
-async def raw_send(client: Redis, topic: str, items: list[tuple[str, str]], concurrency: int, maxlen: int) -> float:
+async def raw_send(
+    client: Redis, topic: str, items: list[tuple[str, str]], concurrency: int, maxlen: int
+) -> float:
     started = time.perf_counter()
     for start in range(0, len(items), concurrency):
         async with client.pipeline(transaction=False) as pipe:
@@ -113,7 +117,12 @@ async def run(url: str, messages: int, concurrency: int, rounds: int, batch: int
     items = payloads(messages)
     client = Redis.from_url(url)
     settings = RedisSettings(
-        url=url, key_prefix=prefix, maxlen=maxlen, batch_size=batch, group_start="earliest", claim_idle_time=None
+        url=url,
+        key_prefix=prefix,
+        maxlen=maxlen,
+        batch_size=batch,
+        group_start="earliest",
+        claim_idle_time=None,
     )
     transport = RedisStreamTransport(settings)
     raw_send_s: list[float] = []

@@ -38,7 +38,9 @@ def next_record(iterator: AsyncIterator[TransportRecord]) -> asyncio.Task[Transp
     return asyncio.ensure_future(get())
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0, every: float = 0.02) -> None:
+async def eventually(
+    check: Callable[[], Awaitable[bool]], timeout: float = 10.0, every: float = 0.02
+) -> None:
     """Poll ``check`` until it holds; fail with TimeoutError after ``timeout``."""
     deadline = time.monotonic() + timeout
     while not await check():

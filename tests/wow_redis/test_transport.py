@@ -122,7 +122,9 @@ async def test_a_server_that_is_down_fails_the_send_after_its_retries(prefix: st
         await transport.close()
 
 
-async def test_a_server_side_error_fails_only_its_send(make_transport: Make, redis: Redis, prefix: str) -> None:
+async def test_a_server_side_error_fails_only_its_send(
+    make_transport: Make, redis: Redis, prefix: str
+) -> None:
     transport = make_transport()
     topic = topic_of(transport)
     await redis.set(f"{prefix}not-a-stream", "x")
@@ -149,7 +151,9 @@ async def test_a_killed_connection_is_retried_transparently(make_transport: Make
 # -- groups, readiness and admission ----------------------------------------------------
 
 
-async def test_ready_creates_the_group_on_every_stream(make_transport: Make, redis: Redis, prefix: str) -> None:
+async def test_ready_creates_the_group_on_every_stream(
+    make_transport: Make, redis: Redis, prefix: str
+) -> None:
     transport = make_transport()
     topics = [f"{prefix}a:command", f"{prefix}b:command"]
     receiver = transport.open("g1", topics)
@@ -288,7 +292,7 @@ async def test_an_unacked_entry_comes_back_to_the_reopened_receiver(make_transpo
     await receiver.ready()
     receiver.open_processing()
     await transport.send_many([message(topic, payload="1"), message(topic, payload="2")])
-    first, second = await take(receiver, 2)
+    first, _ = await take(receiver, 2)
     await first.ack()
     await receiver.close()
     again = transport.open("g1", [topic])
@@ -338,7 +342,9 @@ async def test_close_forgets_a_consumer_without_pending_entries(make_transport: 
 # -- recovery ---------------------------------------------------------------------------
 
 
-async def test_entries_of_a_dead_consumer_are_claimed_by_a_living_one(make_transport: Make, redis: Redis) -> None:
+async def test_entries_of_a_dead_consumer_are_claimed_by_a_living_one(
+    make_transport: Make, redis: Redis
+) -> None:
     metrics = InMemoryMetrics()
     dead = make_transport(claim_idle_time=None)
     topic = topic_of(dead)
@@ -412,7 +418,11 @@ async def test_an_entry_past_max_deliveries_goes_to_the_dead_letter_stream(
     ],
 )
 async def test_an_entry_that_is_not_a_message_is_reported_and_left_pending(
-    make_transport: Make, redis: Redis, fields: dict[str, object], reason: str, caplog: pytest.LogCaptureFixture
+    make_transport: Make,
+    redis: Redis,
+    fields: dict[str, object],
+    reason: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     metrics = InMemoryMetrics()
     transport = RedisStreamTransport(
@@ -488,7 +498,9 @@ async def test_a_pending_entry_trimmed_away_is_reported_and_acknowledged(
 # -- connection loss --------------------------------------------------------------------
 
 
-async def test_a_reader_whose_connection_is_killed_goes_on_reading(make_transport: Make, redis: Redis) -> None:
+async def test_a_reader_whose_connection_is_killed_goes_on_reading(
+    make_transport: Make, redis: Redis
+) -> None:
     metrics = InMemoryMetrics()
     transport = RedisStreamTransport(
         make_transport().settings.model_copy(update={"reconnect_backoff": 0.01, "block_time": 5.0}),
@@ -555,3 +567,39 @@ async def test_close_right_after_reading_does_not_wait_for_the_blocking_read(mak
         started = asyncio.get_running_loop().time()
         await receiver.close()
         assert asyncio.get_running_loop().time() - started < 2.5
+
+
+async def test_a_payload_the_bus_cannot_decode_is_reported_and_left_pending(
+    make_transport: Make, redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    from wow_core.messaging import MessageSubscription
+    from wow_core.testing.support import command, conformance_codec
+    from wow_core.transport.bus import TransportCommandBus
+
+    metrics = InMemoryMetrics()
+    transport = RedisStreamTransport(
+        make_transport().settings.model_copy(update={"claim_idle_time": None}), metrics=metrics
+    )
+    named = NamedAggregate("bank", "account")
+    bus = TransportCommandBus(transport, conformance_codec())
+    topic = bus.topic(named)
+    try:
+        receiver = bus.receiver(MessageSubscription.of("bank.p", [named]))
+        await receiver.ready()
+        receiver.open_processing()
+        await transport.send(TransportMessage(topic, "a-1", "this is { not json", 0))
+        await bus.send(command(named, "a-2"))
+        exchange = await asyncio.wait_for(anext(receiver), 10)
+        assert exchange.message.aggregate_id.id == "a-2"
+        await exchange.ack()
+        assert metrics.counter_value(UNDECODABLE, stream=topic, group="bank.p") == 1
+        assert "not_json" in caplog.text
+
+        async def only_the_garbage_pending() -> bool:
+            return await pending_count(redis, topic, "bank.p") == 1
+
+        await eventually(only_the_garbage_pending)
+        await receiver.close()
+    finally:
+        await bus.close()
+        await transport.close()

@@ -29,11 +29,17 @@ from redis.asyncio import Redis
 
 from wow_core.messaging import BusClosedError
 from wow_core.metrics import Metrics
-from wow_core.transport import DecodeFailureDefault, TopicNaming, TransportMessage
+from wow_core.transport import (
+    DecodeFailure,
+    DecodeFailureAction,
+    DecodeFailureDefault,
+    TopicNaming,
+    TransportMessage,
+)
 from wow_redis.connection import create_client, deadline
 from wow_redis.naming import RedisTopicNaming
 from wow_redis.observer import RedisMessageBusObserver
-from wow_redis.receiver import RedisStreamReceiver
+from wow_redis.receiver import RedisRecord, RedisStreamReceiver
 from wow_redis.sender import StreamWriter
 from wow_redis.settings import SECTION, RedisSettings
 
@@ -150,6 +156,19 @@ class RedisStreamTransport:
             await self._writer.close(self.settings.socket_timeout)
         if self._client is not None and self._owns_client:
             await self._client.aclose()
+
+    # -- DecodeFailureObserver -------------------------------------------------------
+
+    def decode_failure_handled(self, failure: DecodeFailure, action: DecodeFailureAction) -> None:
+        """Report an entry the bus could not decode and left pending (the default policy).
+
+        The entry stays in the group's pending list (``XPENDING``); recovery delivers it
+        again and, past ``max_deliveries``, moves it to ``<stream>.dlq``.
+        """
+        if action is DecodeFailureAction.LEAVE_PENDING:
+            record = failure.record
+            entry_id = record.entry_id if isinstance(record, RedisRecord) else record.position
+            self.observer.undecodable(failure.topic, failure.group, entry_id, str(failure.error))
 
     # -- helpers ----------------------------------------------------------------------
 
