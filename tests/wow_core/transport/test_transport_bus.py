@@ -245,6 +245,39 @@ async def test_an_explicit_policy_overrides_the_transport_default() -> None:
     await transport.close()
 
 
+async def test_policies_are_selectable_by_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from wow_core.runtime.container import create_container
+    from wow_core.runtime.settings import SettingsError, WowSettings
+
+    for name, policy in [
+        ("default", None),
+        ("dead_letter", DecodeFailureDefault.DEAD_LETTER),
+        ("leave_pending", DecodeFailureDefault.LEAVE_PENDING),
+    ]:
+        monkeypatch.setenv("WOW_MESSAGING__DECODE_FAILURE", name)
+        handler = create_container(WowSettings.load()).decode_failure_handler()
+        assert isinstance(handler, DefaultDecodeFailureHandler)
+        assert handler.policy is policy
+    monkeypatch.setenv("WOW_MESSAGING__DECODE_FAILURE", "drop")
+    with pytest.raises(SettingsError, match=r"WOW_MESSAGING__DECODE_FAILURE='drop'(.|\n)*leave_pending"):
+        create_container(WowSettings.load())
+
+
+async def test_a_default_handler_without_metrics_counts_on_the_bus_metrics() -> None:
+    from wow_core.model import DecodeError
+
+    metrics = InMemoryMetrics()
+    transport = InMemoryTransport()
+    handler = DefaultDecodeFailureHandler()
+    TransportCommandBus(transport, conformance_codec(), decode_failure_handler=handler, metrics=metrics)
+    receiver = transport.open("g", ["t"])
+    await transport.send(TransportMessage("t", "k", "raw", 5))
+    receiver.open_processing()
+    failure = DecodeFailure("g", await anext(receiver), DecodeError(DecodeFailureKind.NOT_JSON, "x"))
+    await handler.handle(failure, transport)
+    assert metrics.counter_value(DefaultDecodeFailureHandler.COUNTER) == 1
+
+
 class ObservingTransport(InMemoryTransport):
     """A transport that implements the optional DecodeFailureObserver."""
 

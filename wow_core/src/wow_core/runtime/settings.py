@@ -19,7 +19,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dotenv import dotenv_values
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    SecretBytes,
+    SecretStr,
+    ValidationError,
+)
 from pydantic import create_model as _create_model
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings import SettingsError as _SourceError
@@ -88,7 +97,13 @@ class MessagingSettings(_Section):
     context_aliases: dict[str, str] = Field(
         default_factory=dict, description="Context name replacements in topic names (JSON object)."
     )
-    decode_failure: str = Field("default", description="Decode-failure policy, by plugin name.")
+    decode_failure: str = Field(
+        "default",
+        description=(
+            "Decode-failure policy, by plugin name: default (the transport's default), "
+            "dead_letter (to <topic>.dlq, then ack) or leave_pending (unacknowledged)."
+        ),
+    )
 
 
 class RuntimeSettings(_Section):
@@ -134,7 +149,7 @@ class WowSettings(BaseSettings):
         try:
             return cls(**overrides)
         except ValidationError as error:
-            raise SettingsError(describe(error, ())) from None
+            raise SettingsError(describe(error, (), cls)) from None
         except _SourceError as error:
             raise SettingsError(describe_undecodable(error, cls, ())) from None
 
@@ -161,7 +176,7 @@ def load_section(name: str, model: type[T]) -> T:
     try:
         value = getattr(holder(), name)
     except ValidationError as error:
-        raise SettingsError(describe(error, ())) from None
+        raise SettingsError(describe(error, (), holder)) from None
     except _SourceError as error:
         raise SettingsError(describe_undecodable(error, holder, ())) from None
     if not isinstance(value, model):
@@ -207,17 +222,28 @@ def _accepted(item: Any) -> str:
     return "a value " + rest if rest.startswith(("greater", "less")) else rest
 
 
-def describe(error: ValidationError, prefix: tuple[str, ...]) -> str:
-    """One line per wrong value: the variable, the value and what is accepted."""
+def describe(error: ValidationError, prefix: tuple[str, ...], model: type[BaseModel] | None = None) -> str:
+    """One line per wrong value: the variable, the value and what is accepted.
+
+    The value of a secret field (``SecretStr``, ``SecretBytes`` of ``model``) is masked.
+    """
     lines = []
     for item in error.errors():
         location = prefix + tuple(str(part) for part in item["loc"])
         value = item.get("input")
-        shown = f"={value!r}" if not isinstance(value, dict) else ""
+        path = [str(part) for part in item["loc"] if not isinstance(part, int)]
+        secret = model is not None and _is_secret(_field_at(model, path))
+        shown = "" if isinstance(value, dict) else "=**********" if secret else f"={value!r}"
         lines.append(
             f"{env_name(location)}{shown} is not accepted ({item['msg']}); accepted: {_accepted(item)}"
         )
     return "invalid settings:\n  " + "\n  ".join(lines)
+
+
+def _is_secret(annotation: Any) -> bool:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return any(_is_secret(arg) for arg in typing.get_args(annotation))
+    return isinstance(annotation, type) and issubclass(annotation, SecretStr | SecretBytes)
 
 
 def _is_complex(annotation: Any) -> bool:

@@ -126,6 +126,10 @@ class TransportMessageBus(Generic[M, E]):
             if decode_failure_handler is not None
             else DefaultDecodeFailureHandler(metrics=self.metrics)
         )
+        handler = self.decode_failure_handler
+        if isinstance(handler, DefaultDecodeFailureHandler) and isinstance(handler.metrics, NoopMetrics):
+            # A default handler built without metrics (by its plugin factory) counts on the bus's.
+            handler.metrics = self.metrics
         self._topics: dict[NamedAggregate, str] = {}
         self._receivers: set[TransportBusReceiver[E]] = set()
         self._closed = False
