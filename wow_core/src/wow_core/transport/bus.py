@@ -45,6 +45,7 @@ from wow_core.model import (
 from wow_core.transport.decode_failure import (
     DecodeFailure,
     DecodeFailureAction,
+    DecodeFailureObserver,
     DefaultDecodeFailureHandler,
     TransportDecodeFailureHandler,
 )
@@ -125,6 +126,10 @@ class TransportMessageBus(Generic[M, E]):
             if decode_failure_handler is not None
             else DefaultDecodeFailureHandler(metrics=self.metrics)
         )
+        handler = self.decode_failure_handler
+        if isinstance(handler, DefaultDecodeFailureHandler) and isinstance(handler.metrics, NoopMetrics):
+            # A default handler built without metrics (by its plugin factory) counts on the bus's.
+            handler.metrics = self.metrics
         self._topics: dict[NamedAggregate, str] = {}
         self._receivers: set[TransportBusReceiver[E]] = set()
         self._closed = False
@@ -286,7 +291,13 @@ class TransportBusReceiver(Generic[E]):
                 record.topic,
                 record.position,
             )
-            return
+            action = DecodeFailureAction.LEAVE_PENDING
+        transport = self.bus.transport
+        if isinstance(transport, DecodeFailureObserver):
+            try:
+                transport.decode_failure_handled(failure, action)
+            except Exception:
+                _log.exception("the transport's decode-failure observer failed for %s", record.position)
         if action is DecodeFailureAction.ACK:
             try:
                 await record.ack()
