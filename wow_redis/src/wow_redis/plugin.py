@@ -27,9 +27,31 @@ def _transport(settings: WowSettings) -> Any:
     return RedisStreamTransport.from_settings(settings)
 
 
+def _event_store(settings: WowSettings) -> Any:
+    from wow_redis.event_store import RedisEventStore
+
+    return RedisEventStore.from_settings(settings)
+
+
+def _snapshot_repository(settings: WowSettings) -> Any:
+    from wow_redis.event_store import RedisSnapshotRepository
+
+    return RedisSnapshotRepository.from_settings(settings)
+
+
 @hookimpl
 def register_transports(register: Callable[[str, Factory], None]) -> None:
     register("redis", _transport)
+
+
+@hookimpl
+def register_event_stores(register: Callable[[str, Factory], None]) -> None:
+    register("redis", _event_store)
+
+
+@hookimpl
+def register_snapshot_repositories(register: Callable[[str, Factory], None]) -> None:
+    register("redis", _snapshot_repository)
 
 
 @hookimpl

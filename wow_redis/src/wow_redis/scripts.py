@@ -46,3 +46,35 @@ Atomic: the entry is either still pending or acknowledged with its copy in
 ``wow_deliveries`` and ``wow_reason`` fields added). It returns 0 and does nothing when
 another consumer owns the entry by now or it was acknowledged meanwhile.
 """
+
+APPEND_SCRIPT = """
+-- KEYS[1] the aggregate's list of streams, KEYS[2] the aggregate type's request ids
+-- ARGV: request id, version, stream JSON, where-appended JSON
+local original = redis.call('HGET', KEYS[2], ARGV[1])
+if original then
+  return {'duplicate', original}
+end
+local current = redis.call('LLEN', KEYS[1])
+if current ~= tonumber(ARGV[2]) - 1 then
+  return {'conflict', current}
+end
+redis.call('RPUSH', KEYS[1], ARGV[3])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[4])
+return {'ok'}
+"""
+"""The event-store append: request-id check, version check and write in one step.
+
+A duplicate request id wins over a version conflict (the caller learns where its
+request went). Nothing is written unless both checks pass.
+"""
+
+SAVE_SNAPSHOT_SCRIPT = """
+-- KEYS[1] the snapshot hash; ARGV: version, snapshot JSON
+local held = redis.call('HGET', KEYS[1], 'version')
+if held and tonumber(held) >= tonumber(ARGV[1]) then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'version', ARGV[1], 'data', ARGV[2])
+return 1
+"""
+"""Keep a snapshot only when it is newer than the one held."""

@@ -12,6 +12,8 @@ import os
 import secrets
 import socket
 from enum import StrEnum
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, SecretStr, field_validator
 
@@ -26,6 +28,18 @@ class GroupStart(StrEnum):
     """Only entries added after the group was created (``$``); the default."""
     EARLIEST = "earliest"
     """Everything the stream still holds (``0``)."""
+
+
+def masked_url(url: str) -> str:
+    """``url`` with the password (if any) replaced by ``***``: safe to log."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 def default_consumer_name() -> str:
@@ -104,6 +118,10 @@ class RedisSettings(BaseModel):
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if value in ("", "none", "None") else value
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, (masked_url(value) if name == "url" and isinstance(value, str) else value)
 
     def resolved_consumer_name(self) -> str:
         return self.consumer_name or default_consumer_name()

@@ -193,6 +193,6 @@ def build_runtime(
 
     components = [item() if isinstance(item, type) else item for item in app.components]
     runtime.event_dispatch = install_event_dispatch(
-        runtime, components, recorder=container.failure_recorder()
+        runtime, components, recorder=container.failure_recorder(), options=app.events
     )
     return runtime
