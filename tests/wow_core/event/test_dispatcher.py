@@ -491,3 +491,32 @@ def test_sagas_need_a_command_sender_and_snapshots_a_saver() -> None:
             executor=LaneExecutor(),
             snapshot_aggregates=[ACCOUNT],
         )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("WOW_EVENT__ACK_ON_UNRECORDED_FAILURE", "maybe"),
+        ("WOW_EVENT__RETRY__MAX_RETRIES", "-1"),
+        ("WOW_EVENT__RETRY__MIN_BACKOFF", "soon"),
+    ],
+)
+def test_a_wrong_event_setting_is_refused_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    from wow_core.runtime.settings import SettingsError, WowSettings
+
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError, match=variable):
+        WowSettings.load()
+
+
+def test_event_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from wow_core.runtime.settings import WowSettings
+
+    monkeypatch.setenv("WOW_EVENT__ACK_ON_UNRECORDED_FAILURE", "false")
+    monkeypatch.setenv("WOW_EVENT__RETRY__MAX_RETRIES", "5")
+    monkeypatch.setenv("WOW_EVENT__RETRY__MIN_BACKOFF", "0.5")
+    event = WowSettings.load().event
+    assert event.ack_on_unrecorded_failure is False
+    assert (event.retry.max_retries, event.retry.min_backoff) == (5, 0.5)

@@ -152,9 +152,12 @@ class AbstractAggregateEventDispatcher(Generic[E]):
             self._receivers.clear()
             return True
         self._running = False
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
         settled = True
         for receiver in self._receivers:
-            settled = await receiver.quiesce(timeout) and settled
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            settled = await receiver.quiesce(left) and settled
         for loop in self._loops:
             loop.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
