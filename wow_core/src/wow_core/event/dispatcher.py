@@ -158,8 +158,8 @@ class AbstractAggregateEventDispatcher(Generic[E]):
         for receiver in self._receivers:
             left = None if deadline is None else max(0.0, deadline - loop.time())
             settled = await receiver.quiesce(left) and settled
-        for loop in self._loops:
-            loop.cancel()
+        for consumer in self._loops:
+            consumer.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
         for receiver in self._receivers:
             await receiver.close()
