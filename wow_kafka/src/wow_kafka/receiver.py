@@ -135,7 +135,7 @@ class KafkaTransportReceiver:
         self._data = asyncio.Event()
         self._anchored = asyncio.Event()
         self._processing = False
-        self._paused = True
+        self._room = asyncio.Event()
         self._closed = False
         self._start_task: asyncio.Task[None] | None = None
         self._fetch_task: asyncio.Task[None] | None = None
@@ -203,6 +203,7 @@ class KafkaTransportReceiver:
             return
         self._closed = True
         self._data.set()
+        self._room.set()
         for task in (self._start_task, self._fetch_task, self._commit_task):
             if task is not None and not task.done():
                 task.cancel()
@@ -243,8 +244,8 @@ class KafkaTransportReceiver:
             if self._closed:
                 return
             offsets, record = buffer.popleft()
-            if self._paused and self._processing and len(buffer) <= low_mark:
-                self._update_pause()
+            if len(buffer) <= low_mark and not self._room.is_set():
+                self._room.set()
             if offsets.revoking or not offsets.active:
                 continue  # its partition was revoked: the new owner delivers it
             offsets.delivered(record.offset)
@@ -256,6 +257,13 @@ class KafkaTransportReceiver:
         settings = self._settings
         backoff = settings.retry_backoff_ms / 1000
         while not self._closed:
+            if len(self._buffer) >= settings.buffered_records:
+                # Back-pressure without pausing: a paused partition's prefetched data is
+                # dropped and fetched again on resume. Not polling for longer than
+                # max_poll_interval_ms makes the member leave its group, as in Kafka.
+                self._room.clear()
+                await self._room.wait()
+                continue
             try:
                 batches = await consumer.getmany(
                     timeout_ms=settings.poll_timeout_ms, max_records=settings.max_poll_records
@@ -279,25 +287,29 @@ class KafkaTransportReceiver:
                     continue
                 self._buffer.extend((offsets, record) for record in records)
             self._data.set()
-            if len(self._buffer) >= settings.buffered_records:
-                self._update_pause()
 
     def _update_pause(self) -> None:
-        """Pause fetching before processing opens and while the buffer is full."""
+        """Keep every partition paused until processing opens."""
         consumer = self._consumer
         if consumer is None:
             return
-        pause = not self._processing or len(self._buffer) >= self._settings.buffered_records
         assigned = consumer.assignment()
-        if pause:
-            consumer.pause(*assigned)
-        else:
+        if self._processing:
             consumer.resume(*assigned)
-        self._paused = pause
-        if self._processing and self._buffer:
-            self._data.set()
+            if self._buffer:
+                self._data.set()
+        else:
+            consumer.pause(*assigned)
 
     # -- commits ----------------------------------------------------------------------
+
+    async def commit(self) -> None:
+        """Commit the contiguous watermark of every owned partition now.
+
+        Commits also happen every ``commit_interval_ms``, on revocation and on close;
+        this is for a caller that wants the offsets stored at a point of its choosing.
+        """
+        await self._commit(list(self._partitions))
 
     def _acked(self) -> None:
         self._commit_wanted.set()
@@ -392,7 +404,7 @@ class KafkaTransportReceiver:
             log.info("Kafka receiver of group %r: anchoring interrupted: %s", self.group, error)
             return
         self._partitions.update(states)
-        if not self._processing or len(self._buffer) >= self._settings.buffered_records:
+        if not self._processing:
             consumer.pause(*assigned)
         self.assignments += 1
         self._anchored.set()

@@ -310,25 +310,37 @@ class CommandKernel:
     @staticmethod
     def _stream(command: CommandMessage[Any], version: int, bodies: tuple[object, ...]) -> DomainEventStream:
         aggregate_id = command.aggregate_id
+        command_id = command.id
         last = len(bodies)
-        events = tuple(
-            DomainEvent(
-                aggregate_id=aggregate_id,
-                body=body,
-                name=type(body).__name__,
-                version=version,
-                sequence=index,
-                is_last=index == last,
-                command_id=command.id,
+        if last == 1:
+            body = bodies[0]
+            events: tuple[DomainEvent[Any], ...] = (
+                DomainEvent(aggregate_id, body, type(body).__name__, version, 1, True, command_id=command_id),
             )
-            for index, body in enumerate(bodies, start=1)
+        else:
+            events = tuple(
+                DomainEvent(
+                    aggregate_id,
+                    body,
+                    type(body).__name__,
+                    version,
+                    index,
+                    index == last,
+                    command_id=command_id,
+                )
+                for index, body in enumerate(bodies, start=1)
+            )
+        source = command.header
+        header = (
+            Header({k: v for k, v in source.items() if not k.startswith(Header.LOCAL_FIRST)})
+            if source
+            else Header()
         )
-        header = Header({k: v for k, v in command.header.items() if not k.startswith(Header.LOCAL_FIRST)})
         return DomainEventStream(
             aggregate_id=aggregate_id,
             version=version,
             events=events,
-            command_id=command.id,
+            command_id=command_id,
             request_id=command.request_id,
             header=header,
         )
