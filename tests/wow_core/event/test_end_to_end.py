@@ -64,7 +64,25 @@ def _component(runtime: WowRuntime, kind: type[Any]) -> Any:
 
 
 async def test_every_wait_stage_works_on_the_embedded_runtime() -> None:
-    runtime = bank_app.runtime(WowSettings(service_name="bank-e2e"))
+    await _every_wait_stage(bank_app.runtime(WowSettings(service_name="bank-e2e")))
+
+
+async def test_every_wait_stage_works_over_a_transport(kit: TransportKit) -> None:
+    service = f"bank{uuid.uuid4().hex[:8]}"
+    app = WowApp(service, aggregates=bank_app.aggregates, components=[type(c)() for c in _instances()])
+    transport = kit.make()
+    runtime = transport_runtime(app, transport, service, NONE_RECORDER, True, _Shared())
+    try:
+        await _every_wait_stage(runtime)
+    finally:
+        await transport.close()
+
+
+def _instances() -> list[Any]:
+    return [c() if isinstance(c, type) else c for c in bank_app.components]
+
+
+async def _every_wait_stage(runtime: WowRuntime) -> None:
     async with runtime:
         build = runtime.aggregates.command
         send = runtime.gateway.send_and_wait
@@ -99,7 +117,8 @@ async def test_every_wait_stage_works_on_the_embedded_runtime() -> None:
         # the saga's command was sent; the notice aggregate gets recorded
         notice = AggregateId(NOTICE, tid)
         await eventually(lambda: _has_version(runtime, notice, 1))
-        assert summary.transfers[tid] == "completed"
+        # SAGA_HANDLED says nothing about the projection (another dispatcher): wait for it
+        await wait_until(lambda: summary.transfers.get(tid) == "completed", 20)
         # a wait filtered on a function name completes only on that function
         filtered = await send(
             build(Deposit(1), ann),
