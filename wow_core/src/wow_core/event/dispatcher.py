@@ -188,9 +188,11 @@ class AbstractAggregateEventDispatcher(Generic[E]):
             return
         try:
             pairs = self.work(exchange.message, compensation)
-            last_of = {
-                function: index for index, (_, functions) in enumerate(pairs) for function in functions
-            }
+            last_of = (
+                dict.fromkeys(pairs[0][1], 0)
+                if len(pairs) == 1
+                else {function: index for index, (_, functions) in enumerate(pairs) for function in functions}
+            )
             for index, (message, functions) in enumerate(pairs):
                 settled = await self._run(exchange, message, functions, compensation, last_of, index)
                 withhold = withhold or any(not item.acknowledges for item in settled)
