@@ -168,9 +168,22 @@ class AbstractAggregateEventDispatcher(Generic[E]):
         return settled
 
     async def _consume(self, receiver: MessageReceiver[E]) -> None:
-        async for exchange in receiver:
-            message = exchange.message
-            await self.executor.submit((self._lane, message.aggregate_id), _bind(self.dispatch, exchange))
+        try:
+            async for exchange in receiver:
+                message = exchange.message
+                try:
+                    await self.executor.submit(
+                        (self._lane, message.aggregate_id), _bind(self.dispatch, exchange)
+                    )
+                except BaseException:
+                    exchange.release()  # not admitted: leave it to the backend's redelivery
+                    raise
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # A receiver is not supposed to fail; if it does, say so loudly: this receiver
+            # takes no more messages until the runtime restarts.
+            logger.exception("%s: consuming %r failed; it takes no more messages", self.name, receiver)
 
     # -- one source exchange ------------------------------------------------------------
 
