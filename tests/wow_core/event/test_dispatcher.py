@@ -556,3 +556,12 @@ async def test_the_recorder_gets_the_last_attempts_error_after_the_signal_was_em
     assert signals_at_record == [1]
     assert h.notifier.signals[0].error is failure.error
     await h.dispatch.stop(5)
+
+
+async def test_a_failing_receiver_is_reported_not_silently_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    h = await start(Ledger())
+    [receiver] = h.events.receivers
+    receiver.queue.put_nowait(None)  # not a message: the receiver's iteration fails on it
+    await wait_until(lambda: "takes no more messages" in caplog.text)
+    assert "AttributeError" in caplog.text
+    await h.dispatch.stop(5)

@@ -98,6 +98,7 @@ async def _every_wait_stage(runtime: WowRuntime) -> None:
         snap = await send(build(Deposit(50), ann), CommandWait.snapshot(), timeout=10)
         assert snap.stage.value == "SNAPSHOT"
         assert snap.aggregate_version == 2
+        assert snap.result == {"balance": 150}  # the command's result, reported at a later stage
         snapshot = await runtime.snapshot_repository.load(snap.aggregate_id)
         assert snapshot is not None
         assert snapshot.version >= 2
