@@ -51,6 +51,8 @@ def test_the_demo_runs_unchanged_over_a_broker(
     monkeypatch.setenv("WOW_TRANSPORT", transport)
     prefix = f"wowdemo{uuid.uuid4().hex[:10]}."
     monkeypatch.setenv("WOW_MESSAGING__TOPIC_PREFIX", prefix)  # streams of this run only
+    # Redis keeps the reference stream names (<context>.<aggregate>:<kind>) under its own prefix
+    monkeypatch.setenv("WOW_REDIS__KEY_PREFIX", prefix)
     try:
         assert main(["demo", "--accounts", "4", "--transfers", "8", "--concurrency", "4"]) == 0
     finally:

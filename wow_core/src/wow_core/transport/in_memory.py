@@ -277,6 +277,8 @@ class InMemoryTransportReceiver:
             record = self.poll()
             if record is not None:
                 return record
+            if self._waiter is not None:
+                raise RuntimeError(f"{self!r} is already being iterated by another task")
             self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await self._waiter
