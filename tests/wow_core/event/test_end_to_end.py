@@ -70,17 +70,14 @@ async def test_every_wait_stage_works_on_the_embedded_runtime() -> None:
 
 async def test_every_wait_stage_works_over_a_transport(kit: TransportKit) -> None:
     service = f"bank{uuid.uuid4().hex[:8]}"
-    app = WowApp(service, aggregates=bank_app.aggregates, components=[type(c)() for c in _instances()])
+    components = [c if isinstance(c, type) else type(c) for c in bank_app.components]
+    app = WowApp(service, aggregates=bank_app.aggregates, components=components)
     transport = kit.make()
     runtime = transport_runtime(app, transport, service, NONE_RECORDER, True, _Shared())
     try:
         await _every_wait_stage(runtime)
     finally:
         await transport.close()
-
-
-def _instances() -> list[Any]:
-    return [c() if isinstance(c, type) else c for c in bank_app.components]
 
 
 async def _every_wait_stage(runtime: WowRuntime) -> None:
