@@ -14,7 +14,7 @@ from wow_core.messaging import BusClosedError
 from wow_core.metrics import InMemoryMetrics
 from wow_core.model import NamedAggregate, TopicKind
 from wow_core.transport import TransportMessage
-from wow_redis import RedisMessageBusObserver, RedisStreamTransport
+from wow_redis import RedisMessageBusObserver, RedisStreamReceiver, RedisStreamTransport
 from wow_redis.observer import CLAIMED, DEAD_LETTERED, SEND_FAILURES, UNDECODABLE
 
 pytestmark = pytest.mark.redis
@@ -628,3 +628,63 @@ async def test_an_error_the_reader_cannot_retry_ends_the_iteration_with_it(
     with pytest.raises(ResponseError, match="WRONGTYPE"):
         await take(receiver, 1)
     assert "stopped" in caplog.text
+
+
+async def test_ready_fails_after_its_retries_when_the_server_is_down(prefix: str) -> None:
+    from wow_redis import RedisSettings
+
+    transport = RedisStreamTransport(
+        RedisSettings(url="redis://127.0.0.1:1/0", key_prefix=prefix, send_retries=1, reconnect_backoff=0.01)
+    )
+    try:
+        receiver = transport.open("g1", [f"{prefix}t"])
+        with pytest.raises(RedisConnectionError):
+            await asyncio.wait_for(receiver.ready(), 20)
+    finally:
+        await transport.close()
+
+
+async def test_a_running_member_takes_over_what_a_closed_member_handed_back(
+    make_transport: Make, redis: Redis
+) -> None:
+    leaving = make_transport(claim_idle_time=None)
+    staying = make_transport(claim_idle_time=30.0, claim_interval=0.1)
+    topic = topic_of(leaving)
+    gone = leaving.open("g1", [topic])
+    await gone.ready()
+    receiver = await transport_ready_and_open(staying.open("g1", [topic]))
+    gone.open_processing()
+    await leaving.send_many([message(topic, payload=str(n)) for n in range(3)])
+    await take(gone, 1)  # the other member may read some too
+    await gone.close()  # hands back what it read and did not acknowledge
+
+    async def consume() -> None:
+        async for record in receiver:
+            await record.ack()
+
+    async def all_acknowledged() -> bool:
+        return await pending_count(redis, topic, "g1") == 0
+
+    task = asyncio.ensure_future(consume())
+    try:
+        await eventually(all_acknowledged)  # long before the 30 s claim idle time
+    finally:
+        task.cancel()
+
+
+async def transport_ready_and_open(receiver: RedisStreamReceiver) -> RedisStreamReceiver:
+    await receiver.ready()
+    receiver.open_processing()
+    return receiver
+
+
+async def test_an_ack_after_close_still_acknowledges(make_transport: Make, redis: Redis) -> None:
+    transport = make_transport()
+    topic = topic_of(transport)
+    receiver = await transport_ready_and_open(transport.open("g1", [topic]))
+    await transport.send(message(topic))
+    [record] = await take(receiver, 1)
+    await receiver.close()
+    assert await pending_count(redis, topic, "g1") == 1
+    await record.ack()
+    assert await pending_count(redis, topic, "g1") == 0

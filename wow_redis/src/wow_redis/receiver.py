@@ -162,11 +162,16 @@ class _Acker:
             await asyncio.wait_for(self._idle.wait(), timeout)
 
     async def stop(self) -> None:
+        """Stop flushing; acks still queued stay pending (handed back by the close)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(BusClosedError("the receiver closed before this XACK was sent"))
 
 
 class RedisStreamReceiver:
