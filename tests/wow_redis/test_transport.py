@@ -603,3 +603,20 @@ async def test_a_payload_the_bus_cannot_decode_is_reported_and_left_pending(
     finally:
         await bus.close()
         await transport.close()
+
+
+async def test_a_payload_that_is_not_encodable_fails_only_its_send(
+    make_transport: Make, redis: Redis
+) -> None:
+    transport = make_transport()
+    topic = topic_of(transport)
+    results = await asyncio.gather(
+        transport.send(message(topic, payload="before")),
+        transport.send(message(topic, payload="lone \ud800 surrogate")),
+        transport.send(message(topic, payload="after")),
+        return_exceptions=True,
+    )
+    assert results[0] is None
+    assert isinstance(results[1], UnicodeEncodeError)
+    assert results[2] is None
+    assert [fields[b"msg"] for _, fields in await redis.xrange(topic)] == [b"before", b"after"]

@@ -152,11 +152,14 @@ class AbstractAggregateEventDispatcher(Generic[E]):
             self._receivers.clear()
             return True
         self._running = False
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
         settled = True
         for receiver in self._receivers:
-            settled = await receiver.quiesce(timeout) and settled
-        for loop in self._loops:
-            loop.cancel()
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            settled = await receiver.quiesce(left) and settled
+        for consumer in self._loops:
+            consumer.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
         for receiver in self._receivers:
             await receiver.close()
