@@ -556,3 +556,34 @@ async def test_the_recorder_gets_the_last_attempts_error_after_the_signal_was_em
     assert signals_at_record == [1]
     assert h.notifier.signals[0].error is failure.error
     await h.dispatch.stop(5)
+
+
+async def test_a_failing_receiver_is_reported_not_silently_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    h = await start(Ledger())
+    [receiver] = h.events.receivers
+    receiver.queue.put_nowait(None)  # not a message: the receiver's iteration fails on it
+    await wait_until(lambda: "takes no more messages" in caplog.text)
+    assert "AttributeError" in caplog.text
+    await h.dispatch.stop(5)
+
+
+async def test_a_recorder_answering_nonsense_is_a_recording_failure() -> None:
+    class Nonsense:
+        records_failures = True
+
+        async def record_failure(self, failure: Any) -> Any:
+            return None
+
+        async def record_success(self, success: Any) -> None:
+            return None
+
+    handler = CollectingErrorHandler()
+    h = await start(HalfBroken(), recorder=Nonsense(), error_handlers={ComponentKind.PROJECTION: handler})
+    s = stream(ACCOUNT, "a1", 1, Opened("ann"))
+    await h.events.send(s)
+    await h.settle(1)
+    assert h.events.acked == []
+    assert h.metrics.counter_value(OUTCOMES_METRIC, outcome="RECORDING_FAILED") == 1
+    [(_, error)] = handler.errors
+    assert "not a RecordResult" in str(suppressed(error)[0])
+    await h.dispatch.stop(5)

@@ -37,6 +37,7 @@ from wow_core.event.failure import NONE_RECORDER, FailureRecorder
 from wow_core.eventsourcing import EventStore, InMemoryEventStore
 from wow_core.metrics import InMemoryMetrics
 from wow_core.model import AggregateId
+from wow_core.plugins import hookimpl, load_plugins
 from wow_core.runtime.app import WowApp
 from wow_core.runtime.assembly import build_runtime
 from wow_core.runtime.container import create_container
@@ -69,17 +70,14 @@ async def test_every_wait_stage_works_on_the_embedded_runtime() -> None:
 
 async def test_every_wait_stage_works_over_a_transport(kit: TransportKit) -> None:
     service = f"bank{uuid.uuid4().hex[:8]}"
-    app = WowApp(service, aggregates=bank_app.aggregates, components=[type(c)() for c in _instances()])
+    components = [c if isinstance(c, type) else type(c) for c in bank_app.components]
+    app = WowApp(service, aggregates=bank_app.aggregates, components=components)
     transport = kit.make()
     runtime = transport_runtime(app, transport, service, NONE_RECORDER, True, _Shared())
     try:
         await _every_wait_stage(runtime)
     finally:
         await transport.close()
-
-
-def _instances() -> list[Any]:
-    return [c() if isinstance(c, type) else c for c in bank_app.components]
 
 
 async def _every_wait_stage(runtime: WowRuntime) -> None:
@@ -97,6 +95,7 @@ async def _every_wait_stage(runtime: WowRuntime) -> None:
         snap = await send(build(Deposit(50), ann), CommandWait.snapshot(), timeout=10)
         assert snap.stage.value == "SNAPSHOT"
         assert snap.aggregate_version == 2
+        assert snap.result == {"balance": 150}  # the command's result, reported at a later stage
         snapshot = await runtime.snapshot_repository.load(snap.aggregate_id)
         assert snapshot is not None
         assert snapshot.version >= 2
@@ -477,3 +476,35 @@ async def test_a_service_adds_filters_and_error_handlers_through_its_app() -> No
     assert [name for name in seen if name != "snapshot"] == ["on_opened", "on_deposited"]
     assert "snapshot" in seen
     assert isinstance(handled[0], ValueError)
+
+
+class LedgerPlugin:
+    """A third-party FailureRecorder, contributed through the ``register_failure_recorders`` hook."""
+
+    def __init__(self) -> None:
+        self.recorder = ScriptedRecorder(RecordResult.RECORDED)
+
+    @hookimpl
+    def register_failure_recorders(self, register: Callable[[str, Any], None]) -> None:
+        register("ledger", lambda settings: self.recorder)
+
+
+async def test_the_failure_recorder_is_a_plugin_selected_by_settings() -> None:
+    plugin = LedgerPlugin()
+    plugins = load_plugins(extra=[("ledger-plugin", plugin)], entry_points=True)
+    settings = WowSettings(service_name="ledgered", failure_recorder="ledger", metrics="in_memory")
+    app = WowApp("ledgered", aggregates=[Account], components=[FragileSummary()])
+    runtime = app.runtime(settings, plugins=plugins)
+    async with runtime:
+        build = runtime.aggregates.command
+        opened = await runtime.gateway.send_and_wait(build(OpenAccount("ann", 0)), CommandWait.projected())
+        await runtime.gateway.send_and_wait(
+            build(Deposit(5), opened.aggregate_id.id), CommandWait.projected()
+        )
+        await wait_until(lambda: len(plugin.recorder.failures) == 1)
+        metrics = runtime.metrics
+        assert isinstance(metrics, InMemoryMetrics)
+        await wait_until(lambda: metrics.counter_value(OUTCOMES_METRIC, outcome="FAILURE_RECORDED") == 1)
+    [failure] = plugin.recorder.failures
+    assert failure.function.processor_name == "FragileSummary"
+    assert isinstance(failure.error, ValueError)

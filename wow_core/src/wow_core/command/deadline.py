@@ -61,7 +61,8 @@ class Deadlines:
     def _fire(self) -> None:
         self._timer = None
         self._timer_at = float("inf")
-        now = self._loop.time()
+        # The loop may run a timer up to its clock resolution early: accept a millisecond.
+        now = self._loop.time() + 0.001
         heap = self._heap
         while heap and heap[0][0] <= now:
             _, _, entry = heapq.heappop(heap)
