@@ -283,8 +283,15 @@ class KafkaTransportReceiver:
             partitions = self._partitions
             for tp, records in batches.items():
                 offsets = partitions.get(tp)
-                if offsets is None or offsets.revoking or not offsets.active:
+                if offsets is None:
+                    # not anchored (yet): give the records back rather than skip them
+                    if tp in consumer.assignment():
+                        with contextlib.suppress(IllegalStateError):
+                            consumer.seek(tp, records[0].offset)
+                            consumer.pause(tp)
                     continue
+                if offsets.revoking or not offsets.active:
+                    continue  # revoked: the next owner starts from the committed watermark
                 self._buffer.extend((offsets, record) for record in records)
             self._data.set()
 
@@ -295,7 +302,8 @@ class KafkaTransportReceiver:
             return
         assigned = consumer.assignment()
         if self._processing:
-            consumer.resume(*assigned)
+            # only anchored partitions: one whose anchoring failed stays paused
+            consumer.resume(*(tp for tp in assigned if tp in self._partitions))
             if self._buffer:
                 self._data.set()
         else:
@@ -380,29 +388,52 @@ class KafkaTransportReceiver:
                 self._partitions.pop(tp, None)
         log.info("Kafka receiver of group %r: revoked %s", self.group, sorted(map(str, revoked)))
 
+    async def _anchor(
+        self, consumer: AIOKafkaConsumer, assigned: set[TopicPartition]
+    ) -> tuple[dict[TopicPartition, PartitionOffsets], dict[TopicPartition, int]]:
+        states: dict[TopicPartition, PartitionOffsets] = {}
+        anchors: dict[TopicPartition, int] = {}
+        for tp in assigned:
+            committed = await consumer.committed(tp)
+            if committed is None:
+                # Conservative boundary: resolve the reset position now and commit it,
+                # so whoever owns the partition later starts here, not at a later end.
+                position = await consumer.position(tp)
+                anchors[tp] = position
+                states[tp] = PartitionOffsets(position)
+            else:
+                states[tp] = PartitionOffsets(committed)
+        if anchors:
+            await consumer.commit(anchors)
+        return states, anchors
+
     async def _on_assigned(self, assigned: set[TopicPartition]) -> None:
         consumer = self._consumer
         if consumer is None:
             return
-        states: dict[TopicPartition, PartitionOffsets] = {}
-        anchors: dict[TopicPartition, int] = {}
-        try:
-            for tp in assigned:
-                committed = await consumer.committed(tp)
-                if committed is None:
-                    # Conservative boundary: resolve the reset position now and commit
-                    # it, so whoever owns the partition later starts here, not later.
-                    position = await consumer.position(tp)
-                    anchors[tp] = position
-                    states[tp] = PartitionOffsets(position)
-                else:
-                    states[tp] = PartitionOffsets(committed)
-            if anchors:
-                await consumer.commit(anchors)
-        except KafkaError as error:
-            # The group moved on while we anchored; the next assignment anchors again.
-            log.info("Kafka receiver of group %r: anchoring interrupted: %s", self.group, error)
-            return
+        backoff = self._settings.retry_backoff_ms / 1000
+        for attempt in range(1, 4):
+            try:
+                states, anchors = await self._anchor(consumer, assigned)
+                break
+            except CommitFailedError as error:
+                # The group moved on while we anchored; the next assignment anchors again.
+                # Until then nothing may be fetched: a record skipped now would be lost here.
+                log.info("Kafka receiver of group %r: anchoring interrupted: %s", self.group, error)
+                consumer.pause(*assigned)
+                return
+            except KafkaError as error:
+                if attempt == 3:
+                    log.warning(
+                        "Kafka receiver of group %r: could not anchor %s, leaving them paused until the "
+                        "next rebalance: %s",
+                        self.group,
+                        sorted(map(str, assigned)),
+                        error,
+                    )
+                    consumer.pause(*assigned)
+                    return
+                await asyncio.sleep(backoff * attempt)
         self._partitions.update(states)
         if not self._processing:
             consumer.pause(*assigned)
