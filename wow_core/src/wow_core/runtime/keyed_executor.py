@@ -116,6 +116,18 @@ class KeyedExecutor:
         """
         await self._admit(key, work, None)
 
+    def submit_nowait(self, key: Hashable, work: Work) -> bool:
+        """Admit ``work`` to ``key``'s lane if a slot is free at once; False (nothing
+        admitted) when the executor is full or submitters are waiting: then ``await
+        submit``. It spares a dispatcher two coroutines per message."""
+        if self._closed:
+            raise ExecutorClosedError(f"{self.name} is closed")
+        if self._in_flight >= self.max_in_flight or self._waiters:
+            return False
+        self._in_flight += 1
+        self._enqueue(key, work, None)
+        return True
+
     async def run(self, key: Hashable, work: Callable[[], Awaitable[T]]) -> T:
         """Run ``work`` in ``key``'s lane and return its result (or raise its error)."""
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
@@ -141,6 +153,10 @@ class KeyedExecutor:
             if self._closed:
                 self._done()
                 raise ExecutorClosedError(f"{self.name} is closed")
+        self._enqueue(key, work, future)
+
+    def _enqueue(self, key: Hashable, work: Work, future: asyncio.Future[Any] | None) -> None:
+        """Put admitted work (its slot taken) in ``key``'s lane."""
         self._idle.clear()
         lane = self._lanes.get(key)
         if lane is not None:
