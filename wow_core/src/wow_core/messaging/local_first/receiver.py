@@ -212,12 +212,21 @@ class LocalFirstReceiver(Generic[E]):
                 raise StopAsyncIteration
             if self._pump is None and not self._distributed_ended:
                 self._pump = loop.create_task(self._pump_distributed(), name="local-first distributed pump")
-            wake = self._wake = loop.create_future()
-            local_next: asyncio.Task[E | _End] | None = None
             if not self._local_ended:
                 if self._local_it is None:
                     assert self._local is not None
                     self._local_it = self._local.__aiter__()
+                if self._local_has_pending():
+                    # The local sink holds a message: the pull returns without waiting.
+                    found = await _pull(self._local_it)
+                    if isinstance(found, _End):
+                        self._local_ended = True
+                        continue
+                    return found
+            wake = self._wake = loop.create_future()
+            local_next: asyncio.Task[E | _End] | None = None
+            if not self._local_ended:
+                assert self._local_it is not None
                 local_next = loop.create_task(_pull(self._local_it))
                 local_next.add_done_callback(functools.partial(_resolve, wake))
             try:
@@ -233,6 +242,11 @@ class LocalFirstReceiver(Generic[E]):
                     self._local_ended = True
                     continue
                 return found
+
+    def _local_has_pending(self) -> bool:
+        """Whether the local receiver can yield at once (receivers that report ``pending``)."""
+        local = self._local
+        return local is not None and local.processing_open and getattr(local, "pending", 0) > 0
 
     def _keep_late(self, task: asyncio.Task[E | _End]) -> None:
         """A local pull cancelled too late already took (and admitted) its exchange: keep it."""
