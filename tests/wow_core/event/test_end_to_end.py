@@ -296,3 +296,40 @@ async def test_a_failing_projection_outcome_and_its_acknowledgement(
 def _projection(runtime: WowRuntime) -> Any:
     assert runtime.event_dispatch is not None
     return next(d for d in runtime.event_dispatch.dispatchers if d.name.endswith("ProjectionDispatcher"))
+
+
+async def test_a_service_adds_filters_and_error_handlers_through_its_app() -> None:
+    from wow_core.event import ComponentKind, EventDispatchOptions, FunctionExchange, Next, order
+
+    seen: list[str] = []
+    handled: list[BaseException] = []
+
+    @order(10, after=["ProjectedNotifierFilter"], before=["RetryableFilter"])
+    class Tracing:
+        async def filter(self, exchange: FunctionExchange, next: Next) -> None:
+            seen.append(exchange.function.function_name)
+            await next(exchange)
+
+    class Collect:
+        async def handle(self, exchange: FunctionExchange, error: BaseException) -> None:
+            handled.append(error)
+
+    options = EventDispatchOptions(filters=[Tracing()], error_handlers={ComponentKind.PROJECTION: Collect()})
+    app = WowApp("opts", aggregates=[Account], components=[FragileSummary()], events=options)
+    runtime = app.runtime(WowSettings(service_name="opts"))
+    async with runtime:
+        assert runtime.event_dispatch is not None
+        [composite] = runtime.event_dispatch.composites
+        assert composite.event_stream_dispatcher is not None
+        chain = composite.event_stream_dispatcher.handler.chain
+        assert chain.names == ["ProjectedNotifierFilter", "Tracing", "RetryableFilter", "FunctionFilter"]
+        build = runtime.aggregates.command
+        opened = await runtime.gateway.send_and_wait(build(OpenAccount("ann", 0)), CommandWait.projected())
+        await runtime.gateway.send_and_wait(
+            build(Deposit(5), opened.aggregate_id.id), CommandWait.projected()
+        )
+        await wait_until(lambda: len(handled) == 1)
+    # without @filter_type a filter applies to every dispatcher: the snapshot chain too
+    assert [name for name in seen if name != "snapshot"] == ["on_opened", "on_deposited"]
+    assert "snapshot" in seen
+    assert isinstance(handled[0], ValueError)

@@ -135,7 +135,7 @@ def test_demo_runs_the_bank_and_prints_stages_and_summary(
     assert main(["demo", "--accounts", "6", "--transfers", "30", "--concurrency", "8"]) == 0
     out = capsys.readouterr().out
     for expected in (
-        "Per stage waited for",
+        "Per stage reached",
         "PROCESSED",
         "SENT",
         "INSUFFICIENT_FUNDS",

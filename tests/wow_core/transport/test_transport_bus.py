@@ -25,6 +25,7 @@ from wow_core.transport.bus import (
 from wow_core.transport.decode_failure import (
     DecodeFailure,
     DecodeFailureAction,
+    DecodeFailureObserver,
     DefaultDecodeFailureHandler,
 )
 from wow_core.transport.in_memory import InMemoryBroker, InMemoryTransport, InMemoryTransportReceiver
@@ -275,4 +276,38 @@ async def test_a_default_handler_without_metrics_counts_on_the_bus_metrics() -> 
     failure = DecodeFailure("g", await anext(receiver), DecodeError(DecodeFailureKind.NOT_JSON, "x"))
     await handler.handle(failure, transport)
     assert metrics.counter_value(DefaultDecodeFailureHandler.COUNTER) == 1
+
+
+class ObservingTransport(InMemoryTransport):
+    """A transport that implements the optional DecodeFailureObserver."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.observed: list[tuple[DecodeFailureKind, DecodeFailureAction]] = []
+
+    def decode_failure_handled(self, failure: DecodeFailure, action: DecodeFailureAction) -> None:
+        self.observed.append((failure.error.kind, action))
+
+
+@pytest.mark.parametrize(
+    ("handler", "action"),
+    [
+        (DefaultDecodeFailureHandler(DecodeFailureDefault.LEAVE_PENDING), DecodeFailureAction.LEAVE_PENDING),
+        (DefaultDecodeFailureHandler(DecodeFailureDefault.DEAD_LETTER), DecodeFailureAction.ACK),
+        (ExplodingHandler(), DecodeFailureAction.LEAVE_PENDING),
+    ],
+)
+async def test_a_transport_that_observes_decode_failures_hears_the_action(
+    handler: object, action: DecodeFailureAction
+) -> None:
+    transport = ObservingTransport()
+    assert isinstance(transport, DecodeFailureObserver)
+    bus = TransportCommandBus(transport, conformance_codec(), decode_failure_handler=handler)  # type: ignore[arg-type]
+    receiver = bus.receiver(MessageSubscription.of("bank.p", [ACCOUNT]))
+    receiver.open_processing()
+    await transport.send(TransportMessage(bus.topic(ACCOUNT), "a-1", "garbage", 0))
+    await bus.send(command(ACCOUNT, "a-2"))
+    exchange = await anext(receiver)
+    assert exchange.message.aggregate_id.id == "a-2"
+    assert transport.observed == [(DecodeFailureKind.NOT_JSON, action)]
     await transport.close()

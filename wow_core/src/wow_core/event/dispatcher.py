@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Hashable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from wow_core.event.compensation import CompensationTarget, InvalidCompensationHeaderError
@@ -184,7 +184,7 @@ class AbstractAggregateEventDispatcher(Generic[E]):
             await self._finish(exchange, withhold=False)
             return
         try:
-            pairs = list(self.work(exchange.message, compensation))
+            pairs = self.work(exchange.message, compensation)
             last_of = {
                 function: index for index, (_, functions) in enumerate(pairs) for function in functions
             }
@@ -198,14 +198,14 @@ class AbstractAggregateEventDispatcher(Generic[E]):
 
     def work(
         self, message: Any, compensation: CompensationTarget | None
-    ) -> Iterable[tuple[DomainEvent[Any] | StateEvent[Any], tuple[MessageFunction, ...]]]:
+    ) -> list[tuple[DomainEvent[Any] | StateEvent[Any], tuple[MessageFunction, ...]]]:
         """The (message, functions) pairs of one source message, in order."""
         raise NotImplementedError
 
     def _selected(
         self,
         topic: NamedAggregate,
-        key: Hashable,
+        key: Any,
         bodies: Sequence[object],
         compensation: CompensationTarget | None,
     ) -> tuple[MessageFunction, ...]:
@@ -301,14 +301,16 @@ class EventStreamDispatcher(AbstractAggregateEventDispatcher[EventStreamExchange
 
     def work(
         self, message: Any, compensation: CompensationTarget | None
-    ) -> Iterable[tuple[DomainEvent[Any] | StateEvent[Any], tuple[MessageFunction, ...]]]:
+    ) -> list[tuple[DomainEvent[Any] | StateEvent[Any], tuple[MessageFunction, ...]]]:
         stream: DomainEventStream = message
         topic = stream.aggregate_id.named_aggregate
+        pairs: list[tuple[DomainEvent[Any] | StateEvent[Any], tuple[MessageFunction, ...]]] = []
         for event in stream.events:
             body = event.body
-            functions = self._selected(topic, (type(body),), (body,), compensation)
+            functions = self._selected(topic, type(body), (body,), compensation)
             if functions:
-                yield event, functions
+                pairs.append((event, functions))
+        return pairs
 
 
 class StateEventDispatcher(AbstractAggregateEventDispatcher[StateEventExchange]):
@@ -322,14 +324,13 @@ class StateEventDispatcher(AbstractAggregateEventDispatcher[StateEventExchange])
 
     def work(
         self, message: Any, compensation: CompensationTarget | None
-    ) -> Iterable[tuple[DomainEvent[Any] | StateEvent[Any], tuple[MessageFunction, ...]]]:
+    ) -> list[tuple[DomainEvent[Any] | StateEvent[Any], tuple[MessageFunction, ...]]]:
         state_event: StateEvent[Any] = message
         bodies = [event.body for event in state_event.stream.events]
         functions = self._selected(
             state_event.aggregate_id.named_aggregate, tuple(type(b) for b in bodies), bodies, compensation
         )
-        if functions:
-            yield state_event, functions
+        return [(state_event, functions)] if functions else []
 
 
 class CompositeEventDispatcher:

@@ -141,7 +141,7 @@ def configure_demo(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transfers", type=int, default=400, help="transfers to attempt (default 400)")
     parser.add_argument("--concurrency", type=int, default=64, help="commands in flight at once (default 64)")
     parser.add_argument("--seed", type=int, default=7, help="random seed of the batch (default 7)")
-    parser.add_argument("--timeout", type=float, default=30.0, help="deadline of each wait, seconds")
+    parser.add_argument("--timeout", type=float, default=10.0, help="deadline of each wait, seconds")
 
 
 def demo_command(invocation: Any) -> int:

@@ -3,6 +3,7 @@
 from wow_core.transport.decode_failure import (
     DecodeFailure,
     DecodeFailureAction,
+    DecodeFailureObserver,
     DefaultDecodeFailureHandler,
     TransportDecodeFailureHandler,
 )
@@ -19,6 +20,7 @@ from wow_core.transport.spi import (
 __all__ = [
     "DecodeFailure",
     "DecodeFailureAction",
+    "DecodeFailureObserver",
     "DecodeFailureDefault",
     "DefaultDecodeFailureHandler",
     "DefaultTopicNaming",

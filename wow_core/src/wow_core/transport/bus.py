@@ -45,6 +45,7 @@ from wow_core.model import (
 from wow_core.transport.decode_failure import (
     DecodeFailure,
     DecodeFailureAction,
+    DecodeFailureObserver,
     DefaultDecodeFailureHandler,
     TransportDecodeFailureHandler,
 )
@@ -290,7 +291,13 @@ class TransportBusReceiver(Generic[E]):
                 record.topic,
                 record.position,
             )
-            return
+            action = DecodeFailureAction.LEAVE_PENDING
+        transport = self.bus.transport
+        if isinstance(transport, DecodeFailureObserver):
+            try:
+                transport.decode_failure_handled(failure, action)
+            except Exception:
+                _log.exception("the transport's decode-failure observer failed for %s", record.position)
         if action is DecodeFailureAction.ACK:
             try:
                 await record.ack()
