@@ -20,6 +20,7 @@ the same run. Runs alternate between the two modes and the best of ``--repeat`` 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -88,10 +89,10 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
-async def workload(local_first: bool, commands: int, callers: int) -> tuple[float, list[float], dict[str, Any]]:
+async def workload(
+    local_first: bool, commands: int, callers: int
+) -> tuple[float, list[float], dict[str, Any]]:
     """Seconds for ``commands`` PROCESSED waits by ``callers`` concurrent callers, and each latency."""
-    import asyncio
-
     runtime = WowApp("lfbench", aggregates=[CounterAggregate]).runtime(settings(local_first))
     plan = CommandWait.processed()
     latencies: list[float] = []
