@@ -36,22 +36,11 @@ CPU: list[float] = []
 """Process CPU seconds of the last dispatch run (the event loop is this process's only thread)."""
 
 
-async def cpu_hop(count: int) -> float:
-    """CPU seconds per pipelined queue hop (the harness's yardstick, on the CPU clock)."""
-    queue: asyncio.Queue[int] = asyncio.Queue()
-
-    async def consume() -> None:
-        for _ in range(count):
-            await queue.get()
-
-    consumer = asyncio.create_task(consume())
+async def cpu_hop(h: Harness) -> float:
+    """CPU seconds per pipelined queue hop: the harness's yardstick on the CPU clock."""
     start = time.process_time()
-    for i in range(count):
-        queue.put_nowait(i)
-        if i % 64 == 63:
-            await asyncio.sleep(0)
-    await consumer
-    return (time.process_time() - start) / count
+    await h.hop_once()
+    return (time.process_time() - start) / h.n(200_000)
 
 
 ACCOUNT = NamedAggregate("bench", "account")
@@ -135,7 +124,7 @@ async def run(h: Harness) -> list[Figure]:
         # clock of both runs unevenly; CPU time counts only this process's work.
         best_cpu = best_cpu_hop = float("inf")
         for _ in range(h.repeat):
-            best_cpu_hop = min(best_cpu_hop, await cpu_hop(h.n(200_000)))
+            best_cpu_hop = min(best_cpu_hop, await cpu_hop(h))
             await dispatch_once(functions, events)
             best_cpu = min(best_cpu, CPU[-1])
         per_event = seconds / events

@@ -60,6 +60,7 @@ class Outcome:
 @dataclass
 class DemoReport:
     outcomes: list[Outcome] = field(default_factory=list)
+    concurrency: int = 0
     elapsed: float = 0.0
     expected_total: int = 0
     actual_total: int = 0
@@ -131,7 +132,7 @@ async def run_demo(
 ) -> DemoReport:
     """Run the batch against a started runtime and return what happened."""
     rng = random.Random(seed)
-    report = DemoReport()
+    report = DemoReport(concurrency=concurrency)
     driver = Driver(runtime, report, timeout)
     build = runtime.aggregates.command
     started = time.perf_counter()
@@ -304,7 +305,10 @@ def print_report(report: DemoReport, runtime: WowRuntime, out: TextIO) -> None:
         ["WHAT", "VALUE"],
         ["commands", str(len(outcomes))],
         ["elapsed", f"{report.elapsed:.3f} s"],
-        ["throughput", f"{throughput:,.0f} commands/s (sequential steps per transfer, 64 at once)"],
+        [
+            "throughput",
+            f"{throughput:,.0f} commands/s ({report.concurrency} at once, a transfer's steps in sequence)",
+        ],
         [
             "latency p50 / p90 / p99 / max",
             " / ".join(f"{percentile(latencies, q):.2f}" for q in (50, 90, 99, 100)) + " ms",

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from wow_redis import RedisSettings, RedisStreamTransport
+from wow_core.metrics import Metrics
+from wow_redis import RedisMessageBusObserver, RedisSettings, RedisStreamTransport
 
 REDIS_URL = os.environ.get("WOW_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -68,8 +69,10 @@ async def make_transport(
 ) -> AsyncIterator[Callable[..., RedisStreamTransport]]:
     made: list[RedisStreamTransport] = []
 
-    def make(**overrides: Any) -> RedisStreamTransport:
-        transport = RedisStreamTransport(settings_for(**overrides))
+    def make(
+        *, metrics: Metrics | None = None, observer: RedisMessageBusObserver | None = None, **overrides: Any
+    ) -> RedisStreamTransport:
+        transport = RedisStreamTransport(settings_for(**overrides), metrics=metrics, observer=observer)
         made.append(transport)
         return transport
 

@@ -14,7 +14,7 @@ from wow_core.messaging import BusClosedError
 from wow_core.metrics import InMemoryMetrics
 from wow_core.model import NamedAggregate, TopicKind
 from wow_core.transport import TransportMessage
-from wow_redis import RedisMessageBusObserver, RedisStreamTransport
+from wow_redis import RedisMessageBusObserver, RedisStreamReceiver, RedisStreamTransport
 from wow_redis.observer import CLAIMED, DEAD_LETTERED, SEND_FAILURES, UNDECODABLE
 
 pytestmark = pytest.mark.redis
@@ -354,56 +354,46 @@ async def test_entries_of_a_dead_consumer_are_claimed_by_a_living_one(
     await dead.send_many([message(topic, payload=str(n)) for n in range(10)])
     await take(victim, 10)
     await dead.close()  # left pending under the dead consumer's name
-    living = RedisStreamTransport(
-        dead.settings.model_copy(update={"claim_idle_time": 0.2, "consumer_name": None}), metrics=metrics
-    )
-    try:
-        receiver = living.open("g1", [topic])
-        await receiver.ready()
-        receiver.open_processing()
-        records = await take(receiver, 10)
-        assert sorted(int(r.payload) for r in records) == list(range(10))
-        assert all(r.delivery_count == 2 for r in records)
-        for record in records:
-            await record.ack()
-        await receiver.close()
-        assert await pending_count(redis, topic, "g1") == 0
-        assert metrics.counter_value(CLAIMED, stream=topic, group="g1") == 10
-    finally:
-        await living.close()
+    living = make_transport(claim_idle_time=0.2, metrics=metrics)
+    receiver = living.open("g1", [topic])
+    await receiver.ready()
+    receiver.open_processing()
+    records = await take(receiver, 10)
+    assert sorted(int(r.payload) for r in records) == list(range(10))
+    assert all(r.delivery_count == 2 for r in records)
+    for record in records:
+        await record.ack()
+    await receiver.close()
+    assert await pending_count(redis, topic, "g1") == 0
+    assert metrics.counter_value(CLAIMED, stream=topic, group="g1") == 10
 
 
 async def test_an_entry_past_max_deliveries_goes_to_the_dead_letter_stream(
     make_transport: Make, redis: Redis
 ) -> None:
     metrics = InMemoryMetrics()
-    transport = RedisStreamTransport(
-        make_transport().settings.model_copy(update={"claim_idle_time": 0.1, "max_deliveries": 3}),
-        metrics=metrics,
-    )
-    try:
-        topic = topic_of(transport)
-        receiver = transport.open("g1", [topic])
-        await receiver.ready()
-        receiver.open_processing()
-        await transport.send(message(topic, key="poison", payload="boom"))
-        deliveries = [r.delivery_count for r in await take(receiver, 3)]  # never acked
-        assert deliveries == [1, 2, 3]
+    transport = make_transport(claim_idle_time=0.1, max_deliveries=3, metrics=metrics)
+    topic = topic_of(transport)
+    receiver = transport.open("g1", [topic])
+    await receiver.ready()
+    receiver.open_processing()
+    await transport.send(message(topic, key="poison", payload="boom"))
+    deliveries = [r.delivery_count for r in await take(receiver, 3)]  # never acked
+    assert deliveries == [1, 2, 3]
 
-        async def dead_lettered() -> bool:
-            return await redis.xlen(f"{topic}.dlq") == 1
+    async def dead_lettered() -> bool:
+        reported = metrics.counter_value(DEAD_LETTERED, stream=topic, group="g1") == 1
+        return reported and await redis.xlen(f"{topic}.dlq") == 1
 
-        await eventually(dead_lettered)
-        [(_, fields)] = await redis.xrange(f"{topic}.dlq")
-        assert fields[b"msg"] == b"boom"
-        assert fields[b"key"] == b"poison"
-        assert fields[b"wow_origin_stream"] == topic.encode()
-        assert fields[b"wow_group"] == b"g1"
-        assert fields[b"wow_deliveries"] == b"4"
-        assert await pending_count(redis, topic, "g1") == 0
-        assert metrics.counter_value(DEAD_LETTERED, stream=topic, group="g1") == 1
-    finally:
-        await transport.close()
+    await eventually(dead_lettered)
+    [(_, fields)] = await redis.xrange(f"{topic}.dlq")
+    assert fields[b"msg"] == b"boom"
+    assert fields[b"key"] == b"poison"
+    assert fields[b"wow_origin_stream"] == topic.encode()
+    assert fields[b"wow_group"] == b"g1"
+    assert fields[b"wow_deliveries"] == b"4"
+    assert await pending_count(redis, topic, "g1") == 0
+    assert metrics.counter_value(DEAD_LETTERED, stream=topic, group="g1") == 1
 
 
 # -- entries that are not messages -------------------------------------------------------
@@ -425,31 +415,26 @@ async def test_an_entry_that_is_not_a_message_is_reported_and_left_pending(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     metrics = InMemoryMetrics()
-    transport = RedisStreamTransport(
-        make_transport().settings.model_copy(update={"claim_idle_time": None}), metrics=metrics
-    )
-    try:
-        topic = topic_of(transport)
-        receiver = transport.open("g1", [topic])
-        await receiver.ready()
-        receiver.open_processing()
-        bad_id = (await redis.xadd(topic, fields)).decode()  # type: ignore[arg-type]
-        await transport.send(message(topic, payload="good"))
-        [record] = await take(receiver, 1)
-        assert record.payload == "good"
-        await record.ack()
-        assert metrics.counter_value(UNDECODABLE, stream=topic, group="g1") == 1
+    transport = make_transport(claim_idle_time=None, metrics=metrics)
+    topic = topic_of(transport)
+    receiver = transport.open("g1", [topic])
+    await receiver.ready()
+    receiver.open_processing()
+    bad_id = (await redis.xadd(topic, fields)).decode()  # type: ignore[arg-type]
+    await transport.send(message(topic, payload="good"))
+    [record] = await take(receiver, 1)
+    assert record.payload == "good"
+    await record.ack()
+    assert metrics.counter_value(UNDECODABLE, stream=topic, group="g1") == 1
 
-        async def only_the_bad_entry_pending() -> bool:
-            return await pending_count(redis, topic, "g1") == 1
+    async def only_the_bad_entry_pending() -> bool:
+        return await pending_count(redis, topic, "g1") == 1
 
-        await eventually(only_the_bad_entry_pending)
-        [row] = await redis.xpending_range(topic, "g1", min="-", max="+", count=10)
-        assert row["message_id"].decode() == bad_id
-        assert bad_id in caplog.text
-        assert reason in caplog.text
-    finally:
-        await transport.close()
+    await eventually(only_the_bad_entry_pending)
+    [row] = await redis.xpending_range(topic, "g1", min="-", max="+", count=10)
+    assert row["message_id"].decode() == bad_id
+    assert bad_id in caplog.text
+    assert reason in caplog.text
 
 
 async def test_an_entry_that_is_not_a_message_ends_in_the_dead_letter_stream(
@@ -473,26 +458,21 @@ async def test_a_pending_entry_trimmed_away_is_reported_and_acknowledged(
     make_transport: Make, redis: Redis
 ) -> None:
     metrics = InMemoryMetrics()
-    transport = RedisStreamTransport(
-        make_transport().settings.model_copy(update={"claim_idle_time": 0.1}),
-        observer=RedisMessageBusObserver(metrics),
-    )
-    try:
-        topic = topic_of(transport)
-        receiver = transport.open("g1", [topic])
-        await receiver.ready()
-        receiver.open_processing()
-        await transport.send(message(topic, payload="soon gone"))
-        [record] = await take(receiver, 1)
-        await redis.xdel(topic, record.position.rsplit("/", 1)[1])
+    transport = make_transport(claim_idle_time=0.1, observer=RedisMessageBusObserver(metrics))
+    topic = topic_of(transport)
+    receiver = transport.open("g1", [topic])
+    await receiver.ready()
+    receiver.open_processing()
+    await transport.send(message(topic, payload="soon gone"))
+    [record] = await take(receiver, 1)
+    await redis.xdel(topic, record.position.rsplit("/", 1)[1])
 
-        async def released() -> bool:
-            return await pending_count(redis, topic, "g1") == 0
+    async def released_and_reported() -> bool:
+        # the server drops the entry before this process has read the reply saying so
+        reported = metrics.counter_value(DEAD_LETTERED, stream=topic, group="g1") == 1
+        return reported and await pending_count(redis, topic, "g1") == 0
 
-        await eventually(released)
-        assert metrics.counter_value(DEAD_LETTERED, stream=topic, group="g1") == 1
-    finally:
-        await transport.close()
+    await eventually(released_and_reported)
 
 
 # -- connection loss --------------------------------------------------------------------
@@ -502,35 +482,29 @@ async def test_a_reader_whose_connection_is_killed_goes_on_reading(
     make_transport: Make, redis: Redis
 ) -> None:
     metrics = InMemoryMetrics()
-    transport = RedisStreamTransport(
-        make_transport().settings.model_copy(update={"reconnect_backoff": 0.01, "block_time": 5.0}),
-        metrics=metrics,
-    )
-    try:
-        topic = topic_of(transport)
-        receiver = transport.open("g1", [topic])
-        await receiver.ready()
-        receiver.open_processing()
-        await transport.send(message(topic, payload="1"))
-        [first] = await take(receiver, 1)
-        await first.ack()
+    transport = make_transport(reconnect_backoff=0.01, block_time=5.0, metrics=metrics)
+    topic = topic_of(transport)
+    receiver = transport.open("g1", [topic])
+    await receiver.ready()
+    receiver.open_processing()
+    await transport.send(message(topic, payload="1"))
+    [first] = await take(receiver, 1)
+    await first.ack()
 
-        async def blocked_reader() -> bool:
-            clients = (await redis.execute_command("CLIENT", "LIST")).decode()
-            return "cmd=xreadgroup" in clients
+    async def blocked_reader() -> bool:
+        clients = (await redis.execute_command("CLIENT", "LIST")).decode()
+        return "cmd=xreadgroup" in clients
 
-        await eventually(blocked_reader)
-        clients = (await redis.execute_command("CLIENT", "LIST")).decode().splitlines()
-        for line in clients:
-            if "cmd=xreadgroup" in line:
-                client_id = line.split("id=", 1)[1].split(" ", 1)[0]
-                await redis.execute_command("CLIENT", "KILL", "ID", client_id)
-        await transport.send(message(topic, payload="2"))
-        [second] = await take(receiver, 1)
-        assert second.payload == "2"
-        assert metrics.counter_value("wow.redis.connection_errors", where="XREADGROUP") >= 1
-    finally:
-        await transport.close()
+    await eventually(blocked_reader)
+    clients = (await redis.execute_command("CLIENT", "LIST")).decode().splitlines()
+    for line in clients:
+        if "cmd=xreadgroup" in line:
+            client_id = line.split("id=", 1)[1].split(" ", 1)[0]
+            await redis.execute_command("CLIENT", "KILL", "ID", client_id)
+    await transport.send(message(topic, payload="2"))
+    [second] = await take(receiver, 1)
+    assert second.payload == "2"
+    assert metrics.counter_value("wow.redis.connection_errors", where="XREADGROUP") >= 1
 
 
 async def test_close_releases_every_task_and_connection(make_transport: Make) -> None:
@@ -577,9 +551,7 @@ async def test_a_payload_the_bus_cannot_decode_is_reported_and_left_pending(
     from wow_core.transport.bus import TransportCommandBus
 
     metrics = InMemoryMetrics()
-    transport = RedisStreamTransport(
-        make_transport().settings.model_copy(update={"claim_idle_time": None}), metrics=metrics
-    )
+    transport = make_transport(claim_idle_time=None, metrics=metrics)
     named = NamedAggregate("bank", "account")
     bus = TransportCommandBus(transport, conformance_codec())
     topic = bus.topic(named)
@@ -602,4 +574,117 @@ async def test_a_payload_the_bus_cannot_decode_is_reported_and_left_pending(
         await receiver.close()
     finally:
         await bus.close()
+
+
+async def test_a_payload_that_is_not_encodable_fails_only_its_send(
+    make_transport: Make, redis: Redis
+) -> None:
+    transport = make_transport()
+    topic = topic_of(transport)
+    results = await asyncio.gather(
+        transport.send(message(topic, payload="before")),
+        transport.send(message(topic, payload="lone \ud800 surrogate")),
+        transport.send(message(topic, payload="after")),
+        return_exceptions=True,
+    )
+    assert results[0] is None
+    assert isinstance(results[1], UnicodeEncodeError)
+    assert results[2] is None
+    assert [fields[b"msg"] for _, fields in await redis.xrange(topic)] == [b"before", b"after"]
+
+
+async def test_a_group_destroyed_while_reading_is_created_again(make_transport: Make, redis: Redis) -> None:
+    transport = make_transport(block_time=0.1)
+    topic = topic_of(transport)
+    receiver = transport.open("g1", [topic])
+    await receiver.ready()
+    receiver.open_processing()
+    await transport.send(message(topic, payload="1"))
+    [first] = await take(receiver, 1)
+    await first.ack()
+    await redis.xgroup_destroy(topic, "g1")
+
+    async def group_is_back() -> bool:
+        return any(g["name"] == b"g1" for g in await redis.xinfo_groups(topic))
+
+    await eventually(group_is_back)
+    await transport.send(message(topic, payload="2"))
+    [second] = await take(receiver, 1)
+    assert second.payload == "2"
+
+
+async def test_an_error_the_reader_cannot_retry_ends_the_iteration_with_it(
+    make_transport: Make, redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    from redis.exceptions import ResponseError
+
+    transport = make_transport(block_time=0.1)
+    topic = topic_of(transport)
+    receiver = transport.open("g1", [topic])
+    await receiver.ready()
+    await redis.delete(topic)
+    await redis.set(topic, "no longer a stream")
+    receiver.open_processing()
+    with pytest.raises(ResponseError, match="WRONGTYPE"):
+        await take(receiver, 1)
+    assert "stopped" in caplog.text
+
+
+async def test_ready_fails_after_its_retries_when_the_server_is_down(prefix: str) -> None:
+    from wow_redis import RedisSettings
+
+    transport = RedisStreamTransport(
+        RedisSettings(url="redis://127.0.0.1:1/0", key_prefix=prefix, send_retries=1, reconnect_backoff=0.01)
+    )
+    try:
+        receiver = transport.open("g1", [f"{prefix}t"])
+        with pytest.raises(RedisConnectionError):
+            await asyncio.wait_for(receiver.ready(), 20)
+    finally:
         await transport.close()
+
+
+async def test_a_running_member_takes_over_what_a_closed_member_handed_back(
+    make_transport: Make, redis: Redis
+) -> None:
+    leaving = make_transport(claim_idle_time=None)
+    staying = make_transport(claim_idle_time=30.0, claim_interval=0.1)
+    topic = topic_of(leaving)
+    gone = leaving.open("g1", [topic])
+    await gone.ready()
+    receiver = await transport_ready_and_open(staying.open("g1", [topic]))
+    gone.open_processing()
+    await leaving.send_many([message(topic, payload=str(n)) for n in range(3)])
+    await take(gone, 1)  # the other member may read some too
+    await gone.close()  # hands back what it read and did not acknowledge
+
+    async def consume() -> None:
+        async for record in receiver:
+            await record.ack()
+
+    async def all_acknowledged() -> bool:
+        return await pending_count(redis, topic, "g1") == 0
+
+    task = asyncio.ensure_future(consume())
+    try:
+        await eventually(all_acknowledged)  # long before the 30 s claim idle time
+    finally:
+        task.cancel()
+
+
+async def transport_ready_and_open(receiver: RedisStreamReceiver) -> RedisStreamReceiver:
+    await receiver.ready()
+    receiver.open_processing()
+    return receiver
+
+
+async def test_an_ack_after_close_still_acknowledges(make_transport: Make, redis: Redis) -> None:
+    transport = make_transport()
+    topic = topic_of(transport)
+    receiver = await transport_ready_and_open(transport.open("g1", [topic]))
+    await transport.send(message(topic))
+    [record] = await take(receiver, 1)
+    await receiver.close()
+    assert await pending_count(redis, topic, "g1") == 1
+    await record.ack()
+    assert await pending_count(redis, topic, "g1") == 0

@@ -64,9 +64,15 @@ def _type_tag(named: NamedAggregate) -> str:
     return "{" + f"{named.context_name}.{named.aggregate_name}" + "}"
 
 
-def _aggregate_suffix(aggregate_id: AggregateId) -> str:
-    # length-prefixed tenant: unambiguous whatever characters the tenant and id hold
-    return f"{len(aggregate_id.tenant_id)}:{aggregate_id.tenant_id}:{aggregate_id.id}"
+def aggregate_key(prefix: str, kind: str, aggregate_id: AggregateId) -> str:
+    """``<prefix><kind>:{ctx.agg}:<len(tenant)>:<tenant>:<id>``.
+
+    The tenant is length-prefixed: unambiguous whatever characters tenant and id hold.
+    """
+    tenant = aggregate_id.tenant_id
+    return (
+        f"{prefix}{kind}:{_type_tag(aggregate_id.named_aggregate)}:{len(tenant)}:{tenant}:{aggregate_id.id}"
+    )
 
 
 class _RedisStore:
@@ -117,8 +123,7 @@ class RedisEventStore(_RedisStore):
         return cls(settings.section(SECTION, RedisSettings))
 
     def stream_key(self, aggregate_id: AggregateId) -> str:
-        tag = _type_tag(aggregate_id.named_aggregate)
-        return f"{self.settings.key_prefix}es:{tag}:{_aggregate_suffix(aggregate_id)}"
+        return aggregate_key(self.settings.key_prefix, "es", aggregate_id)
 
     def requests_key(self, named: NamedAggregate) -> str:
         return f"{self.settings.key_prefix}es:{_type_tag(named)}:requests"
@@ -203,8 +208,7 @@ class RedisSnapshotRepository(_RedisStore):
         return cls(settings.section(SECTION, RedisSettings))
 
     def snapshot_key(self, aggregate_id: AggregateId) -> str:
-        tag = _type_tag(aggregate_id.named_aggregate)
-        return f"{self.settings.key_prefix}snap:{tag}:{_aggregate_suffix(aggregate_id)}"
+        return aggregate_key(self.settings.key_prefix, "snap", aggregate_id)
 
     async def load(self, aggregate_id: AggregateId) -> Snapshot | None:
         raw = await command(

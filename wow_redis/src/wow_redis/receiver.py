@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
@@ -162,11 +162,16 @@ class _Acker:
             await asyncio.wait_for(self._idle.wait(), timeout)
 
     async def stop(self) -> None:
+        """Stop flushing; acks still queued stay pending (handed back by the close)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(BusClosedError("the receiver closed before this XACK was sent"))
 
 
 class RedisStreamReceiver:
@@ -207,6 +212,7 @@ class RedisStreamReceiver:
         """Entries yielded and not acknowledged yet, with when: not re-read as own pending."""
         self._dead_letter: AsyncScript | None = None
         self._handed_back: set[tuple[str, str]] = set()
+        self._failure: Exception | None = None
         self._read_ids_new = [">"] * len(self.topics)
         self._timeout = settings.socket_timeout
 
@@ -281,6 +287,8 @@ class RedisStreamReceiver:
             record = await queue.get()
             if record is None:
                 queue.put_nowait(None)  # wake every other iterator too
+                if self._failure is not None:
+                    raise self._failure
                 return
             yield record
 
@@ -288,12 +296,32 @@ class RedisStreamReceiver:
         if self._tasks:
             return
         loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(self._read_loop(), name=f"wow-redis-read:{self.group}"))
+        self._tasks.append(
+            loop.create_task(self._guarded(self._read_loop()), name=f"wow-redis-read:{self.group}")
+        )
         if self._settings.claim_idle_time is not None:
-            self._tasks.append(loop.create_task(self._claim_loop(), name=f"wow-redis-claim:{self.group}"))
+            self._tasks.append(
+                loop.create_task(self._guarded(self._claim_loop()), name=f"wow-redis-claim:{self.group}")
+            )
+
+    async def _guarded(self, loop: Awaitable[None]) -> None:
+        """Run a loop; an error it does not retry ends the iteration with that error.
+
+        Transient errors are retried inside the loops; anything else (the stream key
+        replaced by another type, a script error) is logged and raised to the consumer
+        by the iterator, instead of leaving it waiting forever.
+        """
+        try:
+            await loop
+        except Exception as error:
+            log.error(
+                "receiver %s/%s stopped: %s: %s", self.group, self.consumer, type(error).__name__, error
+            )
+            if self._failure is None:
+                self._failure = error
+            await self._queue.put(None)
 
     async def _read_loop(self) -> None:
-        await self.ready()
         await self._processing.wait()
         backoff = Backoff(self._settings.reconnect_backoff, self._settings.reconnect_backoff_max)
         settings = self._settings
@@ -302,6 +330,8 @@ class RedisStreamReceiver:
         first = True
         while not self._closing:
             try:
+                if self._groups is None or not self._groups.done() or self._groups.exception() is not None:
+                    await self.ready()
                 if own_pending:
                     await self._read_own_pending()
                     own_pending = False
@@ -311,21 +341,7 @@ class RedisStreamReceiver:
                     idle = settings.claim_idle_time
                     await self.claim_idle(HANDED_BACK_MIN_IDLE_S if idle is None else idle)
                     first = False
-                response = await command(
-                    self._client,
-                    "XREADGROUP",
-                    "GROUP",
-                    self.group,
-                    self.consumer,
-                    "COUNT",
-                    settings.batch_size,
-                    "BLOCK",
-                    block_ms,
-                    "STREAMS",
-                    *self.topics,
-                    *self._read_ids_new,
-                    timeout=settings.block_time + settings.socket_timeout,
-                )
+                response = await self._read_group(self.topics, self._read_ids_new, block_ms)
                 backoff.reset()
             except TRANSIENT_ERRORS as error:
                 delay = backoff.next_delay()
@@ -338,30 +354,36 @@ class RedisStreamReceiver:
                     raise
                 log.warning("consumer group %s vanished, creating it again: %s", self.group, error)
                 self._groups = None
-                await self.ready()
                 continue
-            if response:
-                for stream, entries in response:
-                    await self._deliver(_text(stream), entries, None)
+            for stream, entries in response:
+                await self._deliver(_text(stream), entries, None)
+
+    async def _read_group(self, topics: Sequence[str], ids: Sequence[str], block_ms: int | None) -> Any:
+        """One ``XREADGROUP`` of this consumer: ``[[stream, [(id, fields), ...]], ...]``."""
+        block: tuple[object, ...] = () if block_ms is None else ("BLOCK", block_ms)
+        timeout = self._timeout + (0 if block_ms is None else block_ms / 1000)
+        response = await command(
+            self._client,
+            "XREADGROUP",
+            "GROUP",
+            self.group,
+            self.consumer,
+            "COUNT",
+            self._settings.batch_size,
+            *block,
+            "STREAMS",
+            *topics,
+            *ids,
+            timeout=timeout,
+        )
+        return response or []
 
     async def _read_own_pending(self) -> None:
         """Re-read this consumer's pending entries (id ``0``), skipping those in flight here."""
         for topic in self.topics:
             cursor = "0"
             while not self._closing:
-                response = await command(
-                    self._client,
-                    "XREADGROUP",
-                    "GROUP",
-                    self.group,
-                    self.consumer,
-                    "COUNT",
-                    self._settings.batch_size,
-                    "STREAMS",
-                    topic,
-                    cursor,
-                    timeout=self._timeout,
-                )
+                response = await self._read_group([topic], [cursor], None)
                 entries = response[0][1] if response else []
                 if not entries:
                     break
@@ -425,7 +447,6 @@ class RedisStreamReceiver:
     # -- recovery ---------------------------------------------------------------------
 
     async def _claim_loop(self) -> None:
-        await self.ready()
         await self._processing.wait()
         idle = self._settings.claim_idle_time
         interval = self._settings.resolved_claim_interval()

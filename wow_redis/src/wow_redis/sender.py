@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
@@ -42,6 +43,18 @@ class GroupCreation:
 _Item = tuple["TransportMessage | GroupCreation", "asyncio.Future[None]"]
 
 
+def _bulk(data: bytes) -> bytes:
+    return b"$%d\r\n%b\r\n" % (len(data), data)
+
+
+def _command(*parts: bytes) -> bytes:
+    return b"*%d\r\n" % len(parts) + b"".join(_bulk(part) for part in parts)
+
+
+_KEY_FIELD = _bulk(b"key")
+_TS_FIELD = _bulk(b"ts")
+
+
 class StreamWriter:
     """Batches XADDs; see the module docstring."""
 
@@ -56,10 +69,9 @@ class StreamWriter:
         self._in_flight: list[_Item] = []
         self._idle = asyncio.Event()
         self._idle.set()
-        if settings.maxlen is not None:
-            self._trim: tuple[object, ...] = ("MAXLEN", "~", settings.maxlen)
-        else:
-            self._trim = ()
+        trim = (b"MAXLEN", b"~", b"%d" % settings.maxlen) if settings.maxlen is not None else ()
+        self._xadd_head = b"*%d\r\n" % (2 + len(trim) + 7) + _bulk(b"XADD")
+        self._xadd_middle = b"".join(_bulk(part) for part in (*trim, b"*", b"msg"))
 
     async def add(self, message: TransportMessage) -> None:
         if self._closed:
@@ -125,32 +137,22 @@ class StreamWriter:
 
     async def _flush(self, batch: list[_Item]) -> None:
         backoff = Backoff(self._settings.reconnect_backoff, self._settings.reconnect_backoff_max)
-        trim = self._trim
+        packed: list[bytes] = []
+        sent: list[_Item] = []
+        for entry in batch:
+            try:
+                packed.append(self._pack(entry[0]))
+            except UnicodeEncodeError as error:  # a lone surrogate: this send fails alone
+                entry[1].set_exception(error)
+                continue
+            sent.append(entry)
+        batch = sent
+        if not batch:
+            return
         while True:
             try:
-                async with (
-                    deadline(self._settings.socket_timeout, "XADD"),
-                    self._client.pipeline(transaction=False) as pipe,
-                ):
-                    for message, _ in batch:
-                        if isinstance(message, GroupCreation):
-                            pipe.execute_command(
-                                "XGROUP", "CREATE", message.topic, message.group, message.start, "MKSTREAM"
-                            )
-                            continue
-                        pipe.execute_command(
-                            "XADD",
-                            message.topic,
-                            *trim,
-                            "*",
-                            "msg",
-                            message.payload,
-                            "key",
-                            message.key,
-                            "ts",
-                            message.timestamp,
-                        )
-                    replies = await pipe.execute(raise_on_error=False)
+                async with deadline(self._settings.socket_timeout, "XADD"):
+                    replies = await self._round_trip(packed)
                 break
             except TRANSIENT_ERRORS as error:
                 if backoff.attempt >= self._settings.send_retries or self._closed:
@@ -183,6 +185,56 @@ class StreamWriter:
                 if not isinstance(i, GroupCreation) and isinstance(r, RedisError)
             )
             self._observer.send_failed(failed, first)
+
+    def _pack(self, item: TransportMessage | GroupCreation) -> bytes:
+        """The RESP bytes of one command; an XADD is assembled from pre-encoded parts.
+
+        redis-py's generic ``pack_command`` checks and encodes every argument; the XADD
+        of a send always has the same shape, so only its four values are encoded here.
+        """
+        if isinstance(item, GroupCreation):
+            return _command(
+                b"XGROUP",
+                b"CREATE",
+                item.topic.encode(),
+                item.group.encode(),
+                item.start.encode(),
+                b"MKSTREAM",
+            )
+        return b"".join(
+            (
+                self._xadd_head,
+                _bulk(item.topic.encode()),
+                self._xadd_middle,
+                _bulk(item.payload.encode()),
+                _KEY_FIELD,
+                _bulk(item.key.encode()),
+                _TS_FIELD,
+                _bulk(b"%d" % item.timestamp),
+            )
+        )
+
+    async def _round_trip(self, packed: list[bytes]) -> list[Any]:
+        """Write every command on one pooled connection, then read every reply, in order.
+
+        An error reply is returned in its place; a connection error drops the connection.
+        """
+        pool = self._client.connection_pool
+        connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        try:
+            await connection.send_packed_command(packed, check_health=False)
+            replies: list[Any] = []
+            for _ in packed:
+                try:
+                    replies.append(await connection.read_response())
+                except ResponseError as error:
+                    replies.append(error)
+            return replies
+        except BaseException:
+            await connection.disconnect()
+            raise
+        finally:
+            await pool.release(connection)
 
     def _fail(self, batch: list[_Item], error: BaseException) -> None:
         self._observer.send_failed(len(batch), error)

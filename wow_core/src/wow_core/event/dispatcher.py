@@ -152,11 +152,14 @@ class AbstractAggregateEventDispatcher(Generic[E]):
             self._receivers.clear()
             return True
         self._running = False
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
         settled = True
         for receiver in self._receivers:
-            settled = await receiver.quiesce(timeout) and settled
-        for loop in self._loops:
-            loop.cancel()
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            settled = await receiver.quiesce(left) and settled
+        for consumer in self._loops:
+            consumer.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
         for receiver in self._receivers:
             await receiver.close()
@@ -165,9 +168,22 @@ class AbstractAggregateEventDispatcher(Generic[E]):
         return settled
 
     async def _consume(self, receiver: MessageReceiver[E]) -> None:
-        async for exchange in receiver:
-            message = exchange.message
-            await self.executor.submit((self._lane, message.aggregate_id), _bind(self.dispatch, exchange))
+        try:
+            async for exchange in receiver:
+                message = exchange.message
+                try:
+                    await self.executor.submit(
+                        (self._lane, message.aggregate_id), _bind(self.dispatch, exchange)
+                    )
+                except BaseException:
+                    exchange.release()  # not admitted: leave it to the backend's redelivery
+                    raise
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # A receiver is not supposed to fail; if it does, say so loudly: this receiver
+            # takes no more messages until the runtime restarts.
+            logger.exception("%s: consuming %r failed; it takes no more messages", self.name, receiver)
 
     # -- one source exchange ------------------------------------------------------------
 
@@ -185,9 +201,11 @@ class AbstractAggregateEventDispatcher(Generic[E]):
             return
         try:
             pairs = self.work(exchange.message, compensation)
-            last_of = {
-                function: index for index, (_, functions) in enumerate(pairs) for function in functions
-            }
+            last_of = (
+                dict.fromkeys(pairs[0][1], 0)
+                if len(pairs) == 1
+                else {function: index for index, (_, functions) in enumerate(pairs) for function in functions}
+            )
             for index, (message, functions) in enumerate(pairs):
                 settled = await self._run(exchange, message, functions, compensation, last_of, index)
                 withhold = withhold or any(not item.acknowledges for item in settled)

@@ -1,5 +1,11 @@
-"""The Transport SPI and (in submodules) TransportMessageBus and the in-memory transport."""
+"""The Transport SPI, TransportMessageBus with its three buses, and the in-memory transport."""
 
+from wow_core.transport.bus import (
+    TransportCommandBus,
+    TransportDomainEventBus,
+    TransportMessageBus,
+    TransportStateEventBus,
+)
 from wow_core.transport.decode_failure import (
     DecodeFailure,
     DecodeFailureAction,
@@ -7,6 +13,7 @@ from wow_core.transport.decode_failure import (
     DefaultDecodeFailureHandler,
     TransportDecodeFailureHandler,
 )
+from wow_core.transport.in_memory import InMemoryBroker, InMemoryTransport
 from wow_core.transport.spi import (
     DecodeFailureDefault,
     DefaultTopicNaming,
@@ -24,10 +31,16 @@ __all__ = [
     "DecodeFailureDefault",
     "DefaultDecodeFailureHandler",
     "DefaultTopicNaming",
+    "InMemoryBroker",
+    "InMemoryTransport",
     "TopicNaming",
     "Transport",
+    "TransportCommandBus",
     "TransportDecodeFailureHandler",
+    "TransportDomainEventBus",
     "TransportMessage",
+    "TransportMessageBus",
     "TransportReceiver",
     "TransportRecord",
+    "TransportStateEventBus",
 ]
