@@ -89,6 +89,7 @@ class LocalFirstReceiver(Generic[E]):
         """What a waiting consumer waits on."""
         self._held: deque[E] = deque()
         self._closed = False
+        self._quiescing = False
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -114,23 +115,34 @@ class LocalFirstReceiver(Generic[E]):
         return local + self._distributed.in_flight
 
     async def quiesce(self, timeout: float | None = None) -> bool:
+        """Stop taking new work (the iteration ends), then wait for in-flight exchanges.
+
+        The distributed exchange pulled ahead, if any, is released unacknowledged.
+        """
+        self._quiescing = True
+        self._wake_consumer()
+        await self._stop_pump()
         if self._local is None:
             return await self._distributed.quiesce(timeout)
         results = await asyncio.gather(self._local.quiesce(timeout), self._distributed.quiesce(timeout))
         return all(results)
 
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+    async def _stop_pump(self) -> None:
         pump = self._pump
         self._pump = None
         if pump is not None:
             pump.cancel()
             await asyncio.gather(pump, return_exceptions=True)
+        self._distributed_ended = True
         if self._ahead is not None:
             self._ahead.release()
             self._ahead = None
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._stop_pump()
         for exchange in self._held:
             log.warning(
                 "local-first receiver closed with %s admitted locally but not yet delivered", exchange
@@ -208,7 +220,7 @@ class LocalFirstReceiver(Generic[E]):
             if self._distributed_error is not None:
                 error, self._distributed_error = self._distributed_error, None
                 raise error
-            if self._closed or (self._local_ended and self._distributed_ended):
+            if self._closed or self._quiescing or (self._local_ended and self._distributed_ended):
                 raise StopAsyncIteration
             if self._pump is None and not self._distributed_ended:
                 self._pump = loop.create_task(self._pump_distributed(), name="local-first distributed pump")
