@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from examples.bank.domain import Account, Transfer
+from examples.bank.processor import LargeMovementAudit
+from examples.bank.projection import BankSummary
+from examples.bank.saga import Notice, TransferNoticeSaga
 
 from wow_core.runtime.app import WowApp
 
-app = WowApp("bank", aggregates=[Account, Transfer])
+app = WowApp(
+    "bank",
+    aggregates=[Account, Transfer, Notice],
+    components=[BankSummary, TransferNoticeSaga, LargeMovementAudit],
+)

@@ -7,6 +7,7 @@ copied to a temporary folder and installed into a fresh environment beside the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from collections.abc import Callable, Iterator
@@ -136,60 +137,60 @@ def register_transports(register):
     register("carrier_pigeon", lambda settings: None)
 """
 
-
-def test_two_plugins_claiming_one_name_fail_naming_both_distributions(
-    pigeon_venv: Venv, tmp_path: Path
-) -> None:
-    rival = _distribution(tmp_path, "wow-rival-pigeon", "wow_rival_pigeon", "rival_pigeon", RIVAL)
-    pigeon_venv.install(rival)
-    try:
-        result = pigeon_venv.command("wow", "plugins", cwd=tmp_path)
-        assert result.returncode == 2
-        assert "Traceback" not in result.stderr
-        assert "'carrier_pigeon'" in result.stderr
-        assert "wow-carrier-pigeon 0.3.0" in result.stderr
-        assert "wow-rival-pigeon 1.2.3" in result.stderr
-    finally:
-        pigeon_venv.uninstall("wow-rival-pigeon")
-
-
 BROKEN = """
 import wow_pigeon_feed  # not installed: this plugin cannot import
 """
 
 
-def test_a_plugin_that_fails_to_import_is_named_with_its_distribution(
+@contextlib.contextmanager
+def _installed_beside(venv: Venv, folder: Path, name: str, plugin: str, body: str) -> Iterator[None]:
+    """Install a throwaway plugin distribution (version 1.2.3) for the ``with`` block."""
+    venv.install(_distribution(folder, name, name.replace("-", "_"), plugin, body))
+    try:
+        yield
+    finally:
+        venv.uninstall(name)
+
+
+def _wow_plugins_fails(venv: Venv, cwd: Path) -> str:
+    """Run ``wow plugins``; it must exit 2 with a message and no traceback. Returns stderr."""
+    result = venv.command("wow", "plugins", cwd=cwd)
+    assert result.returncode == 2, result.stdout
+    assert "Traceback" not in result.stderr
+    return result.stderr
+
+
+def test_two_plugins_claiming_one_name_fail_naming_both_distributions(
     pigeon_venv: Venv, tmp_path: Path
 ) -> None:
-    broken = _distribution(tmp_path, "wow-broken-loft", "wow_broken_loft", "broken_loft", BROKEN)
-    pigeon_venv.install(broken)
-    try:
-        result = pigeon_venv.command("wow", "plugins", cwd=tmp_path)
-        assert result.returncode == 2
-        assert "Traceback" not in result.stderr
-        assert "plugin 'broken_loft' of wow-broken-loft 1.2.3" in result.stderr
-        assert "wow_pigeon_feed" in result.stderr
-        in_code = pigeon_venv.script(
-            "from wow_core.plugins import PluginImportError, load_plugins\n"
-            "try:\n    load_plugins()\nexcept PluginImportError as e:\n    print(e)",
-            cwd=tmp_path,
-        )
-        assert "plugin 'broken_loft' of wow-broken-loft 1.2.3" in in_code.stdout
-    finally:
-        pigeon_venv.uninstall("wow-broken-loft")
+    with _installed_beside(pigeon_venv, tmp_path, "wow-rival-pigeon", "rival_pigeon", RIVAL):
+        error = _wow_plugins_fails(pigeon_venv, tmp_path)
+    assert "two plugins register the transport 'carrier_pigeon'" in error
+    assert "wow-carrier-pigeon 0.3.0" in error
+    assert "wow-rival-pigeon 1.2.3" in error
 
 
 def test_two_distributions_declaring_one_plugin_name_are_both_named(
     pigeon_venv: Venv, tmp_path: Path
 ) -> None:
-    clone = _distribution(tmp_path, "wow-pigeon-clone", "wow_pigeon_clone", "carrier_pigeon", RIVAL)
-    pigeon_venv.install(clone)
-    try:
-        result = pigeon_venv.command("wow", "plugins", cwd=tmp_path)
-        assert result.returncode == 2
-        assert "Traceback" not in result.stderr
-        assert "two distributions declare the plugin 'carrier_pigeon'" in result.stderr
-        assert "wow-carrier-pigeon" in result.stderr
-        assert "wow-pigeon-clone" in result.stderr
-    finally:
-        pigeon_venv.uninstall("wow-pigeon-clone")
+    with _installed_beside(pigeon_venv, tmp_path, "wow-pigeon-clone", "carrier_pigeon", RIVAL):
+        error = _wow_plugins_fails(pigeon_venv, tmp_path)
+    assert "two distributions declare the plugin 'carrier_pigeon'" in error
+    assert "wow-carrier-pigeon" in error
+    assert "wow-pigeon-clone" in error
+
+
+def test_a_plugin_that_fails_to_import_is_named_with_its_distribution(
+    pigeon_venv: Venv, tmp_path: Path
+) -> None:
+    with _installed_beside(pigeon_venv, tmp_path, "wow-broken-loft", "broken_loft", BROKEN):
+        error = _wow_plugins_fails(pigeon_venv, tmp_path)
+        in_code = pigeon_venv.script(
+            "from wow_core.plugins import PluginImportError, load_plugins\n"
+            "try:\n    load_plugins()\nexcept PluginImportError as e:\n    print(e)",
+            cwd=tmp_path,
+        )
+    assert "plugin 'broken_loft' of wow-broken-loft 1.2.3" in error
+    assert "ModuleNotFoundError" in error
+    assert "wow_pigeon_feed" in error
+    assert "plugin 'broken_loft' of wow-broken-loft 1.2.3" in in_code.stdout

@@ -20,7 +20,7 @@ from wow_core.transport.spi import (
 
 class ProbeSettings(BaseModel):
     port: int = Field(7000, ge=1, le=65535, description="A port.")
-    token: SecretStr = SecretStr("open-sesame")
+    token: SecretStr = Field(SecretStr("open-sesame"), min_length=4)
     hosts: list[str] = Field(default_factory=lambda: ["a"], description="Hosts, as a JSON array.")
 
 

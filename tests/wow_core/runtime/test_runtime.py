@@ -72,7 +72,8 @@ async def test_a_void_command_is_dropped_before_the_kernel(runtime: WowRuntime) 
 async def test_a_command_to_an_aggregate_nobody_hosts_times_out_naming_the_stage() -> None:
     from wow_core.command import CommandWaitTimeoutError
 
-    runtime = WowApp("bank").runtime(WowSettings())
+    # Not hosted here, so the command goes to the transport: its body type must be known.
+    runtime = WowApp("bank", body_types=[Open]).runtime(WowSettings())
     async with runtime:
         command = AggregateRegistry([Account]).command(Open("x"))
         with pytest.raises(CommandWaitTimeoutError, match="last stage reached: SENT"):

@@ -119,6 +119,15 @@ def test_plugin_sections_read_their_prefix_and_report_wrong_values(monkeypatch: 
         WowSettings.load().section("probe", ProbeSettings)
 
 
+def test_a_wrong_secret_is_named_but_not_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WOW_PROBE__TOKEN", "abc")
+    with pytest.raises(SettingsError) as raised:
+        WowSettings.load().section("probe", ProbeSettings)
+    message = str(raised.value)
+    assert "WOW_PROBE__TOKEN=********** is not accepted" in message
+    assert "abc" not in message
+
+
 def test_a_section_is_read_once_per_settings_object(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = WowSettings.load()
     first = settings.section("probe", ProbeSettings)

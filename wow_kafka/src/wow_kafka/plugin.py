@@ -1,4 +1,36 @@
-"""The wow_kafka plugin module (entry point group ``wow``).
+"""The wow_kafka plugin module (entry point ``kafka`` of group ``wow``).
 
-It registers nothing yet; the issue that builds this package adds its hooks here.
+Registers the transport ``kafka`` (``WOW_TRANSPORT=kafka``) and the settings section
+``kafka`` (``WOW_KAFKA__*``).
 """
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from wow_core.plugins.hookspecs import Factory, hookimpl
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from wow_core.runtime.settings import WowSettings
+
+
+def kafka_transport(settings: WowSettings) -> Any:
+    """The factory of ``WOW_TRANSPORT=kafka``."""
+    from wow_kafka.transport import KafkaTransport
+
+    return KafkaTransport.from_settings(settings)
+
+
+@hookimpl
+def register_transports(register: Callable[[str, Factory], None]) -> None:
+    register("kafka", kafka_transport)
+
+
+@hookimpl
+def register_settings(register: Callable[[str, type[BaseModel]], None]) -> None:
+    from wow_kafka.settings import KafkaSettings
+
+    register("kafka", KafkaSettings)

@@ -19,13 +19,38 @@ from wow_core.model import CommandMessage
 class Waiter:
     """One registered wait: its plan, the last stage reached, and the result to come."""
 
-    __slots__ = ("command", "future", "last_stage", "plan")
+    __slots__ = (
+        "command",
+        "done",
+        "expired",
+        "future",
+        "last_stage",
+        "plan",
+        "sending",
+        "task",
+        "task_cancelled",
+    )
 
     def __init__(self, command: CommandMessage[Any], plan: WaitPlan, future: asyncio.Future[CommandResult]):
         self.command = command
         self.plan = plan
         self.future = future
         self.last_stage: CommandStage | None = None
+        # Deadline bookkeeping, driven by CommandGateway.send_and_wait.
+        self.task: asyncio.Task[Any] | None = None
+        self.sending = False
+        self.done = False
+        self.expired = False
+        self.task_cancelled = False
+
+    def expire(self) -> None:
+        """The deadline passed: interrupt the send in progress, or end the wait."""
+        self.expired = True
+        if self.sending and self.task is not None:
+            self.task_cancelled = True
+            self.task.cancel()
+        elif not self.future.done():
+            self.future.cancel()
 
     def reached(self, stage: CommandStage) -> None:
         if self.last_stage is None or stage.rank > self.last_stage.rank:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from wow_core.command.coordinator import WaitCoordinator
+from wow_core.command.deadline import deadlines
 from wow_core.command.errors import CommandValidationError, CommandWaitTimeoutError, VoidCommandWaitError
 from wow_core.command.stages import CommandResult, CommandStage, CommandWait, Violation, WaitPlan
 from wow_core.command.validation import validate_body
@@ -84,25 +85,56 @@ class CommandGateway:
             raise ValueError("timeout must be > 0")
         if not metrics_source.get():
             metrics_source.set("gateway")
+        task = asyncio.current_task()
+        assert task is not None, "send_and_wait runs in a task"
+        clock = deadlines()
         if plan.stage is CommandStage.SENT:
+            sending = _Sending(task)
+            clock.add(sending, deadline)
             try:
-                async with asyncio.timeout(deadline):
-                    await self._bus.send(command)
-            except TimeoutError:
-                raise CommandWaitTimeoutError(command, plan, None, deadline) from None
+                await self._bus.send(command)
+            except asyncio.CancelledError:
+                if sending.expired and task.uncancel() == 0:
+                    raise CommandWaitTimeoutError(command, plan, None, deadline) from None
+                raise
+            finally:
+                sending.done = True
+                clock.finished()
             return _sent_result(command)
         waiter = self._coordinator.register(command, plan)
+        waiter.task = task
+        clock.add(waiter, deadline)
         try:
-            async with asyncio.timeout(deadline):
-                await self._bus.send(command)
-                waiter.reached(CommandStage.SENT)
-                return await waiter.future
-        except TimeoutError:
-            if waiter.future.done() and not waiter.future.cancelled():
-                return waiter.future.result()
-            raise CommandWaitTimeoutError(command, plan, waiter.last_stage, deadline) from None
+            waiter.sending = True
+            await self._bus.send(command)
+            waiter.sending = False
+            waiter.reached(CommandStage.SENT)
+            return await waiter.future
+        except asyncio.CancelledError:
+            if waiter.expired:
+                external = task.uncancel() if waiter.task_cancelled else task.cancelling()
+                if external == 0:
+                    raise CommandWaitTimeoutError(command, plan, waiter.last_stage, deadline) from None
+            raise
         finally:
+            waiter.done = True
+            clock.finished()
             self._coordinator.unregister(waiter)
+
+
+class _Sending:
+    """The deadline of a send waited for until SENT: it interrupts the send."""
+
+    __slots__ = ("done", "expired", "task")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task = task
+        self.done = False
+        self.expired = False
+
+    def expire(self) -> None:
+        self.expired = True
+        self.task.cancel()
 
 
 def _sent_result(command: CommandMessage[Any]) -> CommandResult:

@@ -76,10 +76,11 @@ class Violation:
         return f"{self.path}: {self.message}" if self.path else self.message
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class WaitSignal:
     """A stage reached by one command, sent to :meth:`WaitCoordinator.signal`.
 
+    A plain (not frozen, for speed on the hot path) value: treat it as immutable.
     ``error_code`` empty means success. ``final`` says no later stage will be signalled
     for this command (a rejection, a duplicate, a command that appended nothing), so a
     wait for a later stage completes with this signal. ``context_name``,
@@ -107,9 +108,9 @@ class WaitSignal:
         return not self.error_code
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CommandResult:
-    """What a caller learns about its command.
+    """What a caller learns about its command (a value: treat it as immutable).
 
     ``stage`` is the stage this result reports (the stage waited for, or an earlier one
     that ended the command: a rejection is reported at ``PROCESSED``).

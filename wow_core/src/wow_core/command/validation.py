@@ -46,11 +46,26 @@ def _field_violations(body: object) -> list[Violation]:
     return []
 
 
+_RECENT_LIMIT = 8192
+_recent_valid: dict[int, object] = {}
+"""Bodies found valid lately, by identity: the gateway validates a body, the kernel of
+the same process receives that very object and need not validate it again. The dict
+holds the bodies themselves, so an id cannot be reused while it is remembered. Bodies are
+values: one changed after it was sent is not validated again."""
+
+
 def validate_body(body: object) -> list[Violation]:
     """The violations of ``body``; empty when it is valid."""
+    key = id(body)
+    if _recent_valid.get(key) is body:
+        return []
     found = _field_violations(body)
     custom = getattr(body, "violations", None)
     if callable(custom):
         extra: Iterable[object] = custom() or ()
         found.extend(item if isinstance(item, Violation) else Violation("", str(item)) for item in extra)
+    if not found:
+        if len(_recent_valid) >= _RECENT_LIMIT:
+            del _recent_valid[next(iter(_recent_valid))]
+        _recent_valid[key] = body
     return found

@@ -163,6 +163,24 @@ def retry(*, enabled: bool = True) -> Callable[[F], F]:
     return mark
 
 
+def owner_lookup(aggregates: Iterable[Any]) -> OwnerLookup:
+    """An :data:`OwnerLookup` over aggregate metadata: the aggregates that source a body type.
+
+    ``aggregates`` are :class:`~wow_core.modeling.aggregate.AggregateMetadata` (anything
+    with ``named_aggregate`` and a ``sourcing`` mapping keyed by event body type).
+    """
+    owners: dict[type[Any], list[NamedAggregate]] = {}
+    for metadata in aggregates:
+        for body_type in metadata.sourcing:
+            owners.setdefault(body_type, []).append(metadata.named_aggregate)
+
+    def lookup(body_type: type[Any]) -> Iterable[NamedAggregate]:
+        found = [a for t, named in owners.items() if issubclass(t, body_type) for a in named]
+        return list(dict.fromkeys(found))
+
+    return lookup
+
+
 def component_spec(instance_or_class: object) -> ComponentSpec | None:
     cls = instance_or_class if isinstance(instance_or_class, type) else type(instance_or_class)
     spec = getattr(cls, _COMPONENT_ATTR, None)

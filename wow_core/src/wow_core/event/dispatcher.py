@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
+import sys
+from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from wow_core.event.compensation import CompensationTarget, InvalidCompensationHeaderError
@@ -48,6 +49,7 @@ from wow_core.model import DomainEvent, DomainEventStream, NamedAggregate, State
 logger = logging.getLogger("wow.event.dispatcher")
 
 E = TypeVar("E", bound=MessageExchange[Any])
+T = TypeVar("T")
 
 REJECTED_METRIC = "wow.processing.rejected"
 
@@ -114,15 +116,21 @@ class AbstractAggregateEventDispatcher(Generic[E]):
     def receivers(self) -> tuple[MessageReceiver[E], ...]:
         return tuple(self._receivers)
 
-    async def start(self) -> None:
-        """Open a receiver per context, wait until each is ready, open processing, consume."""
-        if self._running:
+    async def prepare(self) -> None:
+        """Open a receiver per bounded context and wait until each is ready (no processing)."""
+        if self._receivers:
             return
-        self._running = True
         for subscription in self.subscriptions():
             receiver = self.bus.receiver(subscription)
             self._receivers.append(receiver)
             await receiver.ready()
+
+    async def start(self) -> None:
+        """Prepare if not done yet, then open processing and consume."""
+        if self._running:
+            return
+        await self.prepare()
+        self._running = True
         for receiver in self._receivers:
             receiver.open_processing()
             self._loops.append(asyncio.create_task(self._consume(receiver), name=f"{self.name}:{receiver!r}"))
@@ -139,6 +147,9 @@ class AbstractAggregateEventDispatcher(Generic[E]):
         Returns True when everything in flight settled before the receivers closed.
         """
         if not self._running:
+            for receiver in self._receivers:  # prepared, never started
+                await receiver.close()
+            self._receivers.clear()
             return True
         self._running = False
         settled = True
@@ -228,18 +239,26 @@ class AbstractAggregateEventDispatcher(Generic[E]):
                 component, source, message, function, compensation, last=last_of[function] == index
             )
             return [await handle(exchange)]
-        return list(
-            await asyncio.gather(
-                *(
-                    handle(
-                        FunctionExchange(
-                            component, source, message, f, compensation, last=last_of[f] == index
-                        )
-                    )
-                    for f in functions
-                )
-            )
-        )
+        # The first function runs in this task, the others as tasks: all run concurrently
+        # (each starts while another waits), and one task per event is saved.
+        exchanges = [
+            FunctionExchange(component, source, message, f, compensation, last=last_of[f] == index)
+            for f in functions
+        ]
+        loop = asyncio.get_running_loop()
+        others = [_start(loop, handle(exchange)) for exchange in exchanges[1:]]
+        try:
+            settled = [await handle(exchanges[0])]
+            # Every task is already running; awaiting them in turn only collects the
+            # outcomes (cheaper than gather's bookkeeping).
+            for task in others:
+                settled.append(await task)
+        except BaseException:
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
+            raise
+        return settled
 
     async def _finish(self, exchange: E, *, withhold: bool) -> None:
         if withhold:
@@ -253,6 +272,19 @@ class AbstractAggregateEventDispatcher(Generic[E]):
         except Exception:
             logger.exception("%s: acknowledging %r failed", self.name, exchange)
             exchange.release()
+
+
+if sys.version_info >= (3, 12):
+
+    def _start(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """An eager task: it runs at once until it first waits (a function that does not
+        wait never costs a scheduling round trip), as Reactor's flatMap subscribes."""
+        return asyncio.Task(coro, loop=loop, eager_start=True)  # type: ignore[call-arg,unused-ignore]
+
+else:
+
+    def _start(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        return loop.create_task(coro)
 
 
 def _bind(dispatch: Callable[[E], Awaitable[None]], exchange: E) -> Callable[[], Awaitable[None]]:
@@ -343,6 +375,10 @@ class CompositeEventDispatcher:
     @property
     def children(self) -> list[AbstractAggregateEventDispatcher[Any]]:
         return [d for d in (self.event_stream_dispatcher, self.state_event_dispatcher) if d is not None]
+
+    async def prepare(self) -> None:
+        for child in self.children:
+            await child.prepare()
 
     async def start(self) -> None:
         for child in self.children:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -173,10 +173,7 @@ class FilterChain:
         self.name = name
         self.filters = tuple(filters)
 
-        async def end(exchange: FunctionExchange) -> None:
-            return None
-
-        entry: Next = end
+        entry: Next = _end
         for item in reversed(self.filters):
             entry = _link(item, entry)
         self._entry = entry
@@ -192,13 +189,27 @@ class FilterChain:
         return f"{self.name}FilterChain[{' -> '.join(self.names)}]"
 
 
+class _Completed:
+    """An awaitable that is already complete (the end of every chain)."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[None, None, None]:
+        return
+        yield  # a generator that finishes at once: awaiting it never suspends
+
+
+_COMPLETED = _Completed()
+
+
+def _end(exchange: FunctionExchange) -> Awaitable[None]:
+    return _COMPLETED
+
+
 def _link(item: ExchangeFilter, next_: Next) -> Next:
     bound = item.filter
-
-    async def step(exchange: FunctionExchange) -> None:
-        await bound(exchange, next_)
-
-    return step
+    # A plain function returning the filter's coroutine: no extra coroutine frame per step.
+    return lambda exchange: bound(exchange, next_)
 
 
 class FilterChainBuilder:

@@ -65,10 +65,14 @@ class MessageFunction:
     retry_enabled: bool = True
     takes_body: bool = True
     """EVENT functions: the body is passed (True) or the whole ``DomainEvent`` (False)."""
+    ref: FunctionRef = field(init=False, repr=False)
+    is_async: bool = field(init=False, repr=False)
+    """The user function is a coroutine function."""
 
-    @property
-    def ref(self) -> FunctionRef:
-        return FunctionRef(self.context_name, self.processor_name, self.function_name, self.kind.value)
+    def __post_init__(self) -> None:
+        ref = FunctionRef(self.context_name, self.processor_name, self.function_name, self.kind.value)
+        object.__setattr__(self, "ref", ref)
+        object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.invoker))
 
     @property
     def qualified_name(self) -> str:
@@ -87,13 +91,16 @@ class MessageFunction:
             and target.function_name == self.function_name
         )
 
+    def call(self, message: DomainEvent[Any] | StateEvent[Any]) -> Any:
+        """Call the user function with ``message`` (or its body); may return an awaitable."""
+        if self.takes_body and self.kind is FunctionKind.EVENT:
+            return self.invoker(message.body)  # type: ignore[union-attr]
+        return self.invoker(message)
+
     async def invoke(self, message: DomainEvent[Any] | StateEvent[Any]) -> Any:
         """Call the user function with ``message`` (or its body); await it if it is async."""
-        argument: Any = message
-        if self.kind is FunctionKind.EVENT and self.takes_body:
-            argument = message.body  # type: ignore[union-attr]
-        result = self.invoker(argument)
-        if inspect.isawaitable(result):
+        result = self.call(message)
+        if self.is_async or inspect.isawaitable(result):
             result = await result
         return result
 

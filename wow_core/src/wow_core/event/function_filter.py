@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable, Iterable
+from inspect import isawaitable
 from typing import Any, Protocol, runtime_checkable
 
 from wow_core.event.exchange import FunctionExchange
@@ -35,7 +36,10 @@ class FunctionFilter:
 
     async def filter(self, exchange: FunctionExchange, next: Next) -> None:
         exchange.attempts += 1
-        result = await exchange.function.invoke(exchange.message)
+        function = exchange.function
+        result = function.call(exchange.message)
+        if function.is_async or isawaitable(result):
+            result = await result
         if self._result_handler is not None and exchange.function.component is ComponentKind.STATELESS_SAGA:
             await self._result_handler(exchange, result)
         exchange.result = result

@@ -38,6 +38,7 @@ from wow_core.event.failure import (
 )
 from wow_core.event.filter import FilterChain
 from wow_core.metrics import Metrics, NoopMetrics
+from wow_core.model import NamedAggregate
 
 logger = logging.getLogger("wow.event.handler")
 
@@ -98,6 +99,8 @@ class Settled:
 
 Sleep = Callable[[float], Awaitable[None]]
 
+_HANDLED = Settled(ProcessingOutcome.HANDLED, True)
+
 
 class FailureRecordingHandler:
     """Runs one function exchange through the chain and settles it. See the module doc."""
@@ -125,7 +128,9 @@ class FailureRecordingHandler:
         self.record_attempts = record_attempts
         self.record_backoff = record_backoff
         self.metrics: Metrics = metrics or NoopMetrics()
+        self._counting = not isinstance(self.metrics, NoopMetrics)
         self._sleep = sleep
+        self._tags: dict[tuple[NamedAggregate, str, str, ProcessingOutcome], dict[str, str]] = {}
 
     async def handle(self, exchange: FunctionExchange) -> Settled:
         try:
@@ -133,11 +138,13 @@ class FailureRecordingHandler:
         except Exception as error:
             settled = await self._settle_failure(exchange, error)
         else:
-            settled = await self._settle_success(exchange)
-        self._count(exchange, settled.outcome)
+            settled = await self._settle_success(exchange) if self.recorder.records_failures else _HANDLED
+        if self._counting:
+            self._count(exchange, settled.outcome)
         return settled
 
     async def _settle_success(self, exchange: FunctionExchange) -> Settled:
+        """Record a success (a recorder that records no failures keeps no successes either)."""
         try:
             await self.recorder.record_success(
                 ProcessingSuccess(
@@ -150,7 +157,7 @@ class FailureRecordingHandler:
             # The function's work is done and cannot be undone; a lost success record
             # leaves a compensation record open, which compensation itself retries.
             logger.warning("%r: record_success failed", exchange, exc_info=True)
-        return Settled(ProcessingOutcome.HANDLED, True)
+        return _HANDLED
 
     async def _settle_failure(self, exchange: FunctionExchange, error: Exception) -> Settled:
         failure = ProcessingFailure(
@@ -192,15 +199,18 @@ class FailureRecordingHandler:
         return Settled(outcome, acknowledges, error)
 
     def _count(self, exchange: FunctionExchange, outcome: ProcessingOutcome) -> None:
-        aggregate_id = exchange.message.aggregate_id
-        self.metrics.increment(
-            OUTCOMES_METRIC,
-            tags={
+        named_aggregate = exchange.message.aggregate_id.named_aggregate
+        key = (named_aggregate, exchange.event_name, exchange.function.processor_name, outcome)
+        tags = self._tags.get(key)
+        if tags is None:
+            tags = {
                 "component": self.component,
-                "context": aggregate_id.context_name,
-                "aggregate": aggregate_id.aggregate_name,
-                "message": exchange.event_name,
-                "processor": exchange.function.processor_name,
+                "context": named_aggregate.context_name,
+                "aggregate": named_aggregate.aggregate_name,
+                "message": key[1],
+                "processor": key[2],
                 "outcome": outcome.value,
-            },
-        )
+            }
+            if len(self._tags) < 10_000:  # bounded like the metric series themselves
+                self._tags[key] = tags
+        self.metrics.increment(OUTCOMES_METRIC, tags=tags)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
@@ -73,7 +73,11 @@ class ProcessingSignal:
 
 @runtime_checkable
 class WaitNotifier(Protocol):
-    """Where processing signals go (the gateway's ``WaitCoordinator``)."""
+    """Where processing signals go (the gateway's ``WaitCoordinator``).
+
+    A notifier may also offer ``interested(command_id) -> bool``; when it says False the
+    signal is not even built (nobody waits for that command).
+    """
 
     def notify(self, signal: ProcessingSignal) -> Awaitable[None] | None: ...
 
@@ -107,13 +111,15 @@ def signal_of(
 class NotifierFilter:
     """Emits ``stage`` after the inner chain, success or failure, without waiting for delivery."""
 
-    __slots__ = ("_pending", "name", "notifier", "stage")
+    __slots__ = ("_interested", "_pending", "name", "notifier", "stage")
 
     def __init__(self, stage: ProcessingStage, notifier: WaitNotifier, name: str | None = None) -> None:
         self.stage = stage
         self.notifier = notifier
         self.name = name or f"{stage.value.title().replace('_', '')}NotifierFilter"
         self._pending: set[asyncio.Future[Any]] = set()
+        interested = getattr(notifier, "interested", None)
+        self._interested: Callable[[str], bool] | None = interested if callable(interested) else None
 
     async def filter(self, exchange: FunctionExchange, next: Next) -> None:
         try:
@@ -125,6 +131,9 @@ class NotifierFilter:
 
     def _emit(self, exchange: FunctionExchange, error: BaseException | None) -> None:
         try:
+            interested = self._interested
+            if interested is not None and not interested(exchange.stream.command_id):
+                return
             outcome = self.notifier.notify(signal_of(self.stage, exchange, error))
             if outcome is not None and inspect.isawaitable(outcome):
                 future = asyncio.ensure_future(outcome)

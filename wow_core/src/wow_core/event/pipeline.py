@@ -67,7 +67,12 @@ class EventDispatch:
             found.append(self.snapshot)
         return found
 
+    async def prepare(self) -> None:
+        for dispatcher in self.dispatchers:
+            await dispatcher.prepare()
+
     async def start(self) -> None:
+        await self.prepare()
         for dispatcher in self.dispatchers:
             await dispatcher.start()
 

@@ -22,6 +22,7 @@ from wow_core.event.exchange import FunctionExchange
 from wow_core.event.filter import Next, filter_type, order
 from wow_core.event.function import ComponentKind, FunctionKind, MessageFunction
 from wow_core.event.handler import FailureRecordingHandler
+from wow_core.eventsourcing.store import Snapshot, SnapshotRepository
 from wow_core.messaging.contract import MessageBus, StateEventExchange
 from wow_core.metrics import Metrics
 from wow_core.model import NamedAggregate, StateEvent
@@ -30,6 +31,22 @@ logger = logging.getLogger("wow.event.snapshot")
 
 SnapshotSaver = Callable[[StateEvent[Any]], Awaitable[None]]
 """Writes the state of a state event to the snapshot repository."""
+
+
+def repository_saver(repository: SnapshotRepository) -> SnapshotSaver:
+    """Save each state event's state as a :class:`Snapshot` of its version.
+
+    The repository keeps only a snapshot newer than the one it holds, so a redelivered
+    or late state event never replaces a newer snapshot.
+    """
+
+    async def save(state_event: StateEvent[Any]) -> None:
+        await repository.save(
+            Snapshot(state_event.aggregate_id, state_event.version, state_event.state, state_event.deleted)
+        )
+
+    return save
+
 
 SNAPSHOT_PROCESSOR = "SnapshotDispatcher"
 SNAPSHOT_FUNCTION = "snapshot"

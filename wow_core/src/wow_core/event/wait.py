@@ -52,6 +52,9 @@ class CoordinatorNotifier:
     def __init__(self, coordinator: WaitCoordinator) -> None:
         self.coordinator = coordinator
 
+    def interested(self, command_id: str) -> bool:
+        return self.coordinator.waiting(command_id)
+
     def notify(self, signal: ProcessingSignal) -> None:
         if signal.error is None and not signal.is_last:
             return

@@ -336,6 +336,17 @@ class _InMemoryBus(Generic[M, E]):
         counted: list[InMemoryReceiver[Any]] = []
         plain: list[InMemoryReceiver[Any]] = []
         for group, members in route.groups.items():
+            if len(members) == 1:  # the common case, without the scans below
+                member = members[0]
+                if not member.subscription.runtime_owned:
+                    plain.append(member)
+                elif member.routable:
+                    counted.append(member)
+                else:
+                    return HandOffReceipt.refused(
+                        f"group {group!r} of {aggregate_id.named_aggregate} has no processing-open receiver"
+                    )
+                continue
             if any(member.subscription.runtime_owned for member in members):
                 routable = [member for member in members if member.routable]
                 if not routable:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
 
@@ -53,12 +53,18 @@ class AggregateId:
     named_aggregate: NamedAggregate
     id: str
     tenant_id: str = DEFAULT_TENANT_ID
+    _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
             raise ValueError("aggregate id must be a non-empty string")
         if not isinstance(self.tenant_id, str) or not self.tenant_id:
             raise ValueError("tenant id must be a non-empty string")
+        # Aggregate ids key every lane, cache and store lookup: hash once.
+        object.__setattr__(self, "_hash", hash((self.named_aggregate, self.id, self.tenant_id)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def context_name(self) -> str:

@@ -52,6 +52,13 @@ class Header(MutableMapping[str, str]):
     def __getitem__(self, key: str) -> str:
         return self._data[key]
 
+    # Direct versions of the Mapping mixins, which go through __getitem__ and KeyError.
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def get(self, key: str, default: str | None = None) -> str | None:  # type: ignore[override]
+        return self._data.get(key, default)
+
     def __setitem__(self, key: str, value: str) -> None:
         if self._read_only:
             raise ReadOnlyHeaderError(f"header is read-only; cannot set {key!r}")

@@ -8,9 +8,9 @@ before the message is emitted.
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from random import getrandbits
 from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 from wow_core.model.aggregate import AggregateId, NamedAggregate
@@ -28,9 +28,18 @@ class TopicKind(StrEnum):
     STATE = "state"
 
 
+_V4_CLEAR = 0xFFFFFFFFFFFF0FFF3FFFFFFFFFFFFFFF
+_V4_SET = 0x00000000000040008000000000000000
+
+
 def new_id() -> str:
-    """A new globally unique message id (UUID4 hex)."""
-    return uuid.uuid4().hex
+    """A new globally unique message id: a random (version 4) UUID in hex.
+
+    Drawn from :mod:`random` (seeded from the OS, reseeded in a forked child), which is
+    ~10x cheaper than :func:`uuid.uuid4` on the hot path of every message. Ids are
+    unique, not secret: never use one as a credential.
+    """
+    return "%032x" % (getrandbits(128) & _V4_CLEAR | _V4_SET)
 
 
 def now_ms() -> int:
@@ -142,7 +151,10 @@ class DomainEventStream(_MessageOps):
 
     @property
     def name(self) -> str:
-        return "+".join(event.name for event in self.events) or "empty"
+        events = self.events
+        if len(events) == 1:
+            return events[0].name
+        return "+".join(event.name for event in events) or "empty"
 
     def __post_init__(self) -> None:
         if self.version < 1:

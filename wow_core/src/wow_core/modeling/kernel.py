@@ -57,9 +57,9 @@ log = logging.getLogger(__name__)
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CommandOutcome:
-    """How the kernel decided one command.
+    """How the kernel decided one command (a value: treat it as immutable).
 
     ``stream`` is the appended stream (``None`` for a rejection, a duplicate or a
     command that returned no events). For a duplicate, ``aggregate_id`` and ``version``

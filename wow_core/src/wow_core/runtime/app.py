@@ -4,8 +4,11 @@
 
     app = WowApp("bank", aggregates=[Account, Transfer])
 
+    @app.component
+    class AccountSummary: ...          # an @projection, @event_processor or @stateless_saga
+
     @app.installer
-    def projections(runtime: WowRuntime) -> None:
+    def extras(runtime: WowRuntime) -> None:
         runtime.add_dispatcher(...)
 
 The app holds declarations only; :meth:`WowApp.runtime` builds a
@@ -37,16 +40,25 @@ class WowApp:
         aggregates: Iterable[type[Any]] = (),
         body_types: Iterable[type[Any]] = (),
         installers: Iterable[Installer] = (),
+        components: Iterable[object] = (),
     ) -> None:
         self.name = name
         self.aggregates: list[type[Any]] = list(aggregates)
         self.body_types: list[type[Any]] = list(body_types)
         self.installers: list[Installer] = list(installers)
+        self.components: list[object] = list(components)
+        """Event processors, stateless sagas and projections (``wow_core.event``)."""
 
     def aggregate(self, cls: type[Any]) -> type[Any]:
         """Class decorator: host this aggregate."""
         self.aggregates.append(cls)
         return cls
+
+    def component(self, item: Any) -> Any:
+        """Class decorator (or call with an instance): run this event processor, saga or
+        projection. A class is instantiated without arguments when the runtime is built."""
+        self.components.append(item)
+        return item
 
     def installer(self, fn: Installer) -> Installer:
         """Decorator: call ``fn(runtime)`` when a runtime is built."""

@@ -14,11 +14,19 @@ from typing import TYPE_CHECKING, Any
 from wow_core.command.coordinator import WaitCoordinator
 from wow_core.command.gateway import CommandGateway
 from wow_core.messaging.in_memory import InMemoryCommandBus, InMemoryDomainEventBus, InMemoryStateEventBus
+from wow_core.messaging.local_first import (
+    LocalFirstCommandBus,
+    LocalFirstDomainEventBus,
+    LocalFirstMessageBus,
+    LocalFirstStateEventBus,
+)
 from wow_core.metrics import Metrics
+from wow_core.model import NamedAggregate, TopicKind
 from wow_core.modeling.kernel import CommandKernel
 from wow_core.modeling.registry import AggregateRegistry
 from wow_core.runtime.keyed_executor import KeyedExecutor
-from wow_core.runtime.settings import WowSettings
+from wow_core.runtime.settings import LocalFirstSettings, WowSettings
+from wow_core.transport.bus import TransportCommandBus, TransportDomainEventBus, TransportStateEventBus
 
 if TYPE_CHECKING:
     from wow_core.plugins import PluginRegistry
@@ -55,22 +63,69 @@ def create_gateway(command_bus: Any, coordinator: WaitCoordinator, settings: Wow
     return CommandGateway(command_bus, coordinator, default_timeout=settings.command.wait_timeout)
 
 
+_BUSES: dict[TopicKind, tuple[type[Any], type[Any], type[LocalFirstMessageBus[Any, Any]]]] = {
+    TopicKind.COMMAND: (InMemoryCommandBus, TransportCommandBus, LocalFirstCommandBus),
+    TopicKind.EVENT: (InMemoryDomainEventBus, TransportDomainEventBus, LocalFirstDomainEventBus),
+    TopicKind.STATE: (InMemoryStateEventBus, TransportStateEventBus, LocalFirstStateEventBus),
+}
+
+
+def local_first_settings(settings: WowSettings, kind: TopicKind) -> LocalFirstSettings:
+    """``WOW_COMMAND__BUS__LOCAL_FIRST__*``, ``WOW_EVENT__...``, ``WOW_EVENTSOURCING__STATE__...``."""
+    if kind is TopicKind.COMMAND:
+        return settings.command.bus.local_first
+    if kind is TopicKind.EVENT:
+        return settings.event.bus.local_first
+    return settings.eventsourcing.state.bus.local_first
+
+
+def create_bus(container: WowContainer, kind: TopicKind) -> Any:
+    """The runtime's bus of ``kind``: the transport bus over the selected transport, and
+    in front of it, unless ``local_first.enabled`` is false for that bus, a local-first bus
+    whose local side is the in-memory bus. Only aggregates of the aggregate registry are
+    local (handed off, their marked copies filtered)."""
+    local_type, transport_type, local_first_type = _BUSES[kind]
+    metrics = container.metrics()
+    distributed = transport_type(
+        container.transport(),
+        container.codec(),
+        decode_failure_handler=container.decode_failure_handler(),
+        metrics=metrics,
+    )
+    section = local_first_settings(container.settings(), kind)
+    if not section.enabled:
+        return distributed
+    registry: AggregateRegistry = container.aggregate_registry()
+
+    def is_local(named_aggregate: NamedAggregate) -> bool:
+        return registry.get(named_aggregate) is not None
+
+    return local_first_type(
+        local_type(),
+        distributed,
+        settings=section,
+        metrics=metrics,
+        captures=container.context_captures(),
+        is_local=is_local,
+    )
+
+
 def create_command_bus(container: WowContainer) -> Any:
-    return InMemoryCommandBus()
+    return create_bus(container, TopicKind.COMMAND)
 
 
 def create_domain_event_bus(container: WowContainer) -> Any:
-    return InMemoryDomainEventBus()
+    return create_bus(container, TopicKind.EVENT)
 
 
 def create_state_event_bus(container: WowContainer) -> Any:
-    return InMemoryStateEventBus()
+    return create_bus(container, TopicKind.STATE)
 
 
 def create_runtime(container: WowContainer) -> WowRuntime:
     from wow_core.runtime.runtime import WowRuntime
 
-    return WowRuntime(
+    runtime = WowRuntime(
         settings=container.settings(),
         aggregates=container.aggregate_registry(),
         command_bus=container.command_bus(),
@@ -83,8 +138,14 @@ def create_runtime(container: WowContainer) -> WowRuntime:
         gateway=container.command_gateway(),
         executor=container.executor(),
         metrics=container.metrics(),
-        transport=None,
+        transport=container.transport(),
     )
+    # The local-first copy queues are flushed after the dispatchers stop and before the
+    # transport closes; only these registered queues are awaited on stop.
+    for bus in (runtime.command_bus, runtime.domain_event_bus, runtime.state_event_bus):
+        if isinstance(bus, LocalFirstMessageBus):
+            runtime.register_flush(bus.copies.flush, f"local-first {bus.bus_name} copies")
+    return runtime
 
 
 def build_runtime(
@@ -113,4 +174,11 @@ def build_runtime(
         runtime.command_dispatcher.group = f"{app.name}.command"
     for install in app.installers:
         install(runtime)
+    # -- event dispatch (spec 003): processors, sagas, projections and snapshots ----------
+    from wow_core.event.runtime import install_event_dispatch
+
+    components = [item() if isinstance(item, type) else item for item in app.components]
+    runtime.event_dispatch = install_event_dispatch(
+        runtime, components, recorder=container.failure_recorder()
+    )
     return runtime

@@ -31,14 +31,15 @@ class ExecutorClosedError(RuntimeError):
 class KeyedExecutor:
     """Ordered lanes per key over a bounded pool of in-flight work."""
 
-    __slots__ = ("_closed", "_idle", "_in_flight", "_lanes", "_slots", "_tasks", "max_in_flight", "name")
+    __slots__ = ("_closed", "_idle", "_in_flight", "_lanes", "_tasks", "_waiters", "max_in_flight", "name")
 
     def __init__(self, max_in_flight: int = 1024, *, name: str = "keyed-executor") -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be >= 1")
         self.max_in_flight = max_in_flight
         self.name = name
-        self._slots = asyncio.Semaphore(max_in_flight)
+        # Submitters waiting for a slot; a finishing piece of work hands its slot over.
+        self._waiters: deque[asyncio.Future[None]] = deque()
         self._lanes: dict[Hashable, deque[tuple[Work, asyncio.Future[Any] | None]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._in_flight = 0
@@ -76,11 +77,22 @@ class KeyedExecutor:
     async def _admit(self, key: Hashable, work: Work, future: asyncio.Future[Any] | None) -> None:
         if self._closed:
             raise ExecutorClosedError(f"{self.name} is closed")
-        await self._slots.acquire()
-        if self._closed:
-            self._slots.release()
-            raise ExecutorClosedError(f"{self.name} is closed")
-        self._in_flight += 1
+        if self._in_flight < self.max_in_flight and not self._waiters:
+            self._in_flight += 1
+        else:
+            slot: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(slot)
+            try:
+                await slot  # resolved: a finished piece of work handed its slot to us
+            except asyncio.CancelledError:
+                if slot.done() and not slot.cancelled():
+                    self._done()
+                else:
+                    self._waiters.remove(slot)
+                raise
+            if self._closed:
+                self._done()
+                raise ExecutorClosedError(f"{self.name} is closed")
         self._idle.clear()
         lane = self._lanes.get(key)
         if lane is not None:
@@ -124,8 +136,14 @@ class KeyedExecutor:
                 del self._lanes[key]
 
     def _done(self) -> None:
+        """Release one slot: to the first waiting submitter, else to the pool."""
+        waiters = self._waiters
+        while waiters:
+            slot = waiters.popleft()
+            if not slot.done():
+                slot.set_result(None)
+                return
         self._in_flight -= 1
-        self._slots.release()
         if self._in_flight == 0:
             self._idle.set()
 

@@ -33,6 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 from wow_core.command.coordinator import WaitCoordinator
 from wow_core.command.dispatcher import CommandDispatcher
 from wow_core.command.gateway import CommandGateway
+from wow_core.event.pipeline import EventDispatch
 from wow_core.eventsourcing.store import EventStore, SnapshotRepository
 from wow_core.messaging.contract import CommandBus, DomainEventBus, StateEventBus
 from wow_core.metrics import Metrics
@@ -234,6 +235,8 @@ class WowRuntime(Lifecycle):
             metrics=metrics,
         )
         self.add_dispatcher(self.command_dispatcher)
+        # Set by the assembly: the event dispatchers (wow_core.event), added above too.
+        self.event_dispatch: EventDispatch | None = None
 
     async def after_dispatchers(self, timeout: float) -> None:
         if not await self.executor.close(timeout):

@@ -13,12 +13,22 @@ from __future__ import annotations
 import json
 import os
 import re
+import types
 import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
 from dotenv import dotenv_values
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    SecretBytes,
+    SecretStr,
+    ValidationError,
+)
 from pydantic import create_model as _create_model
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings import SettingsError as _SourceError
@@ -133,7 +143,7 @@ class WowSettings(BaseSettings):
         try:
             return cls(**overrides)
         except ValidationError as error:
-            raise SettingsError(describe(error, ())) from None
+            raise SettingsError(describe(error, (), cls)) from None
         except _SourceError as error:
             raise SettingsError(describe_undecodable(error, cls, ())) from None
 
@@ -160,7 +170,7 @@ def load_section(name: str, model: type[T]) -> T:
     try:
         value = getattr(holder(), name)
     except ValidationError as error:
-        raise SettingsError(describe(error, ())) from None
+        raise SettingsError(describe(error, (), holder)) from None
     except _SourceError as error:
         raise SettingsError(describe_undecodable(error, holder, ())) from None
     if not isinstance(value, model):
@@ -206,22 +216,33 @@ def _accepted(item: Any) -> str:
     return "a value " + rest if rest.startswith(("greater", "less")) else rest
 
 
-def describe(error: ValidationError, prefix: tuple[str, ...]) -> str:
-    """One line per wrong value: the variable, the value and what is accepted."""
+def describe(error: ValidationError, prefix: tuple[str, ...], model: type[BaseModel] | None = None) -> str:
+    """One line per wrong value: the variable, the value and what is accepted.
+
+    The value of a secret field (``SecretStr``, ``SecretBytes`` of ``model``) is masked.
+    """
     lines = []
     for item in error.errors():
         location = prefix + tuple(str(part) for part in item["loc"])
         value = item.get("input")
-        shown = f"={value!r}" if not isinstance(value, dict) else ""
+        path = [str(part) for part in item["loc"] if not isinstance(part, int)]
+        secret = model is not None and _is_secret(_field_at(model, path))
+        shown = "" if isinstance(value, dict) else "=**********" if secret else f"={value!r}"
         lines.append(
             f"{env_name(location)}{shown} is not accepted ({item['msg']}); accepted: {_accepted(item)}"
         )
     return "invalid settings:\n  " + "\n  ".join(lines)
 
 
+def _is_secret(annotation: Any) -> bool:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return any(_is_secret(arg) for arg in typing.get_args(annotation))
+    return isinstance(annotation, type) and issubclass(annotation, SecretStr | SecretBytes)
+
+
 def _is_complex(annotation: Any) -> bool:
     origin = typing.get_origin(annotation) or annotation
-    if origin is typing.Union or type(annotation).__name__ == "UnionType":
+    if origin in (typing.Union, types.UnionType):
         return any(_is_complex(arg) for arg in typing.get_args(annotation) if arg is not type(None))
     return (isinstance(origin, type) and issubclass(origin, BaseModel)) or origin in (dict, list, set, tuple)
 

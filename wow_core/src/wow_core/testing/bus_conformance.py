@@ -193,12 +193,25 @@ class MessageBusConformance:
         stream = opened_messages(bus)(MessageSubscription.of(wow_rig.group("plain"), [named]))
         assert isinstance(stream, AsyncGenerator)
         first: asyncio.Task[Any] = asyncio.create_task(within(anext(stream), wow_rig.timeout, "first"))
-        # The stream subscribes when it is first pulled; the witness tells when a message
-        # sent now has been delivered, and the stream must have it too.
-        await asyncio.sleep(0)
-        await bus.send(message_of(TopicKind.EVENT, named, "a-1", 0))
-        await wow_rig.take(witness, 1, "the witness event")
+        # The stream subscribes when it is first pulled and exposes no readiness, and a
+        # broker's group takes a while to join: send one message per witness round until
+        # the stream yields. It must then yield the following messages in order.
+        sent = 0
+        while not first.done() and sent < 200:
+            sent += 1
+            await bus.send(message_of(TopicKind.EVENT, named, "a-1", sent - 1))
+            await wow_rig.take(witness, 1, "the witness event")
+            await asyncio.wait({first}, timeout=0.05)
         exchange = await first
-        assert ordinal(exchange.message) == 1
+        start = ordinal(exchange.message)
+        assert 1 <= start <= sent
         await exchange.ack()
+        await bus.send(message_of(TopicKind.EVENT, named, "a-1", sent))
+        while True:
+            following = await within(anext(stream), wow_rig.timeout, "the following messages")
+            await following.ack()
+            assert ordinal(following.message) == start + 1, "the plain stream skipped or reordered"
+            start += 1
+            if start == sent + 1:
+                break
         await stream.aclose()  # closes the receiver

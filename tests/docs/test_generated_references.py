@@ -1,4 +1,4 @@
-"""The configuration reference is generated from the settings model, field by field."""
+"""The configuration and command references are generated from the code, item by item."""
 
 from __future__ import annotations
 
@@ -9,22 +9,36 @@ from types import ModuleType
 import pytest
 
 from tests.wow_core.runtime import probe_plugin
+from wow_core.plugins import load_plugins
 from wow_core.runtime.cli import settings_lines
 from wow_core.runtime.settings import ENV_PREFIX, WowSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def hook() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "settings_reference", ROOT / "docs/hooks/settings_reference.py"
-    )
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "docs" / "hooks" / f"{name}.py")
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def hook() -> ModuleType:
+    return _load("settings_reference")
+
+
+def test_the_cli_reference_has_every_registered_command() -> None:
+    cli_hook = _load("cli_reference")
+    page = (ROOT / "docs/cli.md").read_text()
+    rendered = cli_hook.on_page_markdown(page, page=None)
+    assert cli_hook.MARKER not in rendered
+    for name in load_plugins().names("command"):
+        assert f"## `wow {name}`" in rendered
+        assert f"usage: wow {name}" in rendered
+    assert "--json" in rendered
 
 
 def test_every_setting_has_a_row(hook: ModuleType) -> None:

@@ -1,0 +1,1 @@
+"""wow-py benchmarks (not tests): python -m benchmarks.<name>."""

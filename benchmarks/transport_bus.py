@@ -1,0 +1,159 @@
+"""TransportMessageBus over the in-memory transport, against the raw transport, same run.
+
+- ``raw in-memory transport``: N records (64 keys) sent with ``transport.send``, one
+  receiver iterating and acknowledging each: per record, in pipelined queue hops.
+- ``transport command bus``: the same N as commands through ``TransportCommandBus``
+  (read-only marking, JSON encoding, decoding with key and topic checks, the exchange,
+  ``ack``): throughput, as a ratio of the raw transport's, and in queue hops.
+- ``transport command bus round trip``: one command at a time, send -> consumer ->
+  answer through an ``asyncio.Queue``; the answer's hop is taken off, in queue-hop
+  latencies.
+
+The difference between the first two is what the bus costs over the transport: JSON
+both ways and the checks. A broker transport adds its own round trips on top.
+
+    python -m benchmarks.transport_bus [--quick] [--repeat R]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks._harness import Figure, Harness
+from wow_core.messaging import MessageSubscription
+from wow_core.model import AggregateId, BodyTypeRegistry, CommandMessage, MessageCodec, NamedAggregate
+from wow_core.transport.bus import TransportCommandBus
+from wow_core.transport.in_memory import InMemoryTransport
+from wow_core.transport.spi import TransportMessage
+
+ACCOUNT = NamedAggregate("bench", "account")
+
+
+@dataclass
+class Deposit:
+    amount: int
+    note: str
+
+
+def commands(count: int) -> list[CommandMessage[Any]]:
+    ids = [AggregateId(ACCOUNT, f"a-{n}") for n in range(64)]
+    return [CommandMessage(ids[n % 64], Deposit(n, "bench"), "deposit") for n in range(count)]
+
+
+def codec() -> MessageCodec:
+    return MessageCodec(BodyTypeRegistry([Deposit]))
+
+
+async def drain(receiver: Any, count: int) -> None:
+    seen = 0
+    async for item in receiver:
+        await item.ack()
+        seen += 1
+        if seen == count:
+            return
+
+
+async def raw_transport(count: int) -> float:
+    transport = InMemoryTransport()
+    topic = "wow.bench.account.command"
+    # The same payloads the bus would send, made outside the timing.
+    bus = TransportCommandBus(transport, codec())
+    records = [bus.encode(message) for message in commands(count)]
+    receiver = transport.open("bench.p", [topic])
+    receiver.open_processing()
+    consumer = asyncio.create_task(drain(receiver, count))
+    start = time.perf_counter()
+    for record in records:
+        await transport.send(TransportMessage(record.topic, record.key, record.payload, record.timestamp))
+    await consumer
+    elapsed = time.perf_counter() - start
+    await transport.close()
+    return elapsed
+
+
+async def transport_bus(count: int) -> float:
+    transport = InMemoryTransport()
+    bus = TransportCommandBus(transport, codec())
+    receiver = bus.receiver(MessageSubscription.of("bench.p", [ACCOUNT]))
+    await receiver.ready()
+    receiver.open_processing()
+    messages = commands(count)
+    consumer = asyncio.create_task(drain(receiver, count))
+    start = time.perf_counter()
+    for message in messages:
+        await bus.send(message)
+    await consumer
+    elapsed = time.perf_counter() - start
+    await bus.close()
+    await transport.close()
+    return elapsed
+
+
+async def transport_bus_round_trip(rounds: int) -> float:
+    transport = InMemoryTransport()
+    bus = TransportCommandBus(transport, codec())
+    receiver = bus.receiver(MessageSubscription.of("bench.p", [ACCOUNT]))
+    await receiver.ready()
+    receiver.open_processing()
+    answers: asyncio.Queue[int] = asyncio.Queue()
+    messages = commands(rounds)
+
+    async def consume() -> None:
+        seen = 0
+        async for exchange in receiver:
+            await exchange.ack()
+            answers.put_nowait(seen)
+            seen += 1
+            if seen == rounds:
+                return
+
+    consumer = asyncio.create_task(consume())
+    start = time.perf_counter()
+    for message in messages:
+        await bus.send(message)
+        await answers.get()
+    elapsed = time.perf_counter() - start
+    await consumer
+    await bus.close()
+    await transport.close()
+    return elapsed
+
+
+async def run(h: Harness) -> list[Figure]:
+    count = h.n(50_000)
+    raw_seconds, hop = await h.paired(lambda: raw_transport(count))
+    bus_seconds, bus_hop = await h.paired(lambda: transport_bus(count))
+    rounds = h.n(10_000)
+    trip_seconds, hop_latency = await h.paired(lambda: transport_bus_round_trip(rounds), latency=True)
+    one_way = trip_seconds / rounds - hop_latency
+    return [
+        Figure(
+            "in-memory transport (raw records): send -> ack throughput",
+            count / raw_seconds,
+            "records/s",
+            hops=raw_seconds / count / hop,
+            detail={"records": count},
+        ),
+        Figure(
+            "transport command bus over in-memory transport: send -> ack throughput",
+            count / bus_seconds,
+            "commands/s",
+            hops=bus_seconds / count / bus_hop,
+            ratio=raw_seconds / bus_seconds,
+            detail={"commands": count, "baseline": "raw in-memory transport, same payloads"},
+        ),
+        Figure(
+            "transport command bus over in-memory transport: send -> consumer latency",
+            1 / one_way,
+            "commands/s (one at a time)",
+            hops=one_way / hop_latency,
+            detail={"rounds": rounds, "one_way_ns": round(one_way * 1e9, 1)},
+        ),
+    ]
+
+
+if __name__ == "__main__":
+    Harness.main("transport_bus", run, __doc__)

@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import pytest
+
+from tests.wow_core.messaging.local_first.local_first_doubles import (
+    ControlledLocalBus,
+    RecordingDistributedBus,
+)
+from wow_core.context import MetricsSourceCapture
+from wow_core.messaging.local_first import LocalFirstCommandBus
+from wow_core.metrics import InMemoryMetrics
+from wow_core.runtime.settings import LocalFirstSettings
+
+
+@pytest.fixture
+def local() -> ControlledLocalBus:
+    return ControlledLocalBus()
+
+
+@pytest.fixture
+def distributed() -> RecordingDistributedBus:
+    return RecordingDistributedBus()
+
+
+@pytest.fixture
+def metrics() -> InMemoryMetrics:
+    return InMemoryMetrics()
+
+
+@pytest.fixture
+def settings() -> LocalFirstSettings:
+    return LocalFirstSettings()
+
+
+@pytest.fixture
+def bus(
+    local: ControlledLocalBus,
+    distributed: RecordingDistributedBus,
+    metrics: InMemoryMetrics,
+    settings: LocalFirstSettings,
+) -> LocalFirstCommandBus:
+    return LocalFirstCommandBus(
+        local,  # type: ignore[arg-type]
+        distributed,  # type: ignore[arg-type]
+        settings=settings,
+        metrics=metrics,
+        captures=[MetricsSourceCapture()],
+    )

@@ -1,0 +1,267 @@
+"""Local-first over the real in-memory local buses and a transport bus as the distributed bus.
+
+The distributed side is parameterised by ``distributed_transport``: the in-memory transport
+here; a broker package can add its transport to ``TRANSPORTS`` (a factory of a fresh
+client on a shared broker per call) so the same scenarios run over it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from wow_core.messaging.contract import MessageBus, MessageSubscription
+from wow_core.messaging.in_memory import InMemoryCommandBus, InMemoryDomainEventBus, InMemoryStateEventBus
+from wow_core.messaging.local_first import (
+    LocalFirstCommandBus,
+    LocalFirstDomainEventBus,
+    LocalFirstMessageBus,
+    LocalFirstStateEventBus,
+)
+from wow_core.metrics import InMemoryMetrics
+from wow_core.model import Header, NamedAggregate, TopicKind
+from wow_core.runtime.settings import LocalFirstSettings
+from wow_core.testing.support import conformance_codec, message_of, ordinal
+from wow_core.transport.bus import TransportCommandBus, TransportDomainEventBus, TransportStateEventBus
+from wow_core.transport.in_memory import InMemoryBroker, InMemoryTransport
+from wow_core.transport.spi import Transport
+
+TransportClients = Callable[[], Awaitable[Transport]]
+
+
+def _in_memory() -> TransportClients:
+    broker = InMemoryBroker()
+
+    async def client() -> Transport:
+        return InMemoryTransport(broker=broker)
+
+    return client
+
+
+TRANSPORTS: dict[str, Callable[[], TransportClients]] = {"in_memory": _in_memory}
+
+LOCAL = {
+    TopicKind.COMMAND: InMemoryCommandBus,
+    TopicKind.EVENT: InMemoryDomainEventBus,
+    TopicKind.STATE: InMemoryStateEventBus,
+}
+DISTRIBUTED = {
+    TopicKind.COMMAND: TransportCommandBus,
+    TopicKind.EVENT: TransportDomainEventBus,
+    TopicKind.STATE: TransportStateEventBus,
+}
+LOCAL_FIRST: dict[TopicKind, type[LocalFirstMessageBus[Any, Any]]] = {
+    TopicKind.COMMAND: LocalFirstCommandBus,
+    TopicKind.EVENT: LocalFirstDomainEventBus,
+    TopicKind.STATE: LocalFirstStateEventBus,
+}
+
+
+@pytest.fixture(params=sorted(TRANSPORTS))
+def distributed_transport(request: pytest.FixtureRequest) -> TransportClients:
+    return TRANSPORTS[request.param]()
+
+
+@pytest.fixture(params=list(TopicKind), ids=lambda k: k.value)
+def kind(request: pytest.FixtureRequest) -> TopicKind:
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def named() -> NamedAggregate:
+    return NamedAggregate("lf", f"agg{uuid.uuid4().hex[:8]}")
+
+
+class Process:
+    """One process: its own local bus and its own transport client."""
+
+    def __init__(self, kind: TopicKind, transport: Transport, metrics: InMemoryMetrics) -> None:
+        self.local = LOCAL[kind]()
+        self.transport = transport
+        self.distributed: MessageBus[Any, Any] = DISTRIBUTED[kind](
+            transport, conformance_codec(), metrics=metrics
+        )
+        self.bus = LOCAL_FIRST[kind](
+            self.local,  # type: ignore[arg-type]
+            self.distributed,
+            settings=LocalFirstSettings(hand_off_timeout=5.0),
+            metrics=metrics,
+        )
+
+    async def close(self) -> None:
+        await self.bus.close(timeout=5)
+        await self.transport.close()
+
+
+@pytest.fixture
+async def processes(
+    distributed_transport: TransportClients, kind: TopicKind
+) -> AsyncIterator[Callable[[], Awaitable[Process]]]:
+    made: list[Process] = []
+    metrics = InMemoryMetrics()
+
+    async def make() -> Process:
+        transport = await distributed_transport()
+        await transport.start()
+        process = Process(kind, transport, metrics)
+        made.append(process)
+        return process
+
+    yield make
+    for process in made:
+        await process.close()
+
+
+async def opened(bus: Any, subscription: MessageSubscription) -> Any:
+    receiver = bus.receiver(subscription)
+    async with asyncio.timeout(10):
+        await receiver.ready()
+    receiver.open_processing()
+    return receiver
+
+
+async def take(receiver: Any, count: int, timeout: float = 10.0) -> list[Any]:
+    got = []
+    async with asyncio.timeout(timeout):
+        while len(got) < count:
+            exchange = await receiver.__anext__()
+            got.append(exchange)
+            await exchange.ack()
+    return got
+
+
+async def test_a_handed_off_message_is_handled_once_and_its_copy_filtered(
+    processes: Callable[[], Awaitable[Process]], kind: TopicKind, named: NamedAggregate
+) -> None:
+    process = await processes()
+    subscription = MessageSubscription.of(f"g-{named.aggregate_name}", [named], runtime_owned=True)
+    receiver = await opened(process.bus, subscription)
+    sent = [message_of(kind, named, f"id{n % 3}", n) for n in range(9)]
+    for message in sent:
+        await process.bus.send(message)
+    got = await take(receiver, 9)
+    assert sorted(ordinal(e.message) for e in got) == sorted(ordinal(m) for m in sent)
+    assert all(e.message.header[Header.LOCAL_FIRST] == "true" for e in got)
+    async with asyncio.timeout(10):
+        await process.bus.copies.join()
+    # every copy went out marked; a refused marker then is the next exchange: nothing else came
+    marker = message_of(kind, named, "id0", 100)
+    marker.header[Header.LOCAL_FIRST_DISABLED] = "true"
+    await process.bus.send(marker)
+    (next_one,) = await take(receiver, 1)
+    assert ordinal(next_one.message) == ordinal(marker)
+    assert next_one.message.header[Header.LOCAL_FIRST] == "false"
+    await receiver.close()
+
+
+async def test_a_replica_filters_copies_handled_locally_and_processes_refused_ones(
+    processes: Callable[[], Awaitable[Process]], kind: TopicKind, named: NamedAggregate
+) -> None:
+    here, replica = await processes(), await processes()
+    group = f"g-{named.aggregate_name}"
+    subscription = MessageSubscription.of(group, [named], runtime_owned=True)
+    local_receiver = await opened(here.bus, subscription)
+    remote_receiver = await opened(replica.bus, subscription)
+
+    handled_here = message_of(kind, named, "a", 1)
+    await here.bus.send(handled_here)
+    (exchange,) = await take(local_receiver, 1)
+    assert ordinal(exchange.message) == ordinal(handled_here)
+
+    # The replica's send has no local receiver there: refused, its copy unmarked; the group
+    # receives it from the transport (on either process).
+    refused = message_of(kind, named, "b", 2)
+    await replica.local.close()  # no routable receiver in the replica any more
+    await replica.bus.send(refused)
+    async with asyncio.timeout(10):
+        await here.bus.copies.join()
+        await replica.bus.copies.join()
+    first = asyncio.ensure_future(take(local_receiver, 1))
+    second = asyncio.ensure_future(take(remote_receiver, 1))
+    done, pending = await asyncio.wait({first, second}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+    assert done, "the refused message reached nobody"
+    (got,) = done.pop().result()
+    assert ordinal(got.message) == ordinal(refused)
+    assert got.message.header[Header.LOCAL_FIRST] == "false"
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    await local_receiver.close()
+    await remote_receiver.close()
+
+
+async def test_closing_a_local_receiver_rejects_pending_admissions_and_copies_go_out_unmarked(
+    processes: Callable[[], Awaitable[Process]], kind: TopicKind, named: NamedAggregate
+) -> None:
+    process = await processes()
+    group = f"g-{named.aggregate_name}"
+    receiver = await opened(process.bus, MessageSubscription.of(group, [named], runtime_owned=True))
+    watcher = await opened(process.distributed, MessageSubscription.of(f"{group}-watch", [named]))
+    sent = [message_of(kind, named, "a", n) for n in range(4)]
+    for message in sent:
+        await process.bus.send(message)  # handed off: nobody pulls them
+    await receiver.close()  # rejects every pending admission
+    got = await take(watcher, 4)
+    assert [ordinal(e.message) for e in got] == [ordinal(m) for m in sent]
+    assert {e.message.header[Header.LOCAL_FIRST] for e in got} == {"false"}
+    await watcher.close()
+
+
+async def test_one_aggregate_type_whose_receiver_never_pulls_does_not_delay_another(
+    processes: Callable[[], Awaitable[Process]], kind: TopicKind
+) -> None:
+    process = await processes()
+    stuck_type = NamedAggregate("lf", f"stuck{uuid.uuid4().hex[:6]}")
+    live_type = NamedAggregate("lf", f"live{uuid.uuid4().hex[:6]}")
+    stuck_receiver = await opened(
+        process.bus,
+        MessageSubscription.of(f"g-{stuck_type.aggregate_name}", [stuck_type], runtime_owned=True),
+    )
+    live_receiver = await opened(
+        process.bus, MessageSubscription.of(f"g-{live_type.aggregate_name}", [live_type], runtime_owned=True)
+    )
+    watcher = await opened(
+        process.distributed, MessageSubscription.of(f"watch-{live_type.aggregate_name}", [live_type])
+    )
+    async with asyncio.timeout(10):
+        for n in range(20):
+            await process.bus.send(message_of(kind, stuck_type, f"s{n % 2}", n))  # never pulled
+        live = [message_of(kind, live_type, "l", n) for n in range(5)]
+        for message in live:
+            await process.bus.send(message)
+        got = await take(live_receiver, 5)
+        copies = await take(watcher, 5)
+    assert [ordinal(e.message) for e in got] == [ordinal(m) for m in live]
+    assert [e.message.header[Header.LOCAL_FIRST] for e in copies] == ["true"] * 5
+    assert process.bus.copies.backlog(stuck_type) == 20
+    await stuck_receiver.close()
+    await live_receiver.close()
+    await watcher.close()
+
+
+async def test_per_aggregate_order_on_the_transport_with_refusals_in_between(
+    processes: Callable[[], Awaitable[Process]], kind: TopicKind, named: NamedAggregate
+) -> None:
+    process = await processes()
+    group = f"g-{named.aggregate_name}"
+    watcher = await opened(process.distributed, MessageSubscription.of(f"{group}-watch", [named]))
+    receiver = await opened(process.bus, MessageSubscription.of(group, [named], runtime_owned=True))
+    senders = []
+    sent = [message_of(kind, named, "a", n) for n in range(12)]
+    for n, message in enumerate(sent):
+        if n == 6:
+            await receiver.quiesce(0)  # leaves the routes: later sends are refused
+        senders.append(asyncio.ensure_future(process.bus.send(message)))
+        await asyncio.sleep(0)
+    # the first six wait in the local sink; admissions pending until the receiver closes
+    await receiver.close()
+    async with asyncio.timeout(10):
+        await asyncio.gather(*senders)
+    copies = await take(watcher, 12)
+    assert [ordinal(e.message) for e in copies] == [ordinal(m) for m in sent]
+    assert [e.message.header[Header.LOCAL_FIRST] for e in copies] == ["false"] * 12
+    await watcher.close()

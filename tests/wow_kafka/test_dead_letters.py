@@ -1,0 +1,90 @@
+"""Records that are not messages go to ``<topic>.dlq`` byte for byte, and the group moves on."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from tests.wow_kafka.conftest import unique
+from wow_core.messaging import MessageSubscription
+from wow_core.metrics import InMemoryMetrics
+from wow_core.model import NamedAggregate
+from wow_core.testing.support import command, conformance_codec, ordinal
+from wow_core.transport.bus import TransportCommandBus
+from wow_core.transport.decode_failure import DefaultDecodeFailureHandler
+from wow_kafka import KafkaTransport
+
+pytestmark = pytest.mark.kafka
+
+
+async def test_garbage_wrong_keys_and_foreign_json_are_dead_lettered(transport: KafkaTransport) -> None:
+    metrics = InMemoryMetrics()
+    bus = TransportCommandBus(
+        transport, conformance_codec(), decode_failure_handler=DefaultDecodeFailureHandler(metrics=metrics)
+    )
+    account = NamedAggregate("dlq", "account")
+    topic = bus.topic(account)
+    group = unique("dlq")
+    subscription = MessageSubscription.of(group, [account])
+    receiver = bus.receiver(subscription)
+    await receiver.ready()
+    receiver.open_processing()
+
+    valid = bus.encode(command(account, "a-1", 0))
+    hostile: list[tuple[bytes | None, bytes | None]] = [
+        (b"a-1", b"\xff\xfe not utf-8 \x80"),  # undecodable bytes
+        (None, valid.payload.encode()),  # no key at all
+        (b"someone-else", valid.payload.encode()),  # the key is not the aggregate id
+        (b"a-1", json.dumps({"foreign": "json", "from": "another system"}).encode()),
+        (b"a-1", None),  # a tombstone
+        (b"a-1", b"[" * 5000 + b"]" * 5000),
+    ]
+    raw = AIOKafkaProducer(bootstrap_servers=transport.settings.bootstrap_list)
+    await raw.start()
+    try:
+        for key, value in hostile:
+            await raw.send_and_wait(topic, key=key, value=value)
+    finally:
+        await raw.stop()
+    await bus.send(command(account, "a-1", 1))
+
+    exchange = await asyncio.wait_for(anext(aiter(receiver)), 30)
+    assert ordinal(exchange.message) == 1
+    await exchange.ack()
+    assert metrics.counter_value(DefaultDecodeFailureHandler.COUNTER) == len(hostile)
+
+    dead = AIOKafkaConsumer(
+        topic + ".dlq",
+        bootstrap_servers=transport.settings.bootstrap_list,
+        group_id=unique("dlq-reader"),
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    await dead.start()
+    try:
+        kept: list[tuple[bytes | None, bytes | None]] = []
+        async with asyncio.timeout(30):
+            while len(kept) < len(hostile):
+                for records in (await dead.getmany(timeout_ms=500)).values():
+                    kept.extend((r.key, r.value) for r in records)
+    finally:
+        await dead.stop()
+    # byte for byte, except that a missing key or value is dead-lettered as empty
+    expected = [((key or b""), (value or b"")) for key, value in hostile]
+    assert sorted(kept, key=repr) == sorted(expected, key=repr)
+    await receiver.close()
+
+    # everything was acknowledged: the group does not see the garbage again
+    again = bus.receiver(subscription)
+    await again.ready()
+    again.open_processing()
+    await bus.send(command(account, "a-1", 2))
+    after = await asyncio.wait_for(anext(aiter(again)), 30)
+    assert ordinal(after.message) == 2
+    await after.ack()
+    assert metrics.counter_value(DefaultDecodeFailureHandler.COUNTER) == len(hostile)
+    await again.close()
+    await bus.close()

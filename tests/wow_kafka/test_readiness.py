@@ -1,0 +1,82 @@
+"""Readiness and processing admission of the Kafka receiver."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.wow_kafka.conftest import unique
+from tests.wow_kafka.helpers import Collector, message
+from wow_kafka import KafkaTransport
+
+pytestmark = pytest.mark.kafka
+
+
+async def test_a_new_group_misses_nothing_sent_right_after_ready(transport: KafkaTransport) -> None:
+    topic = f"{transport.settings.topic_prefix}ready.immediate.command"
+    await transport.send(message(topic, "before", "old"))  # history a new group must skip (latest)
+    receiver = transport.open(unique("fresh"), [topic])
+    await receiver.ready()
+    keys = [f"k{i}" for i in range(30)]  # spread over every partition
+    await transport.send_many([message(topic, key, f"new-{key}") for key in keys])
+    receiver.open_processing()
+    collector = Collector(receiver)
+    await collector.wait_for(lambda records: {r.key for r in records} >= set(keys))
+    assert "old" not in collector.payloads()
+    await collector.stop()
+
+
+async def test_the_anchor_is_committed_so_the_next_owner_misses_nothing(transport: KafkaTransport) -> None:
+    """Without committing the anchor, a member taking over would reset to 'latest' again."""
+    topic = f"{transport.settings.topic_prefix}ready.handover.command"
+    group = unique("handover")
+    first = transport.open(group, [topic])
+    await first.ready()
+    keys = [f"k{i}" for i in range(12)]
+    await transport.send_many([message(topic, key, key) for key in keys])
+    await first.close()  # never opened processing: consumed nothing
+
+    second = transport.open(group, [topic])
+    await second.ready()
+    second.open_processing()
+    collector = Collector(second)
+    await collector.wait_for(lambda records: {r.key for r in records} >= set(keys))
+    await collector.stop()
+
+
+async def test_nothing_is_yielded_before_open_processing(transport: KafkaTransport) -> None:
+    topic = f"{transport.settings.topic_prefix}ready.admission.command"
+    receiver = transport.open(unique("admission"), [topic])
+    await receiver.ready()
+    await transport.send(message(topic, "a", "1"))
+    iterator = aiter(receiver)
+    pending = asyncio.ensure_future(anext(iterator))
+    done, _ = await asyncio.wait({pending}, timeout=1.0)
+    assert not done, "a record reached the consumer before processing was opened"
+    assert receiver.processing_open is False
+    receiver.open_processing()
+    record = await asyncio.wait_for(pending, 20)
+    assert record.payload == "1"
+    await record.ack()
+    await receiver.close()
+
+
+async def test_iteration_ends_when_the_receiver_closes(transport: KafkaTransport) -> None:
+    topic = f"{transport.settings.topic_prefix}ready.close.command"
+    receiver = transport.open(unique("close"), [topic])
+    await receiver.ready()
+    receiver.open_processing()
+    collected: list[object] = []
+
+    async def drain() -> None:
+        async for record in receiver:
+            collected.append(record)
+
+    task = asyncio.create_task(drain())
+    await asyncio.sleep(0)
+    await receiver.close()
+    await asyncio.wait_for(task, 10)
+    assert collected == []
+    with pytest.raises(Exception, match="closed"):
+        await receiver.ready()

@@ -1,0 +1,106 @@
+"""The ``kafka`` settings section, the plugin registration and the client configuration."""
+
+from __future__ import annotations
+
+import pytest
+
+from wow_core.plugins import load_plugins
+from wow_core.runtime.settings import SettingsError, WowSettings, load_section
+from wow_kafka import KafkaSettings, KafkaTransport
+from wow_kafka.client import common_config, consumer_config, producer_config
+from wow_kafka.plugin import kafka_transport
+
+
+def test_env_vars_fill_the_section(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WOW_KAFKA__BOOTSTRAP_SERVERS", "a:9092, b:9093")
+    monkeypatch.setenv("WOW_KAFKA__PARTITIONS", "12")
+    monkeypatch.setenv("WOW_KAFKA__ACKS", "1")
+    monkeypatch.setenv("WOW_KAFKA__LINGER_MS", "5")
+    monkeypatch.setenv("WOW_KAFKA__COMPRESSION_TYPE", "gzip")
+    monkeypatch.setenv("WOW_KAFKA__AUTO_CREATE_TOPICS", "false")
+    settings = load_section("kafka", KafkaSettings)
+    assert settings.bootstrap_list == ["a:9092", "b:9093"]
+    assert settings.partitions == 12
+    assert settings.auto_create_topics is False
+    producer = producer_config(settings, common_config(settings))
+    assert producer["acks"] == 1
+    assert producer["linger_ms"] == 5
+    assert producer["compression_type"] == "gzip"
+
+
+def test_defaults_are_the_safe_ones() -> None:
+    settings = KafkaSettings()
+    producer = producer_config(settings, common_config(settings))
+    assert producer["acks"] == "all"
+    assert producer["compression_type"] is None
+    consumer = consumer_config(settings, common_config(settings), "g")
+    assert consumer["enable_auto_commit"] is False
+    assert consumer["auto_offset_reset"] == "latest"
+    assert consumer["group_id"] == "g"
+
+
+def test_secrets_are_masked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WOW_KAFKA__SECURITY_PROTOCOL", "SASL_PLAINTEXT")
+    monkeypatch.setenv("WOW_KAFKA__SASL_MECHANISM", "SCRAM-SHA-256")
+    monkeypatch.setenv("WOW_KAFKA__SASL_USERNAME", "svc")
+    monkeypatch.setenv("WOW_KAFKA__SASL_PASSWORD", "hunter2")
+    settings = load_section("kafka", KafkaSettings)
+    assert "hunter2" not in repr(settings)
+    assert "hunter2" not in settings.model_dump_json()
+    config = common_config(settings)
+    assert config["sasl_plain_password"] == "hunter2"
+    assert config["sasl_mechanism"] == "SCRAM-SHA-256"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("WOW_KAFKA__PARTITIONS", "0", "WOW_KAFKA__PARTITIONS"),
+        ("WOW_KAFKA__ACKS", "2", "WOW_KAFKA__ACKS"),
+        ("WOW_KAFKA__SECURITY_PROTOCOL", "TLS", "WOW_KAFKA__SECURITY_PROTOCOL"),
+        ("WOW_KAFKA__BOOTSTRAP_SERVERS", "no-port", "host:port"),
+        ("WOW_KAFKA__SASL_MECHANISM", "PLAIN", "SASL_PLAINTEXT or SASL_SSL"),
+        ("WOW_KAFKA__TOPIC_PREFIX", "bad prefix/", "topic_prefix"),
+        ("WOW_KAFKA__UNKNOWN_OPTION", "1", "WOW_KAFKA__UNKNOWN_OPTION"),
+    ],
+)
+def test_wrong_values_name_the_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, says: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError, match=says):
+        load_section("kafka", KafkaSettings)
+
+
+def test_the_heartbeat_must_be_shorter_than_the_session() -> None:
+    with pytest.raises(ValueError, match="heartbeat_interval_ms"):
+        KafkaSettings(session_timeout_ms=1000, heartbeat_interval_ms=1000)
+
+
+def test_ssl_settings_build_a_context(tmp_path: pytest.TempPathFactory) -> None:
+    settings = KafkaSettings(security_protocol="SSL", ssl_check_hostname=False)
+    config = common_config(settings)
+    assert config["security_protocol"] == "SSL"
+    assert config["ssl_context"].check_hostname is False
+    with pytest.raises(ValueError, match="ssl_keyfile needs ssl_certfile"):
+        KafkaSettings(security_protocol="SSL", ssl_keyfile="key.pem")
+
+
+def test_the_plugin_registers_the_transport_and_the_section(monkeypatch: pytest.MonkeyPatch) -> None:
+    registry = load_plugins()
+    transport = registry.get("transport", "kafka")
+    assert transport.origin.distribution == "wow-kafka"
+    assert registry.get("settings", "kafka").value is KafkaSettings
+    monkeypatch.setenv("WOW_KAFKA__BOOTSTRAP_SERVERS", "broker:19092")
+    monkeypatch.setenv("WOW_MESSAGING__TOPIC_PREFIX", "acme.")
+    built = kafka_transport(WowSettings.load())
+    assert isinstance(built, KafkaTransport)
+    assert built.settings.bootstrap_servers == "broker:19092"
+    from wow_core.model import NamedAggregate, TopicKind
+
+    assert built.naming.topic(NamedAggregate("bank", "account"), TopicKind.EVENT) == "acme.bank.account.event"
+    monkeypatch.setenv("WOW_KAFKA__TOPIC_PREFIX", "kfk.")
+    assert (
+        kafka_transport(WowSettings.load()).naming.topic(NamedAggregate("bank", "account"), TopicKind.STATE)
+        == "kfk.bank.account.state"
+    )

@@ -1,0 +1,286 @@
+"""Local-first dual-copy admission (spec 000, "LocalFirst dual-copy admission").
+
+:class:`LocalFirstMessageBus` combines one :class:`~wow_core.messaging.contract.LocalMessageBus`
+and one distributed :class:`~wow_core.messaging.contract.MessageBus`. For a message of a
+local aggregate whose header does not disable local-first, ``send``:
+
+1. queues an independent distributed copy in the aggregate's copy queue
+   (:class:`~wow_core.messaging.local_first.copies.LocalFirstDistributedCopies`);
+2. copies the message again, marks that copy ``local_first=true`` and hands it to the
+   local bus (``hand_off``), which never waits for a receiver to pull it;
+3. in its turn, after every earlier copy of the same aggregate was sent, the distributed
+   copy goes out with ``local_first`` = the admission result.
+
+When ``send`` completes:
+
+=================================  ==========================================  ==========================
+case                               ``send`` completes                          distributed copy
+=================================  ==========================================  ==========================
+handed off                         at once (the message entered the local      in its turn, once the
+                                   sinks)                                      receivers decided
+refused (no routable receiver,     when its copy was sent in its turn, or      ``local_first=false``
+a closed route)                    fails with it
+local hand-off error               as refused; the error is logged             ``local_first=false``
+rejected after the hand-off        already completed                           ``local_first=false``
+=================================  ==========================================  ==========================
+
+SENT of a handed-off message proves only that it entered this process's local sinks:
+not the distributed send, not any processing; a crash loses it and its queued copy. SENT
+of a refused message proves the distributed send completed, not processing. Void commands
+skip local-first (``local_first=false``, distributed send in their turn only).
+
+Nothing is ordered across topics or buses: commands, domain events and state events each
+have their own bus and their own copy queues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from wow_core.context import ContextCapture
+from wow_core.messaging.contract import (
+    BusClosedError,
+    CommandBus,
+    DomainEventBus,
+    EventStreamExchange,
+    LocalMessageBus,
+    MessageBus,
+    MessageExchange,
+    MessageReceiver,
+    MessageSubscription,
+    ServerCommandExchange,
+    StateEventBus,
+    StateEventExchange,
+)
+from wow_core.messaging.local_first.aggregates import LocalAggregates, every_aggregate_is_local
+from wow_core.messaging.local_first.copies import LocalFirstDistributedCopies, QueuedCopy
+from wow_core.messaging.local_first.receiver import LocalFirstReceiver
+from wow_core.metrics import Metrics, NoopMetrics
+from wow_core.model import (
+    CommandMessage,
+    DomainEventStream,
+    Header,
+    Message,
+    NamedAggregate,
+    StateEvent,
+    TopicKind,
+)
+from wow_core.runtime.settings import LocalFirstSettings
+
+M = TypeVar("M", bound=Message)
+E = TypeVar("E", bound=MessageExchange[Any])
+
+log = logging.getLogger("wow_core.messaging.local_first")
+
+SENDS = "wow.local_first.sends"
+
+_BUS_NAMES: dict[TopicKind, tuple[str, str]] = {
+    TopicKind.COMMAND: ("command", "WOW_COMMAND__BUS__LOCAL_FIRST"),
+    TopicKind.EVENT: ("event", "WOW_EVENT__BUS__LOCAL_FIRST"),
+    TopicKind.STATE: ("state", "WOW_EVENTSOURCING__STATE__BUS__LOCAL_FIRST"),
+}
+
+
+class LocalFirstMessageBus(Generic[M, E]):
+    """A local bus and a distributed bus, combined by dual-copy admission (module docstring).
+
+    ``is_local`` tells which aggregates this service owns: only their messages are handed
+    off locally, and only their distributed copies marked ``local_first=true`` are filtered
+    by :meth:`receiver`. ``copies`` may be passed in to share or register it with the
+    runtime; by default the bus creates its own from ``settings``.
+    """
+
+    def __init__(
+        self,
+        local: LocalMessageBus[M, E],
+        distributed: MessageBus[M, E],
+        *,
+        settings: LocalFirstSettings | None = None,
+        metrics: Metrics | None = None,
+        captures: Sequence[ContextCapture] = (),
+        is_local: LocalAggregates = every_aggregate_is_local,
+        copies: LocalFirstDistributedCopies[M] | None = None,
+    ) -> None:
+        if local.topic_kind != distributed.topic_kind:
+            raise ValueError(
+                f"local bus carries {local.topic_kind} messages, distributed bus {distributed.topic_kind}"
+            )
+        settings = settings or LocalFirstSettings()
+        self._local = local
+        self._distributed = distributed
+        self._metrics: Metrics = metrics or NoopMetrics()
+        self._is_local = is_local
+        bus_name, settings_key = _BUS_NAMES[local.topic_kind]
+        self.bus_name = bus_name
+        self.hand_off_timeout = settings.hand_off_timeout
+        self.copies: LocalFirstDistributedCopies[M] = copies or LocalFirstDistributedCopies(
+            distributed,
+            bus_name=bus_name,
+            settings_key=settings_key,
+            metrics=self._metrics,
+            captures=captures,
+            backlog_high_water_mark=settings.backlog_high_water_mark,
+            hand_off_timeout=settings.hand_off_timeout,
+        )
+        self._closed = False
+
+    @property
+    def topic_kind(self) -> TopicKind:
+        return self._local.topic_kind
+
+    @property
+    def local_bus(self) -> LocalMessageBus[M, E]:
+        return self._local
+
+    @property
+    def distributed_bus(self) -> MessageBus[M, E]:
+        return self._distributed
+
+    def subscriber_count(self, named_aggregate: NamedAggregate) -> int:
+        """The local bus's routable receivers for ``named_aggregate`` (0 when not local)."""
+        if not self._is_local(named_aggregate):
+            return 0
+        return self._local.subscriber_count(named_aggregate)
+
+    # -- send ---------------------------------------------------------------------------
+
+    def _skips_local_first(self, message: M) -> bool:
+        """Messages that never take the local route (Void commands, see the command bus)."""
+        return message.header.local_first_disabled
+
+    async def send(self, message: M) -> None:
+        """Send ``message`` local-first; see the module docstring for when this returns.
+
+        ``message`` itself is never modified: the local and the distributed copy each get
+        their own header.
+        """
+        if self._closed:
+            raise BusClosedError(f"local-first {self.bus_name} bus is closed")
+        if not self._is_local(message.aggregate_id.named_aggregate):
+            self._count("remote")
+            await self._distributed.send(message)
+            return
+        distributed_copy = message.copy()
+        if self._skips_local_first(message):
+            # Distributed only, but still in its turn behind the aggregate's earlier copies.
+            self._count("skipped")
+            await self._wait_sent(self.copies.queue(distributed_copy))
+            return
+        entry = self.copies.queue(distributed_copy)
+        local_copy = message.copy()
+        local_copy.header[Header.LOCAL_FIRST] = "true"
+        try:
+            receipt = self._local.hand_off(local_copy)
+        except Exception as error:
+            self._count("error")
+            log.error(
+                "local-first %s: handing %s %s (id %s) to the local bus failed; "
+                "sending it distributed: %s: %s",
+                self.bus_name,
+                message.name,
+                message.aggregate_id,
+                message.id,
+                type(error).__name__,
+                error,
+            )
+            await self._wait_sent(entry)
+            return
+        if receipt.accepted:
+            self._count("handed_off")
+            entry.handed_off_with(
+                receipt.admission, asyncio.get_running_loop().time() + self.hand_off_timeout
+            )
+            return
+        self._count("refused")
+        log.debug(
+            "local-first %s: hand-off of %s %s refused (%s); sending it distributed",
+            self.bus_name,
+            message.name,
+            message.aggregate_id,
+            receipt.reason or "no reason given",
+        )
+        await self._wait_sent(entry)
+
+    @staticmethod
+    async def _wait_sent(entry: QueuedCopy[M]) -> None:
+        """Wait for the copy, not with it: a cancelled sender leaves the copy to be sent once."""
+        done = entry.completion()
+        try:
+            await asyncio.shield(done)
+        except asyncio.CancelledError:
+            entry.abandon()
+            raise
+
+    def _count(self, outcome: str) -> None:
+        self._metrics.increment(SENDS, 1.0, {"bus": self.bus_name, "outcome": outcome})
+
+    # -- receive ------------------------------------------------------------------------
+
+    def receiver(self, subscription: MessageSubscription) -> MessageReceiver[E]:
+        """Local and distributed exchanges merged; copies handled locally filtered and acked.
+
+        The local receiver covers only the subscription's local aggregates.
+        """
+        local_aggregates = [named for named in subscription.named_aggregates if self._is_local(named)]
+        local_receiver = (
+            self._local.receiver(
+                MessageSubscription.of(
+                    subscription.group, local_aggregates, runtime_owned=subscription.runtime_owned
+                )
+            )
+            if local_aggregates
+            else None
+        )
+        return LocalFirstReceiver(
+            local_receiver,
+            self._distributed.receiver(subscription),
+            is_local=self._is_local,
+            metrics=self._metrics,
+            bus_name=self.bus_name,
+        )
+
+    # -- close --------------------------------------------------------------------------
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Close every local route first (their pending admissions are rejected), send the
+        queued copies within ``timeout`` (default: the hand-off timeout), then close the
+        distributed bus.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        await self._local.close()
+        await self.copies.flush(self.hand_off_timeout if timeout is None else timeout)
+        await self._distributed.close()
+
+
+class LocalFirstCommandBus(LocalFirstMessageBus[CommandMessage[Any], ServerCommandExchange]):
+    """Local-first for commands. A Void command skips local-first: ``local_first=false``,
+    distributed send only (SENT proves the distributed send, nothing about processing).
+    """
+
+    def _skips_local_first(self, message: CommandMessage[Any]) -> bool:
+        return message.is_void or message.header.local_first_disabled
+
+
+class LocalFirstDomainEventBus(LocalFirstMessageBus[DomainEventStream, EventStreamExchange]):
+    """Local-first for domain event streams."""
+
+
+class LocalFirstStateEventBus(LocalFirstMessageBus[StateEvent[Any], StateEventExchange]):
+    """Local-first for state events."""
+
+
+if TYPE_CHECKING:
+
+    def _is_command_bus(bus: LocalFirstCommandBus) -> CommandBus:
+        return bus
+
+    def _is_domain_event_bus(bus: LocalFirstDomainEventBus) -> DomainEventBus:
+        return bus
+
+    def _is_state_event_bus(bus: LocalFirstStateEventBus) -> StateEventBus:
+        return bus

@@ -1,0 +1,405 @@
+"""``KafkaTransportReceiver``: one consumer-group member over some topics.
+
+Guarantees:
+
+- ``ready()`` completes only after the group assigned partitions to this member and,
+  for every assigned partition, the start offset is anchored: a partition the group
+  never committed gets its reset position (``auto_offset_reset``) resolved and
+  *committed* at once. A record sent after ``ready()`` returns is therefore never
+  missed, also by a brand-new group, and also when a rebalance moves the partition to
+  another member before this one consumed anything.
+- Nothing is fetched before ``open_processing()``: the partitions stay paused.
+- A record's ``ack()`` marks its offset; commits advance per partition only to the
+  contiguous low watermark of acknowledged offsets (:mod:`wow_kafka.offsets`), every
+  ``commit_interval_ms``, on revocation and on close. A record never acknowledged is
+  never committed past: after a crash it is delivered again (at-least-once).
+- On revocation the receiver stops handing out records of the revoked partitions,
+  lets in-flight ones finish for up to ``revocation_drain_timeout_ms``, commits what is
+  contiguous, and forgets the partitions; acknowledgements arriving later no longer
+  count, so the new owner redelivers them. On assignment it anchors again.
+
+What it does not guarantee: exactly-once. A record in flight when its partition moved
+or its process died is delivered again to the new owner, and may then be processed
+twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from aiokafka.protocol.group import LeaveGroupRequest
+
+from wow_core.messaging import BusClosedError
+from wow_kafka.errors import KafkaConnectError
+from wow_kafka.offsets import PartitionOffsets
+from wow_kafka.settings import KafkaSettings
+from wow_kafka.topics import KafkaTopics
+
+log = logging.getLogger(__name__)
+
+
+def _text(data: bytes | None) -> str:
+    # surrogateescape keeps undecodable bytes: a dead letter carries the original bytes.
+    return "" if data is None else data.decode("utf-8", "surrogateescape")
+
+
+class KafkaRecord:
+    """A received Kafka record; ``ack()`` marks its offset for the next commit."""
+
+    __slots__ = ("_offsets", "_receiver", "key", "offset", "partition", "payload", "timestamp", "topic")
+
+    def __init__(self, receiver: KafkaTransportReceiver, offsets: PartitionOffsets, record: Any) -> None:
+        self._receiver = receiver
+        self._offsets = offsets
+        self.topic: str = record.topic
+        self.partition: int = record.partition
+        self.offset: int = record.offset
+        self.key = _text(record.key)
+        self.payload = _text(record.value)
+        self.timestamp: int = record.timestamp
+
+    @property
+    def position(self) -> str:
+        return f"{self.partition}:{self.offset}"
+
+    @property
+    def delivery_count(self) -> int:
+        return 1  # Kafka does not count deliveries
+
+    async def ack(self) -> None:
+        if self._offsets.ack(self.offset):
+            self._receiver._acked()
+
+    def __repr__(self) -> str:
+        return f"KafkaRecord({self.topic}[{self.position}] key={self.key!r})"
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, receiver: KafkaTransportReceiver) -> None:
+        self._receiver = receiver
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self._receiver._on_revoked(revoked)
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        await self._receiver._on_assigned(assigned)
+
+
+async def _leave_generation_zero(consumer: AIOKafkaConsumer) -> None:
+    """Leave the group explicitly when the broker numbered its first generation 0.
+
+    aiokafka sends LeaveGroup only for generations above 0; tansu starts at 0, so
+    without this a closed member would hold its partitions until its session expires.
+    """
+    coordinator = getattr(consumer, "_coordinator", None)
+    if coordinator is None or getattr(coordinator, "generation", None) != 0 or not coordinator.member_id:
+        return
+    try:
+        await coordinator._send_req(LeaveGroupRequest(coordinator.group_id, coordinator.member_id))
+    except Exception as error:  # a best effort, as aiokafka's own leave
+        log.debug("LeaveGroup for generation 0 failed: %s", error)
+
+
+class KafkaTransportReceiver:
+    """A member of consumer group ``group`` for ``topics``; see the module docstring."""
+
+    def __init__(
+        self,
+        group: str,
+        topics: Sequence[str],
+        settings: KafkaSettings,
+        consumer_config: dict[str, Any],
+        topic_admin: KafkaTopics,
+        on_close: Callable[[KafkaTransportReceiver], None] | None = None,
+    ) -> None:
+        if not group:
+            raise ValueError("a Kafka receiver needs a group")
+        if not topics:
+            raise ValueError(f"receiver of group {group!r} names no topic")
+        self.group = group
+        self.topics: tuple[str, ...] = tuple(dict.fromkeys(topics))
+        self._settings = settings
+        self._config = consumer_config
+        self._topic_admin = topic_admin
+        self._on_close = on_close
+        self._consumer: AIOKafkaConsumer | None = None
+        self._partitions: dict[TopicPartition, PartitionOffsets] = {}
+        self._buffer: deque[tuple[PartitionOffsets, Any]] = deque()
+        self._data = asyncio.Event()
+        self._anchored = asyncio.Event()
+        self._processing = False
+        self._paused = True
+        self._closed = False
+        self._start_task: asyncio.Task[None] | None = None
+        self._fetch_task: asyncio.Task[None] | None = None
+        self._commit_task: asyncio.Task[None] | None = None
+        self._commit_wanted = asyncio.Event()
+        self._commit_lock = asyncio.Lock()
+        self.assignments = 0
+        """How many assignments were anchored (rebalances this member went through)."""
+        self.assignment_changed = asyncio.Event()
+        """Set after each anchored assignment; tests and tools clear and wait on it."""
+        self.revocation_started = asyncio.Event()
+        """Set when a revocation of owned partitions begins (before the drain)."""
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def ready(self) -> None:
+        if self._closed:
+            raise BusClosedError(f"Kafka receiver of group {self.group!r} is closed")
+        if self._start_task is None:
+            self._start_task = asyncio.create_task(self._start(), name=f"wow-kafka-start:{self.group}")
+        await asyncio.shield(self._start_task)
+
+    async def _start(self) -> None:
+        await self._topic_admin.ensure(self.topics)
+        consumer = AIOKafkaConsumer(**self._config)
+        consumer.subscribe(list(self.topics), listener=_Listener(self))
+        self._consumer = consumer
+        try:
+            await consumer.start()
+        except KafkaError as error:
+            await consumer.stop()
+            self._consumer = None
+            raise KafkaConnectError(
+                f"Kafka receiver of group {self.group!r} could not join at "
+                f"{self._settings.bootstrap_servers}: {error}",
+                error,
+            ) from error
+        # consumer.start() returns once partitions are installed, possibly before our
+        # listener anchored them; readiness waits for the anchor.
+        await self._anchored.wait()
+        self._fetch_task = asyncio.create_task(self._fetch_loop(), name=f"wow-kafka-fetch:{self.group}")
+        self._commit_task = asyncio.create_task(self._commit_loop(), name=f"wow-kafka-commit:{self.group}")
+
+    @property
+    def processing_open(self) -> bool:
+        return self._processing
+
+    def open_processing(self) -> None:
+        if self._processing or self._closed:
+            return
+        self._processing = True
+        self._update_pause()
+
+    @property
+    def assigned(self) -> frozenset[TopicPartition]:
+        """Partitions this member owns now."""
+        return frozenset(tp for tp, state in self._partitions.items() if not state.revoking)
+
+    @property
+    def in_flight(self) -> int:
+        return sum(state.in_flight for state in self._partitions.values())
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._data.set()
+        for task in (self._start_task, self._fetch_task, self._commit_task):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        consumer = self._consumer
+        try:
+            if consumer is not None:
+                try:
+                    await self._commit(list(self._partitions))
+                except KafkaError as error:
+                    log.warning("Kafka receiver of group %r: final commit failed: %s", self.group, error)
+                self._consumer = None
+                await _leave_generation_zero(consumer)
+                await consumer.stop()
+        finally:
+            for state in self._partitions.values():
+                state.retire()
+            self._partitions.clear()
+            self._buffer.clear()
+            if self._on_close is not None:
+                self._on_close(self)
+
+    # -- records ----------------------------------------------------------------------
+
+    def __aiter__(self) -> AsyncIterator[KafkaRecord]:
+        return self._records()
+
+    async def _records(self) -> AsyncIterator[KafkaRecord]:
+        buffer = self._buffer
+        low_mark = self._settings.buffered_records // 2
+        while True:
+            while not buffer or not self._processing:
+                if self._closed:
+                    return
+                self._data.clear()
+                await self._data.wait()
+            if self._closed:
+                return
+            offsets, record = buffer.popleft()
+            if self._paused and self._processing and len(buffer) <= low_mark:
+                self._update_pause()
+            if offsets.revoking or not offsets.active:
+                continue  # its partition was revoked: the new owner delivers it
+            offsets.delivered(record.offset)
+            yield KafkaRecord(self, offsets, record)
+
+    async def _fetch_loop(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        settings = self._settings
+        backoff = settings.retry_backoff_ms / 1000
+        while not self._closed:
+            try:
+                batches = await consumer.getmany(
+                    timeout_ms=settings.poll_timeout_ms, max_records=settings.max_poll_records
+                )
+            except asyncio.CancelledError:
+                raise
+            except KafkaError as error:
+                log.warning("Kafka receiver of group %r: fetch failed, retrying: %s", self.group, error)
+                await asyncio.sleep(backoff)
+                continue
+            except Exception:
+                log.exception("Kafka receiver of group %r: unexpected fetch failure, retrying", self.group)
+                await asyncio.sleep(backoff)
+                continue
+            if not batches:
+                continue
+            partitions = self._partitions
+            for tp, records in batches.items():
+                offsets = partitions.get(tp)
+                if offsets is None or offsets.revoking or not offsets.active:
+                    continue
+                self._buffer.extend((offsets, record) for record in records)
+            self._data.set()
+            if len(self._buffer) >= settings.buffered_records:
+                self._update_pause()
+
+    def _update_pause(self) -> None:
+        """Pause fetching before processing opens and while the buffer is full."""
+        consumer = self._consumer
+        if consumer is None:
+            return
+        pause = not self._processing or len(self._buffer) >= self._settings.buffered_records
+        assigned = consumer.assignment()
+        if pause:
+            consumer.pause(*assigned)
+        else:
+            consumer.resume(*assigned)
+        self._paused = pause
+        if self._processing and self._buffer:
+            self._data.set()
+
+    # -- commits ----------------------------------------------------------------------
+
+    def _acked(self) -> None:
+        self._commit_wanted.set()
+
+    async def _commit_loop(self) -> None:
+        interval = self._settings.commit_interval_ms / 1000
+        while not self._closed:
+            await self._commit_wanted.wait()
+            await asyncio.sleep(interval)  # gather the acknowledgements of one interval
+            self._commit_wanted.clear()
+            try:
+                await self._commit(list(self._partitions))
+            except asyncio.CancelledError:
+                raise
+            except (CommitFailedError, IllegalStateError) as error:
+                log.info(
+                    "Kafka receiver of group %r: commit skipped during a rebalance: %s", self.group, error
+                )
+            except KafkaError as error:
+                log.warning("Kafka receiver of group %r: commit failed, will retry: %s", self.group, error)
+                self._commit_wanted.set()
+
+    async def _commit(self, partitions: list[TopicPartition]) -> None:
+        consumer = self._consumer
+        if consumer is None:
+            return
+        async with self._commit_lock:
+            offsets: dict[TopicPartition, int] = {}
+            states: list[tuple[PartitionOffsets, int]] = []
+            for tp in partitions:
+                state = self._partitions.get(tp)
+                if state is not None and state.dirty:
+                    offsets[tp] = state.watermark
+                    states.append((state, state.watermark))
+            if not offsets:
+                return
+            await consumer.commit(offsets)
+            for state, watermark in states:
+                state.committed = max(state.committed, watermark)
+
+    # -- rebalance --------------------------------------------------------------------
+
+    async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
+        states = [(tp, self._partitions[tp]) for tp in revoked if tp in self._partitions]
+        if not states:
+            return
+        for _, state in states:
+            state.revoking = True
+        self.revocation_started.set()
+        timeout = self._settings.revocation_drain_timeout_ms / 1000
+        if timeout > 0 and not self._closed:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            for _, state in states:
+                await state.drain(max(0.0, deadline - loop.time()))
+        try:
+            await self._commit([tp for tp, _ in states])
+        except KafkaError as error:
+            log.warning(
+                "Kafka receiver of group %r: commit on revocation failed, in-flight records will be "
+                "redelivered: %s",
+                self.group,
+                error,
+            )
+        finally:
+            for tp, state in states:
+                state.retire()
+                self._partitions.pop(tp, None)
+        log.info("Kafka receiver of group %r: revoked %s", self.group, sorted(map(str, revoked)))
+
+    async def _on_assigned(self, assigned: set[TopicPartition]) -> None:
+        consumer = self._consumer
+        if consumer is None:
+            return
+        states: dict[TopicPartition, PartitionOffsets] = {}
+        anchors: dict[TopicPartition, int] = {}
+        try:
+            for tp in assigned:
+                committed = await consumer.committed(tp)
+                if committed is None:
+                    # Conservative boundary: resolve the reset position now and commit
+                    # it, so whoever owns the partition later starts here, not later.
+                    position = await consumer.position(tp)
+                    anchors[tp] = position
+                    states[tp] = PartitionOffsets(position)
+                else:
+                    states[tp] = PartitionOffsets(committed)
+            if anchors:
+                await consumer.commit(anchors)
+        except KafkaError as error:
+            # The group moved on while we anchored; the next assignment anchors again.
+            log.info("Kafka receiver of group %r: anchoring interrupted: %s", self.group, error)
+            return
+        self._partitions.update(states)
+        if not self._processing or len(self._buffer) >= self._settings.buffered_records:
+            consumer.pause(*assigned)
+        self.assignments += 1
+        self._anchored.set()
+        self.assignment_changed.set()
+        log.info(
+            "Kafka receiver of group %r: assigned %s (anchored %d)",
+            self.group,
+            sorted(map(str, assigned)),
+            len(anchors),
+        )

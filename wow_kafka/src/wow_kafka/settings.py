@@ -1,0 +1,143 @@
+"""``KafkaSettings``: the ``kafka`` settings section, read from ``WOW_KAFKA__*``.
+
+Registered through the ``register_settings`` hook, read with
+``settings.section("kafka", KafkaSettings)``. Secrets are :class:`~pydantic.SecretStr`,
+so ``wow settings`` and logs show them masked. The defaults are the safe ones: every
+replica acknowledges a send (``acks=all``), topics are created with the configured
+partitions and replication when missing, a brand-new consumer group starts at the end
+of each partition (``latest``) and anchors that start before it reports ready.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, SecretStr, model_validator
+
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+Acks = Literal["all", "1", "0"]
+Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
+OffsetReset = Literal["latest", "earliest"]
+
+_TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+class KafkaSettings(BaseModel):
+    """Connection, topic, producer and consumer settings of the Kafka transport."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # -- connection -----------------------------------------------------------------
+    bootstrap_servers: str = Field(
+        "127.0.0.1:9092", description="Comma-separated host:port list of brokers to bootstrap from."
+    )
+    client_id: str = Field("wow", description="Client id sent to the brokers (logs, quotas).")
+    security_protocol: SecurityProtocol = Field(
+        "PLAINTEXT", description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."
+    )
+    sasl_mechanism: SaslMechanism | None = Field(
+        None, description="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (SASL_* protocols)."
+    )
+    sasl_username: str | None = Field(None, description="SASL user name.")
+    sasl_password: SecretStr | None = Field(None, description="SASL password (masked).")
+    ssl_cafile: str | None = Field(
+        None, description="CA bundle (PEM) to verify the brokers; default: system CAs."
+    )
+    ssl_certfile: str | None = Field(None, description="Client certificate (PEM) for mutual TLS.")
+    ssl_keyfile: str | None = Field(None, description="Private key (PEM) of the client certificate.")
+    ssl_key_password: SecretStr | None = Field(None, description="Password of the private key (masked).")
+    ssl_check_hostname: bool = Field(True, description="Verify that the broker certificate names its host.")
+    request_timeout_ms: PositiveInt = Field(
+        40000,
+        description="Deadline of a broker request; a send unacknowledged within it (retries included) fails.",
+    )
+    retry_backoff_ms: PositiveInt = Field(100, description="Backoff between retries of a failed request.")
+    metadata_max_age_ms: PositiveInt = Field(
+        300000, description="Refresh cluster metadata at least this often."
+    )
+
+    # -- topics ---------------------------------------------------------------------
+    topic_prefix: str | None = Field(
+        None, description="Prefix of topic names; default: WOW_MESSAGING__TOPIC_PREFIX ('wow.')."
+    )
+    partitions: PositiveInt = Field(3, description="Partitions of a topic the transport creates.")
+    replication_factor: PositiveInt = Field(
+        1, description="Replication factor of a topic the transport creates."
+    )
+    auto_create_topics: bool = Field(
+        True, description="Create missing topics (admin client); when false a missing topic is an error."
+    )
+
+    # -- producer -------------------------------------------------------------------
+    acks: Acks = Field("all", description="Producer acknowledgements: all (every in-sync replica), 1 or 0.")
+    enable_idempotence: bool = Field(
+        False, description="Idempotent producer (needs broker support; tansu lacks InitProducerId)."
+    )
+    linger_ms: NonNegativeInt = Field(0, description="How long the producer waits to fill a batch.")
+    compression_type: Compression = Field("none", description="none, gzip, snappy, lz4 or zstd.")
+    max_batch_size: PositiveInt = Field(16384, description="Maximum size in bytes of a producer batch.")
+    max_request_size: PositiveInt = Field(1048576, description="Maximum size in bytes of a produce request.")
+
+    # -- consumer -------------------------------------------------------------------
+    auto_offset_reset: OffsetReset = Field(
+        "latest",
+        description="Where a group without a committed offset starts (anchored and committed before ready).",
+    )
+    session_timeout_ms: PositiveInt = Field(
+        10000, description="A member that does not heartbeat within this is removed from its group."
+    )
+    heartbeat_interval_ms: PositiveInt = Field(3000, description="Heartbeat interval of a group member.")
+    max_poll_interval_ms: PositiveInt = Field(
+        300000, description="A member that does not poll within this leaves its group."
+    )
+    rebalance_timeout_ms: PositiveInt | None = Field(
+        None, description="How long the group waits for members to rejoin; default: max_poll_interval_ms."
+    )
+    max_poll_records: PositiveInt = Field(500, description="Records taken from the client per poll.")
+    poll_timeout_ms: PositiveInt = Field(1000, description="How long one poll waits for records.")
+    fetch_max_wait_ms: NonNegativeInt = Field(
+        500, description="How long the broker may hold a fetch for data."
+    )
+    max_partition_fetch_bytes: PositiveInt = Field(
+        1048576, description="Bytes fetched per partition per request."
+    )
+    buffered_records: PositiveInt = Field(
+        1000, description="Records a receiver holds ahead of its consumer before it pauses fetching."
+    )
+    commit_interval_ms: PositiveInt = Field(
+        100, description="How often acknowledged offsets are committed (also on revocation and close)."
+    )
+    revocation_drain_timeout_ms: NonNegativeInt = Field(
+        3000,
+        description="On revocation, how long in-flight records of revoked partitions may finish.",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> KafkaSettings:
+        servers = [part.strip() for part in self.bootstrap_servers.split(",")]
+        for server in servers:
+            host, sep, port = server.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"bootstrap server {server!r} must look like host:port")
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ValueError("heartbeat_interval_ms must be lower than session_timeout_ms")
+        if self.sasl_mechanism is not None and not self.security_protocol.startswith("SASL_"):
+            raise ValueError("sasl_mechanism needs security_protocol SASL_PLAINTEXT or SASL_SSL")
+        if self.security_protocol.startswith("SASL_") and self.sasl_mechanism is None:
+            raise ValueError(f"security_protocol {self.security_protocol} needs sasl_mechanism")
+        if self.sasl_mechanism is not None and (self.sasl_username is None or self.sasl_password is None):
+            raise ValueError("sasl_mechanism needs sasl_username and sasl_password")
+        if self.ssl_keyfile is not None and self.ssl_certfile is None:
+            raise ValueError("ssl_keyfile needs ssl_certfile")
+        if self.topic_prefix is not None and not set(self.topic_prefix) <= _TOPIC_CHARS:
+            raise ValueError("topic_prefix may hold only letters, digits, '.', '_' and '-'")
+        return self
+
+    @property
+    def bootstrap_list(self) -> list[str]:
+        return [part.strip() for part in self.bootstrap_servers.split(",")]
+
+    @property
+    def uses_ssl(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")

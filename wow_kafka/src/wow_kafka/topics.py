@@ -1,0 +1,137 @@
+"""Topic management: make sure a topic exists before it is written or subscribed.
+
+With ``auto_create_topics`` (the default) a missing topic is created through the admin
+client with the configured partitions and replication factor; without it, a missing
+topic is a :class:`~wow_kafka.errors.KafkaTopicError` naming the topic and the setting.
+The transport never relies on a broker's own auto-creation, whose partition count is
+the broker's default rather than yours. Topics known to exist are remembered, so the
+check costs one admin round trip per new topic, not one per send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
+
+from wow_kafka.errors import KafkaConnectError, KafkaTopicError
+from wow_kafka.settings import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+_LEGAL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+_TOPIC_ALREADY_EXISTS = 36
+MAX_TOPIC_LENGTH = 249
+
+
+def check_topic_name(topic: str) -> str:
+    """Raise :class:`KafkaTopicError` for a name Kafka would refuse."""
+    if not topic or topic in (".", "..") or len(topic) > MAX_TOPIC_LENGTH or not set(topic) <= _LEGAL:
+        raise KafkaTopicError(
+            f"{topic!r} is not a legal Kafka topic name: "
+            f"use 1-{MAX_TOPIC_LENGTH} letters, digits, '.', '_' or '-'"
+        )
+    return topic
+
+
+class KafkaTopics:
+    """Creates missing topics, or refuses them, once per topic."""
+
+    def __init__(self, settings: KafkaSettings, common: dict[str, Any]) -> None:
+        self._settings = settings
+        self._common = common
+        self._known: set[str] = set()
+        self._lock = asyncio.Lock()
+        self._admin: AIOKafkaAdminClient | None = None
+
+    def known(self, topic: str) -> bool:
+        return topic in self._known
+
+    def forget(self) -> None:
+        """Forget which topics exist (after a broker lost its data, for instance)."""
+        self._known.clear()
+
+    async def ensure(self, topics: Iterable[str]) -> None:
+        """Return once every topic exists; create missing ones or raise."""
+        wanted = [check_topic_name(topic) for topic in topics if topic not in self._known]
+        if not wanted:
+            return
+        async with self._lock:
+            wanted = [topic for topic in dict.fromkeys(wanted) if topic not in self._known]
+            if not wanted:
+                return
+            admin, existing = await self._list_topics()
+            missing = [topic for topic in wanted if topic not in existing]
+            if missing and not self._settings.auto_create_topics:
+                raise KafkaTopicError(
+                    f"topic(s) {', '.join(missing)} do not exist on {self._settings.bootstrap_servers} and "
+                    "WOW_KAFKA__AUTO_CREATE_TOPICS is false: create them, or allow the transport to"
+                )
+            if missing:
+                await self._create(admin, missing)
+            self._known.update(wanted)
+
+    async def _list_topics(self) -> tuple[AIOKafkaAdminClient, set[str]]:
+        # A broker restart leaves the admin client with a dead connection it does not
+        # re-open by itself: on a retriable error, start a new client once.
+        for attempt in (1, 2):
+            admin = await self._client()
+            try:
+                return admin, set(await admin.list_topics())
+            except KafkaError as error:
+                await self.close()
+                if attempt == 2 or not error.retriable:
+                    raise KafkaConnectError(
+                        f"cannot list the topics of {self._settings.bootstrap_servers}: {error}", error
+                    ) from error
+        raise AssertionError("unreachable")
+
+    async def _create(self, admin: AIOKafkaAdminClient, topics: list[str]) -> None:
+        settings = self._settings
+        new = [NewTopic(topic, settings.partitions, settings.replication_factor) for topic in topics]
+        try:
+            response = await admin.create_topics(new)
+        except KafkaError as error:
+            raise KafkaTopicError(f"creating topic(s) {', '.join(topics)} failed: {error}", error) from error
+        failures = []
+        for result in response.topic_errors:
+            topic, code = result[0], result[1]
+            message = result[2] if len(result) > 2 else None
+            if code not in (0, _TOPIC_ALREADY_EXISTS):
+                failures.append(f"{topic}: error {code} {message or ''}".rstrip())
+            elif code == 0:
+                log.info(
+                    "created topic %s (%d partitions, replication %d)",
+                    topic,
+                    settings.partitions,
+                    settings.replication_factor,
+                )
+        if failures:
+            raise KafkaTopicError(
+                "creating topic(s) failed (WOW_KAFKA__PARTITIONS="
+                f"{settings.partitions}, WOW_KAFKA__REPLICATION_FACTOR={settings.replication_factor}): "
+                + "; ".join(failures)
+            )
+
+    async def _client(self) -> AIOKafkaAdminClient:
+        if self._admin is None:
+            admin = AIOKafkaAdminClient(**self._common)
+            try:
+                await admin.start()
+            except KafkaError as error:
+                await admin.close()
+                raise KafkaConnectError(
+                    f"no broker of {self._settings.bootstrap_servers} answered the admin client: {error}",
+                    error,
+                ) from error
+            self._admin = admin
+        return self._admin
+
+    async def close(self) -> None:
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            await admin.close()

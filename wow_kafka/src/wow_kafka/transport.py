@@ -1,0 +1,218 @@
+"""``KafkaTransport``: the Transport SPI over aiokafka.
+
+One topic per named aggregate and message kind (named by :attr:`naming`, by default
+``<prefix><context>.<aggregate>.<kind>``); the record key is the aggregate id, so one
+aggregate's records share a partition and keep their order; the value is the message
+JSON as given.
+
+SENT evidence: :meth:`send` returns when the producer's result succeeded, that is the
+partition leader (with ``acks=all``: every in-sync replica) acknowledged the record.
+It proves nothing about any consumer receiving, acknowledging or processing it. When
+the producer does not get that acknowledgement (broker down past
+``request_timeout_ms``, a record too large, an authorization failure) :meth:`send`
+raises :class:`~wow_kafka.errors.KafkaSendError` with the producer's error as cause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from wow_core.messaging import BusClosedError
+from wow_core.transport import DecodeFailureDefault, DefaultTopicNaming, TopicNaming, TransportMessage
+from wow_kafka.client import common_config, consumer_config, producer_config
+from wow_kafka.errors import KafkaConnectError, KafkaSendError, KafkaTopicError
+from wow_kafka.receiver import KafkaTransportReceiver
+from wow_kafka.settings import KafkaSettings
+from wow_kafka.topics import KafkaTopics
+
+if TYPE_CHECKING:
+    from wow_core.runtime.settings import WowSettings
+
+log = logging.getLogger(__name__)
+
+SECTION = "kafka"
+
+
+def _bytes(text: str) -> bytes:
+    # The inverse of the receiver's decoding: a dead letter keeps the original bytes.
+    return text.encode("utf-8", "surrogateescape")
+
+
+class KafkaTransport:
+    """Moves strings through Kafka; see the module docstring for what SENT means."""
+
+    name = "kafka"
+
+    def __init__(
+        self,
+        settings: KafkaSettings | None = None,
+        *,
+        naming: TopicNaming | None = None,
+        decode_failure_default: DecodeFailureDefault = DecodeFailureDefault.DEAD_LETTER,
+    ) -> None:
+        self.settings = settings if settings is not None else KafkaSettings()
+        self._naming: TopicNaming = (
+            naming if naming is not None else DefaultTopicNaming(self.settings.topic_prefix or "wow.")
+        )
+        self._decode_failure_default = decode_failure_default
+        self._common = common_config(self.settings)
+        self.topics = KafkaTopics(self.settings, self._common)
+        self._producer: AIOKafkaProducer | None = None
+        self._start_lock = asyncio.Lock()
+        self._receivers: set[KafkaTransportReceiver] = set()
+        self._closed = False
+
+    @classmethod
+    def from_settings(cls, settings: WowSettings) -> KafkaTransport:
+        """Build from ``WOW_KAFKA__*``; the topic prefix defaults to ``WOW_MESSAGING__TOPIC_PREFIX``."""
+        kafka = settings.section(SECTION, KafkaSettings)
+        prefix = kafka.topic_prefix if kafka.topic_prefix is not None else settings.messaging.topic_prefix
+        naming = DefaultTopicNaming(prefix, settings.messaging.context_aliases)
+        return cls(kafka, naming=naming)
+
+    @property
+    def naming(self) -> TopicNaming:
+        return self._naming
+
+    @property
+    def decode_failure_default(self) -> DecodeFailureDefault:
+        return self._decode_failure_default
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self._started()
+
+    async def _started(self) -> AIOKafkaProducer:
+        if self._closed:
+            raise BusClosedError("the Kafka transport is closed")
+        producer = self._producer
+        if producer is not None:
+            return producer
+        async with self._start_lock:
+            if self._producer is not None:
+                return self._producer
+            if self._closed:
+                raise BusClosedError("the Kafka transport is closed")
+            producer = AIOKafkaProducer(**producer_config(self.settings, self._common))
+            try:
+                await producer.start()
+            except KafkaError as error:
+                with contextlib.suppress(Exception):
+                    await producer.stop()
+                hint = (
+                    " (the broker may not support idempotent producers: "
+                    "try WOW_KAFKA__ENABLE_IDEMPOTENCE=false)"
+                    if self.settings.enable_idempotence
+                    else ""
+                )
+                raise KafkaConnectError(
+                    f"the Kafka producer could not start against {self.settings.bootstrap_servers}: "
+                    f"{error}{hint}",
+                    error,
+                ) from error
+            self._producer = producer
+            return producer
+
+    async def close(self) -> None:
+        """Close every receiver, flush the producer, release the connections; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for receiver in list(self._receivers):
+            await receiver.close()
+        async with self._start_lock:
+            producer, self._producer = self._producer, None
+        try:
+            if producer is not None:
+                await producer.stop()
+        finally:
+            await self.topics.close()
+
+    # -- send -------------------------------------------------------------------------
+
+    async def send(self, message: TransportMessage) -> None:
+        producer = self._producer or await self._started()
+        topic = message.topic
+        if not self.topics.known(topic):
+            await self.topics.ensure((topic,))
+        try:
+            future = await producer.send(
+                topic, value=_bytes(message.payload), key=_bytes(message.key), timestamp_ms=message.timestamp
+            )
+            await future
+        except KafkaError as error:
+            raise self._send_error(message, error) from error
+
+    async def send_many(self, messages: Sequence[TransportMessage]) -> None:
+        """Send all ``messages``; return when every one was acknowledged.
+
+        Records are handed to the producer in order, so records of one key keep their
+        order. If any fails, the first failure is raised after all have completed;
+        the others may have been sent.
+        """
+        if not messages:
+            return
+        producer = self._producer or await self._started()
+        await self.topics.ensure({message.topic for message in messages})
+        futures: list[asyncio.Future[Any]] = []
+        first_error: BaseException | None = None
+        failed: TransportMessage | None = None
+        for message in messages:
+            try:
+                futures.append(
+                    await producer.send(
+                        message.topic,
+                        value=_bytes(message.payload),
+                        key=_bytes(message.key),
+                        timestamp_ms=message.timestamp,
+                    )
+                )
+            except KafkaError as error:
+                first_error, failed = error, message
+                break
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        for message, result in zip(messages, results, strict=False):
+            if isinstance(result, BaseException) and first_error is None:
+                first_error, failed = result, message
+        if first_error is not None and failed is not None:
+            if isinstance(first_error, KafkaError):
+                raise self._send_error(failed, first_error) from first_error
+            raise first_error
+
+    def _send_error(self, message: TransportMessage, error: KafkaError) -> KafkaSendError:
+        if isinstance(error, KafkaTopicError):
+            return KafkaSendError(str(error), error)
+        return KafkaSendError(
+            f"Kafka did not acknowledge the record for topic {message.topic!r} (key {message.key!r}) "
+            f"at {self.settings.bootstrap_servers} within WOW_KAFKA__REQUEST_TIMEOUT_MS="
+            f"{self.settings.request_timeout_ms}: {error}",
+            error,
+        )
+
+    # -- receive ----------------------------------------------------------------------
+
+    def open(self, group: str, topics: Sequence[str]) -> KafkaTransportReceiver:
+        """A new member of consumer group ``group`` for ``topics``; it connects on ``ready()``."""
+        if self._closed:
+            raise BusClosedError("the Kafka transport is closed")
+        receiver = KafkaTransportReceiver(
+            group,
+            topics,
+            self.settings,
+            consumer_config(self.settings, self._common, group),
+            self.topics,
+            on_close=self._receivers.discard,
+        )
+        self._receivers.add(receiver)
+        return receiver
+
+    def __repr__(self) -> str:
+        return f"KafkaTransport({self.settings.bootstrap_servers})"
