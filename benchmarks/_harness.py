@@ -151,16 +151,20 @@ class Harness:
     async def paired(
         self, once: Callable[[], Awaitable[float | None]], *, latency: bool = False
     ) -> tuple[float, float]:
-        """``(best seconds of once, best seconds per queue hop)``, measured alternately.
+        """``(seconds of once, seconds per queue hop)`` of the best of ``repeat`` pairs.
 
-        The yardstick is measured right before each run of the subject, so a noisy
-        neighbour disturbs both alike; the best of ``repeat`` of each is kept.
+        The yardstick is measured right before each run of the subject, so a busy
+        neighbour disturbs both alike; the pair with the lowest subject-to-hop ratio is
+        kept (the least disturbed comparison).
         """
-        best_run = best_hop = float("inf")
+        best: tuple[float, float] | None = None
         for _ in range(self.repeat):
-            best_hop = min(best_hop, await self.hop_once(latency))
-            best_run = min(best_run, await self._timed(once))
-        return best_run, best_hop
+            hop = await self.hop_once(latency)
+            run = await self._timed(once)
+            if best is None or run / hop < best[0] / best[1]:
+                best = (run, hop)
+        assert best is not None
+        return best
 
     async def queue_hop(self) -> float:
         """Best seconds per pipelined queue hop so far (measuring it if never measured)."""

@@ -1,8 +1,11 @@
 """Command kernel figures: ``send_and_wait(PROCESSED)`` on the embedded runtime.
 
-1,000 accounts exist; 256 concurrent callers each send ``Deposit`` commands to accounts
-(caller ``i`` picks from its own slice so no two callers contend on one aggregate at a
-time more than the lanes allow) and wait for PROCESSED. Figures: processed commands per
+1,000 accounts exist; 256 concurrent callers each send ``Add`` commands round-robin over
+the accounts and wait for PROCESSED. Three configurations: the command side alone over
+the in-memory buses (gateway, command dispatcher, kernel, in-memory store: the kernel's
+own cost), the same with the snapshot dispatcher the embedded runtime runs, and the
+embedded default (local-first buses whose distributed copies go through the in-memory
+transport as JSON). Figures: processed commands per
 second, p50/p99 latency of one ``send_and_wait``, and the asyncio-queue hop rate measured
 in the same run as the machine's yardstick (goal: a processed command for every 50 hops
 or fewer, i.e. >= 20,000/s where a hop costs ~1 µs).
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import platform
@@ -30,6 +34,8 @@ from pydantic import Field
 from wow_core.command import CommandWait
 from wow_core.modeling import Emit, aggregate, on_command, on_sourcing
 from wow_core.runtime.app import WowApp
+from wow_core.runtime.assembly import build_runtime, in_process_buses
+from wow_core.runtime.container import create_container
 from wow_core.runtime.runtime import WowRuntime
 from wow_core.runtime.settings import WowSettings
 
@@ -136,17 +142,81 @@ async def processed_throughput(
     return per_caller * callers / elapsed, latencies
 
 
-async def measure(args: argparse.Namespace) -> dict[str, Any]:
-    hop_rate = await queue_hops(args.hops)
+def _runtime(in_process: bool, event_dispatch: bool = True) -> WowRuntime:
+    container = create_container(WowSettings())
+    if in_process:
+        in_process_buses(container)
     app = WowApp("bench", aggregates=[BenchAccount])
-    runtime = app.runtime(WowSettings())
-    async with runtime:
-        rate, latencies = await processed_throughput(runtime, args.aggregates, args.callers, args.commands)
-    hop_rate_after = await queue_hops(args.hops)
-    yardstick = (hop_rate + hop_rate_after) / 2
+    if event_dispatch:
+        return build_runtime(app, container=container)
+    # The command side alone: gateway, command dispatcher, kernel, stores (no snapshot
+    # dispatcher or other event dispatch).
+    aggregates = container.aggregate_registry()
+    aggregates.register(BenchAccount)
+    aggregates.register_body_types(container.body_types())
+    runtime: WowRuntime = container.runtime()
+    return runtime
+
+
+async def _configuration(
+    name: str,
+    in_process: bool,
+    event_dispatch: bool,
+    commands: int,
+    args: argparse.Namespace,
+    gc_threshold: int | None = None,
+) -> dict[str, Any]:
+    hop_before = await queue_hops(args.hops)
+    runtime = _runtime(in_process, event_dispatch)
+    default_threshold = gc.get_threshold()
+    if gc_threshold is not None:
+        gc.collect()
+        gc.set_threshold(gc_threshold, *default_threshold[1:])
+    try:
+        async with runtime:
+            rate, latencies = await processed_throughput(runtime, args.aggregates, args.callers, commands)
+            bus = type(runtime.command_bus).__name__
+    finally:
+        gc.set_threshold(*default_threshold)
+    hop_after = await queue_hops(args.hops)
+    yardstick = (hop_before + hop_after) / 2
     hops = yardstick / rate
-    p50 = percentile(latencies, 50) * 1e3
-    p99 = percentile(latencies, 99) * 1e3
+    detail = {"aggregates": args.aggregates, "callers": args.callers, "commands": commands, "bus": bus}
+    return {
+        "yardstick": yardstick,
+        "figures": [
+            {
+                "name": f"{name}: send_and_wait(PROCESSED) throughput",
+                "value": rate,
+                "unit": "commands/s",
+                "hops": hops,
+                "goal_hops": GOAL_HOPS,
+                "meets_goal": hops <= GOAL_HOPS,
+                "detail": detail,
+            },
+            {"name": f"{name}: latency p50", "value": percentile(latencies, 50) * 1e3, "unit": "ms"},
+            {"name": f"{name}: latency p99", "value": percentile(latencies, 99) * 1e3, "unit": "ms"},
+        ],
+    }
+
+
+CONFIGURATIONS: tuple[tuple[str, bool, bool, float, int | None], ...] = (
+    # name, in-process buses, event dispatch (snapshot dispatcher), share of the commands,
+    # gc generation-0 threshold (None: Python's default, 700)
+    ("command side, in-process buses", True, False, 1.0, None),
+    ("command side, in-process buses, gc threshold 50000", True, False, 1.0, 50_000),
+    ("embedded runtime with snapshots, in-process buses", True, True, 0.5, None),
+    ("embedded default (local-first over InMemoryTransport, snapshots)", False, True, 0.1, None),
+)
+
+
+async def measure(args: argparse.Namespace) -> dict[str, Any]:
+    results = [
+        await _configuration(
+            name, in_process, dispatch, max(args.callers, int(args.commands * share)), args, threshold
+        )
+        for name, in_process, dispatch, share, threshold in CONFIGURATIONS
+    ]
     return {
         "benchmark": "kernel",
         "machine": {
@@ -154,26 +224,32 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
         },
-        "yardstick": {"name": "asyncio.Queue hop", "value": yardstick, "unit": "hops/s"},
-        "figures": [
-            {
-                "name": "send_and_wait(PROCESSED) throughput",
-                "value": rate,
-                "unit": "commands/s",
-                "hops": hops,
-                "goal_hops": GOAL_HOPS,
-                "meets_goal": hops <= GOAL_HOPS,
-                "detail": {
-                    "aggregates": args.aggregates,
-                    "callers": args.callers,
-                    "commands": args.commands,
-                    "bus": type(runtime.command_bus).__name__,
-                },
-            },
-            {"name": "send_and_wait(PROCESSED) latency p50", "value": p50, "unit": "ms"},
-            {"name": "send_and_wait(PROCESSED) latency p99", "value": p99, "unit": "ms"},
-        ],
+        "yardstick": {
+            "name": "asyncio.Queue hop",
+            "value": sum(r["yardstick"] for r in results) / len(results),
+            "unit": "hops/s",
+        },
+        "figures": [figure for r in results for figure in r["figures"]],
     }
+
+
+def profile(args: argparse.Namespace) -> None:
+    """Profile the command side (in-process buses) with pyinstrument: kernel_profile.txt."""
+    from pyinstrument import Profiler
+
+    async def run() -> None:
+        runtime = _runtime(True, False)
+        async with runtime:
+            profiler = Profiler(async_mode="disabled", interval=0.0005)
+            profiler.start()
+            await processed_throughput(runtime, args.aggregates, args.callers, args.commands)
+            profiler.stop()
+        RESULTS.mkdir(exist_ok=True)
+        text = profiler.output_text(unicode=False, color=False, show_all=False)
+        (RESULTS / "kernel_profile.txt").write_text(text)
+        print(text)
+
+    asyncio.run(run())
 
 
 def main() -> None:
@@ -182,32 +258,22 @@ def main() -> None:
     )
     parser.add_argument("--aggregates", type=int, default=1000)
     parser.add_argument("--callers", type=int, default=256)
-    parser.add_argument("--commands", type=int, default=100_000)
+    parser.add_argument("--commands", type=int, default=60_000)
     parser.add_argument("--hops", type=int, default=500_000)
     parser.add_argument("--quick", action="store_true", help="20,000 commands")
-    parser.add_argument("--profile", action="store_true", help="write a pyinstrument profile too")
+    parser.add_argument(
+        "--profile", action="store_true", help="profile the command side instead (kernel_profile.txt)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.commands = 20_000
         args.hops = 200_000
     if args.profile:
-        from pyinstrument import Profiler
-
-        profiler = Profiler(async_mode="disabled")
-        profiler.start()
-        result = asyncio.run(measure(args))
-        profiler.stop()
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "kernel_profile.txt").write_text(
-            profiler.output_text(unicode=False, color=False, show_all=False)
-        )
-        result["profiled"] = True
-    else:
-        result = asyncio.run(measure(args))
+        profile(args)
+        return
+    result = asyncio.run(measure(args))
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / ("kernel_profiled.json" if args.profile else "kernel.json")).write_text(
-        json.dumps(result, indent=2) + "\n"
-    )
+    (RESULTS / "kernel.json").write_text(json.dumps(result, indent=2) + "\n")
     print(f"asyncio.Queue hop: {result['yardstick']['value']:,.0f} hops/s")
     for figure in result["figures"]:
         line = f"{figure['name']}: {figure['value']:,.2f} {figure['unit']}"

@@ -5,6 +5,8 @@
 - ``transport command bus``: the same N as commands through ``TransportCommandBus``
   (read-only marking, JSON encoding, decoding with key and topic checks, the exchange,
   ``ack``): throughput, as a ratio of the raw transport's, and in queue hops.
+- ``MessageCodec alone``: encoding and decoding the same commands, nothing else: the
+  share of the bus figure that is JSON and body validation.
 - ``transport command bus round trip``: one command at a time, send -> consumer ->
   answer through an ``asyncio.Queue``; the answer's hop is taken off, in queue-hop
   latencies.
@@ -92,6 +94,18 @@ async def transport_bus(count: int) -> float:
     return elapsed
 
 
+async def codec_only(count: int) -> float:
+    """The JSON part alone: encode and decode every command, no bus, no transport."""
+    from wow_core.model import TopicKind
+
+    the_codec = codec()
+    messages = commands(count)
+    start = time.perf_counter()
+    for message in messages:
+        the_codec.decode(the_codec.encode(message), TopicKind.COMMAND)
+    return time.perf_counter() - start
+
+
 async def transport_bus_round_trip(rounds: int) -> float:
     transport = InMemoryTransport()
     bus = TransportCommandBus(transport, codec())
@@ -126,6 +140,7 @@ async def run(h: Harness) -> list[Figure]:
     count = h.n(50_000)
     raw_seconds, hop = await h.paired(lambda: raw_transport(count))
     bus_seconds, bus_hop = await h.paired(lambda: transport_bus(count))
+    codec_seconds, codec_hop = await h.paired(lambda: codec_only(count))
     rounds = h.n(10_000)
     trip_seconds, hop_latency = await h.paired(lambda: transport_bus_round_trip(rounds), latency=True)
     one_way = trip_seconds / rounds - hop_latency
@@ -144,6 +159,13 @@ async def run(h: Harness) -> list[Figure]:
             hops=bus_seconds / count / bus_hop,
             ratio=raw_seconds / bus_seconds,
             detail={"commands": count, "baseline": "raw in-memory transport, same payloads"},
+        ),
+        Figure(
+            "MessageCodec alone: encode + decode of the same commands",
+            count / codec_seconds,
+            "commands/s",
+            hops=codec_seconds / count / codec_hop,
+            detail={"commands": count, "note": "the JSON share of the bus figure above"},
         ),
         Figure(
             "transport command bus over in-memory transport: send -> consumer latency",

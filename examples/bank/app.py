@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from examples.bank.domain import Account, Transfer
+from examples.bank.domain import Account, Loan, Transfer
 from examples.bank.processor import LargeMovementAudit
 from examples.bank.projection import BankSummary
 from examples.bank.saga import Notice, TransferNoticeSaga
@@ -13,4 +13,5 @@ app = WowApp(
     "bank",
     aggregates=[Account, Transfer, Notice],
     components=[BankSummary, TransferNoticeSaga, LargeMovementAudit],
+    body_types=[Loan],
 )

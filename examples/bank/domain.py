@@ -216,3 +216,15 @@ class Transfer:
     @on_sourcing
     def failed(self, state: TransferState, event: TransferFailed) -> TransferState:
         return replace(state, status="failed", reason=event.reason)
+
+
+# -- a contract of another service ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Loan:
+    """A command of the (imaginary) lending service: its body type is known here, so it
+    can be sent and decoded, but no aggregate of this service handles it
+    (``COMMAND_UNHANDLED``)."""
+
+    amount: Amount

@@ -311,3 +311,21 @@ def test_stage_ranks_order_sent_processed_then_the_event_stages() -> None:
     assert CommandStage.SENT.rank < CommandStage.PROCESSED.rank < CommandStage.PROJECTED.rank
     assert CommandStage.PROJECTED.rank == CommandStage.SAGA_HANDLED.rank
     assert str(CommandWait.projected("bank", "balances")) == "PROJECTED(bank.balances)"
+
+
+async def test_the_send_is_attributed_to_the_gateway_and_the_caller_context_restored(
+    gateway: CommandGateway, bus: RecordingBus
+) -> None:
+    from wow_core.metrics import metrics_source
+
+    seen: list[str] = []
+    bus.on_send = lambda m: seen.append(metrics_source.get())
+    await gateway.send(command())
+    assert seen == ["gateway"]
+    assert metrics_source.get() == ""
+    token = metrics_source.set("saga:notice")
+    try:
+        await gateway.send(command())
+    finally:
+        metrics_source.reset(token)
+    assert seen == ["gateway", "saga:notice"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,33 +186,6 @@ class QueueBus:
 
     def settled(self) -> int:
         return sum(1 for e in self.exchanges if e._settled)
-
-
-class LaneExecutor:
-    """Serial per key, parallel across keys; records the lanes' concurrency."""
-
-    def __init__(self) -> None:
-        self._tails: dict[Hashable, asyncio.Future[None]] = {}
-        self.tasks: set[asyncio.Task[None]] = set()
-
-    async def submit(self, key: Hashable, work: Callable[[], Awaitable[None]]) -> None:
-        previous = self._tails.get(key)
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._tails[key] = done
-
-        async def run() -> None:
-            try:
-                if previous is not None:
-                    await previous
-                await work()
-            finally:
-                done.set_result(None)
-                if self._tails.get(key) is done:
-                    del self._tails[key]
-
-        task = asyncio.create_task(run())
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
 
 
 @dataclass

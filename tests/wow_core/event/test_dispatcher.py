@@ -15,7 +15,6 @@ from tests.wow_core.event.support import (
     TRANSFER,
     Deposit,
     Deposited,
-    LaneExecutor,
     Opened,
     QueueBus,
     RecordingNotifier,
@@ -47,6 +46,7 @@ from wow_core.event.failure import NONE_RECORDER, FailureRecorder
 from wow_core.event.handler import ErrorHandler
 from wow_core.metrics import InMemoryMetrics
 from wow_core.model import AggregateId, CommandMessage, StateEvent, TopicKind
+from wow_core.runtime.keyed_executor import KeyedExecutor
 from wow_core.runtime.settings import EventSettings, RetrySettings
 
 
@@ -57,7 +57,7 @@ class Harness:
     states: QueueBus
     notifier: RecordingNotifier
     metrics: InMemoryMetrics
-    executor: LaneExecutor
+    executor: KeyedExecutor
     sender: RecordingSender
 
     async def settle(self, count: int, bus: QueueBus | None = None) -> None:
@@ -76,7 +76,7 @@ async def start(
     notifier, metrics, executor, sender = (
         RecordingNotifier(),
         InMemoryMetrics(),
-        LaneExecutor(),
+        KeyedExecutor(64),
         RecordingSender(),
     )
     dispatch = build_event_dispatch(
@@ -479,7 +479,7 @@ def test_sagas_need_a_command_sender_and_snapshots_a_saver() -> None:
             service_name="svc",
             domain_event_bus=QueueBus(TopicKind.EVENT),  # type: ignore[arg-type]
             state_event_bus=QueueBus(TopicKind.STATE),  # type: ignore[arg-type]
-            executor=LaneExecutor(),
+            executor=KeyedExecutor(),
         )
     with pytest.raises(ValueError, match="snapshot_saver"):
         build_event_dispatch(
@@ -488,6 +488,102 @@ def test_sagas_need_a_command_sender_and_snapshots_a_saver() -> None:
             service_name="svc",
             domain_event_bus=QueueBus(TopicKind.EVENT),  # type: ignore[arg-type]
             state_event_bus=QueueBus(TopicKind.STATE),  # type: ignore[arg-type]
-            executor=LaneExecutor(),
+            executor=KeyedExecutor(),
             snapshot_aggregates=[ACCOUNT],
         )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("WOW_EVENT__ACK_ON_UNRECORDED_FAILURE", "maybe"),
+        ("WOW_EVENT__RETRY__MAX_RETRIES", "-1"),
+        ("WOW_EVENT__RETRY__MIN_BACKOFF", "soon"),
+    ],
+)
+def test_a_wrong_event_setting_is_refused_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    from wow_core.runtime.settings import SettingsError, WowSettings
+
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError, match=variable):
+        WowSettings.load()
+
+
+def test_event_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from wow_core.runtime.settings import WowSettings
+
+    monkeypatch.setenv("WOW_EVENT__ACK_ON_UNRECORDED_FAILURE", "false")
+    monkeypatch.setenv("WOW_EVENT__RETRY__MAX_RETRIES", "5")
+    monkeypatch.setenv("WOW_EVENT__RETRY__MIN_BACKOFF", "0.5")
+    event = WowSettings.load().event
+    assert event.ack_on_unrecorded_failure is False
+    assert (event.retry.max_retries, event.retry.min_backoff) == (5, 0.5)
+
+
+@projection(aggregates=["bank.account"])
+class Flaky:
+    def __init__(self) -> None:
+        self.errors = [ConnectionError("first"), ConnectionError("second"), ConnectionError("last")]
+
+    @retry(enabled=False)
+    @on_event
+    async def deposited(self, event: Deposited) -> None:
+        raise self.errors.pop(0)
+
+
+async def test_the_recorder_gets_the_last_attempts_error_after_the_signal_was_emitted() -> None:
+    recorder = ScriptedRecorder(RecordResult.RECORDED)
+    signals_at_record: list[int] = []
+    original = recorder.record_failure
+
+    async def record_failure(failure: Any) -> RecordResult:
+        signals_at_record.append(len(h.notifier.signals))
+        return await original(failure)
+
+    recorder.record_failure = record_failure  # type: ignore[method-assign]
+    flaky = Flaky()
+    h = await start(flaky, recorder=recorder)
+    await h.events.send(stream(ACCOUNT, "a1", 1, Deposited(1)))
+    await h.settle(1)
+    [failure] = recorder.failures
+    # retry(enabled=False) does not switch off immediate retry: 1 retry was made (settings)
+    assert str(failure.error) == "second"
+    assert len(flaky.errors) == 1  # "last" was never raised
+    assert failure.attributes["attempts"] == "2"
+    # recording happened after the failure signal went out
+    assert signals_at_record == [1]
+    assert h.notifier.signals[0].error is failure.error
+    await h.dispatch.stop(5)
+
+
+async def test_a_failing_receiver_is_reported_not_silently_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    h = await start(Ledger())
+    [receiver] = h.events.receivers
+    receiver.queue.put_nowait(None)  # not a message: the receiver's iteration fails on it
+    await wait_until(lambda: "takes no more messages" in caplog.text)
+    assert "AttributeError" in caplog.text
+    await h.dispatch.stop(5)
+
+
+async def test_a_recorder_answering_nonsense_is_a_recording_failure() -> None:
+    class Nonsense:
+        records_failures = True
+
+        async def record_failure(self, failure: Any) -> Any:
+            return None
+
+        async def record_success(self, success: Any) -> None:
+            return None
+
+    handler = CollectingErrorHandler()
+    h = await start(HalfBroken(), recorder=Nonsense(), error_handlers={ComponentKind.PROJECTION: handler})
+    s = stream(ACCOUNT, "a1", 1, Opened("ann"))
+    await h.events.send(s)
+    await h.settle(1)
+    assert h.events.acked == []
+    assert h.metrics.counter_value(OUTCOMES_METRIC, outcome="RECORDING_FAILED") == 1
+    [(_, error)] = handler.errors
+    assert "not a RecordResult" in str(suppressed(error)[0])
+    await h.dispatch.stop(5)

@@ -380,3 +380,22 @@ async def test_closing_the_bus_rejects_every_pending_admission_then_refuses() ->
     assert not bus.hand_off(command()).accepted
     with pytest.raises(StopAsyncIteration):
         await anext(receiver)
+
+
+async def test_a_second_concurrent_pull_is_a_clear_error_and_a_cancelled_pull_loses_nothing() -> None:
+    bus = InMemoryCommandBus()
+    receiver = bus.receiver(sub(runtime_owned=True))
+    receiver.open_processing()
+    first = asyncio.create_task(anext(receiver))
+    await asyncio.sleep(0)  # the first pull now waits
+    with pytest.raises(RuntimeError, match="already being iterated"):
+        await anext(receiver)
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    receipt = bus.hand_off(command())
+    assert not receipt.admission.done()  # the cancelled pull admitted nothing
+    exchange = await pull(receiver)
+    assert receipt.admission.result() is True
+    await exchange.ack()
+    await bus.close()

@@ -50,6 +50,21 @@ class Explode:
 
 
 @dataclass(frozen=True)
+class Note:
+    """Valid for pydantic whatever the text; its own rule refuses a blank one."""
+
+    text: str
+
+    def violations(self) -> list[str]:
+        return ["text must not be blank"] if not self.text.strip() else []
+
+
+@dataclass(frozen=True)
+class Noted:
+    text: str
+
+
+@dataclass(frozen=True)
 class Opened:
     owner: str
     initial: int
@@ -101,6 +116,10 @@ class Account:
     @on_command
     def explode(self, state: AccountState, body: Explode) -> Any:
         raise RuntimeError("bug in the aggregate")
+
+    @on_command
+    def note(self, state: AccountState, body: Note) -> Noted:
+        return Noted(body.text)
 
     @on_sourcing
     def opened(self, state: AccountState, event: Opened) -> AccountState:

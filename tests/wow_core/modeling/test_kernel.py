@@ -365,3 +365,24 @@ def test_the_registry_registers_every_body_type_for_the_wire(registry: Aggregate
     bodies = registry.register_body_types(BodyTypeRegistry())
     for cls in (Open, Deposit, Withdraw, Opened, Deposited, AccountState):
         assert cls in bodies
+
+
+async def test_a_broken_sourcing_function_is_a_processing_error_not_an_outage(
+    registry: AggregateRegistry, store: InMemoryEventStore
+) -> None:
+    writer = CommandKernel(registry, store)
+    aggregate_id = await opened(writer, registry)
+    account = registry.get(aggregate_id.named_aggregate)
+    assert account is not None
+    sourcing = dict(account.sourcing)
+    broken = dict(sourcing)
+    broken[Opened] = lambda state, event: None
+    object.__setattr__(account, "sourcing", broken)
+    try:
+        reader = CommandKernel(registry, store, state_cache=StateCache(0))
+        outcome = await reader.process(registry.command(Deposit(1), aggregate_id.id))
+    finally:
+        object.__setattr__(account, "sourcing", sourcing)
+    assert outcome.error_code == ErrorCodes.PROCESSING_ERROR
+    assert "returned None" in outcome.error_msg
+    assert await store.last_version(aggregate_id) == 1

@@ -124,3 +124,34 @@ def test_the_container_class_reads_the_environment_when_not_given_settings(
 ) -> None:
     monkeypatch.setenv("WOW_SERVICE_NAME", "orders")
     assert WowContainer().settings().service_name == "orders"
+
+
+class CodecAwareStore:
+    def __init__(self) -> None:
+        self.codec: MessageCodec | None = None
+
+    def use_codec(self, codec: MessageCodec) -> None:
+        self.codec = codec
+
+
+class CodecAwarePlugin:
+    from wow_core.plugins import hookimpl
+
+    @hookimpl
+    def register_event_stores(self, register: object) -> None:
+        register("codec-aware", lambda settings: CodecAwareStore())  # type: ignore[operator]
+
+    @hookimpl
+    def register_snapshot_repositories(self, register: object) -> None:
+        register("codec-aware", lambda settings: CodecAwareStore())  # type: ignore[operator]
+
+
+def test_a_codec_aware_store_gets_the_process_codec() -> None:
+    plugins = load_plugins(extra=[("codec-aware", CodecAwarePlugin())])
+    settings = WowSettings(eventsourcing={"store": "codec-aware", "snapshot": "codec-aware"})
+    container = create_container(settings, plugins=plugins)
+    store, snapshots = container.event_store(), container.snapshot_repository()
+    assert isinstance(store, CodecAwareStore)
+    assert isinstance(snapshots, CodecAwareStore)
+    assert store.codec is container.codec()
+    assert snapshots.codec is container.codec()

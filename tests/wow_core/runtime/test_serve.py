@@ -73,7 +73,7 @@ class Served:
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_run_serves_until_a_signal_then_stops_in_order_and_exits_zero(signum: signal.Signals) -> None:
-    served = Served("serve_app:app")
+    served = Served("serve_app:app", WOW_NATS__PASSWORD="hunter2-secret")
     try:
         served.wait_for("serving served")
         served.process.send_signal(signum)
@@ -85,6 +85,8 @@ def test_run_serves_until_a_signal_then_stops_in_order_and_exits_zero(signum: si
     assert "event store: InMemoryEventStore" in text
     assert "plugins: " in text
     assert "setting WOW_RUNTIME__SHUTDOWN_TIMEOUT=30.0" in text
+    assert "setting WOW_NATS__PASSWORD=" in text  # a plugin section, logged...
+    assert "hunter2-secret" not in text  # ...with its secret masked
     assert (
         served.index("dispatcher started")
         < served.index("serving served")
@@ -135,7 +137,7 @@ def test_demo_runs_the_bank_and_prints_stages_and_summary(
     assert main(["demo", "--accounts", "6", "--transfers", "30", "--concurrency", "8"]) == 0
     out = capsys.readouterr().out
     for expected in (
-        "Per stage waited for",
+        "Per stage reached",
         "PROCESSED",
         "SENT",
         "INSUFFICIENT_FUNDS",

@@ -165,3 +165,17 @@ def test_the_default_naming() -> None:
         transport.naming.topic(NamedAggregate("bank", "account"), TopicKind.COMMAND)
         == "wow.bank.account.command"
     )
+
+
+async def test_a_second_concurrent_pull_is_a_clear_error(rig: Rig) -> None:
+    import asyncio
+
+    transport = await rig.transport()
+    receiver = await rig.open(transport, "g", [TOPIC])
+    first = asyncio.create_task(anext(receiver))
+    await rig.settle()
+    with pytest.raises(RuntimeError, match="already being iterated"):
+        await anext(receiver)
+    await transport.send(record("k", "x"))
+    got = await asyncio.wait_for(first, TIMEOUT)
+    assert got.payload == "x"

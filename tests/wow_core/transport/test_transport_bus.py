@@ -25,6 +25,7 @@ from wow_core.transport.bus import (
 from wow_core.transport.decode_failure import (
     DecodeFailure,
     DecodeFailureAction,
+    DecodeFailureObserver,
     DefaultDecodeFailureHandler,
 )
 from wow_core.transport.in_memory import InMemoryBroker, InMemoryTransport, InMemoryTransportReceiver
@@ -241,4 +242,72 @@ async def test_an_explicit_policy_overrides_the_transport_default() -> None:
     assert await DefaultDecodeFailureHandler().handle(failure, transport) is DecodeFailureAction.ACK
     kept = await anext(dead)
     assert (kept.topic, kept.key, kept.payload, kept.timestamp) == ("t.dlq", "k", "raw", 5)
+    await transport.close()
+
+
+async def test_policies_are_selectable_by_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from wow_core.runtime.container import create_container
+    from wow_core.runtime.settings import SettingsError, WowSettings
+
+    for name, policy in [
+        ("default", None),
+        ("dead_letter", DecodeFailureDefault.DEAD_LETTER),
+        ("leave_pending", DecodeFailureDefault.LEAVE_PENDING),
+    ]:
+        monkeypatch.setenv("WOW_MESSAGING__DECODE_FAILURE", name)
+        handler = create_container(WowSettings.load()).decode_failure_handler()
+        assert isinstance(handler, DefaultDecodeFailureHandler)
+        assert handler.policy is policy
+    monkeypatch.setenv("WOW_MESSAGING__DECODE_FAILURE", "drop")
+    with pytest.raises(SettingsError, match=r"WOW_MESSAGING__DECODE_FAILURE='drop'(.|\n)*leave_pending"):
+        create_container(WowSettings.load())
+
+
+async def test_a_default_handler_without_metrics_counts_on_the_bus_metrics() -> None:
+    from wow_core.model import DecodeError
+
+    metrics = InMemoryMetrics()
+    transport = InMemoryTransport()
+    handler = DefaultDecodeFailureHandler()
+    TransportCommandBus(transport, conformance_codec(), decode_failure_handler=handler, metrics=metrics)
+    receiver = transport.open("g", ["t"])
+    await transport.send(TransportMessage("t", "k", "raw", 5))
+    receiver.open_processing()
+    failure = DecodeFailure("g", await anext(receiver), DecodeError(DecodeFailureKind.NOT_JSON, "x"))
+    await handler.handle(failure, transport)
+    assert metrics.counter_value(DefaultDecodeFailureHandler.COUNTER) == 1
+
+
+class ObservingTransport(InMemoryTransport):
+    """A transport that implements the optional DecodeFailureObserver."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.observed: list[tuple[DecodeFailureKind, DecodeFailureAction]] = []
+
+    def decode_failure_handled(self, failure: DecodeFailure, action: DecodeFailureAction) -> None:
+        self.observed.append((failure.error.kind, action))
+
+
+@pytest.mark.parametrize(
+    ("handler", "action"),
+    [
+        (DefaultDecodeFailureHandler(DecodeFailureDefault.LEAVE_PENDING), DecodeFailureAction.LEAVE_PENDING),
+        (DefaultDecodeFailureHandler(DecodeFailureDefault.DEAD_LETTER), DecodeFailureAction.ACK),
+        (ExplodingHandler(), DecodeFailureAction.LEAVE_PENDING),
+    ],
+)
+async def test_a_transport_that_observes_decode_failures_hears_the_action(
+    handler: object, action: DecodeFailureAction
+) -> None:
+    transport = ObservingTransport()
+    assert isinstance(transport, DecodeFailureObserver)
+    bus = TransportCommandBus(transport, conformance_codec(), decode_failure_handler=handler)  # type: ignore[arg-type]
+    receiver = bus.receiver(MessageSubscription.of("bank.p", [ACCOUNT]))
+    receiver.open_processing()
+    await transport.send(TransportMessage(bus.topic(ACCOUNT), "a-1", "garbage", 0))
+    await bus.send(command(ACCOUNT, "a-2"))
+    exchange = await anext(receiver)
+    assert exchange.message.aggregate_id.id == "a-2"
+    assert transport.observed == [(DecodeFailureKind.NOT_JSON, action)]
     await transport.close()

@@ -135,7 +135,7 @@ class KafkaTransportReceiver:
         self._data = asyncio.Event()
         self._anchored = asyncio.Event()
         self._processing = False
-        self._paused = True
+        self._room = asyncio.Event()
         self._closed = False
         self._start_task: asyncio.Task[None] | None = None
         self._fetch_task: asyncio.Task[None] | None = None
@@ -203,6 +203,7 @@ class KafkaTransportReceiver:
             return
         self._closed = True
         self._data.set()
+        self._room.set()
         for task in (self._start_task, self._fetch_task, self._commit_task):
             if task is not None and not task.done():
                 task.cancel()
@@ -243,8 +244,8 @@ class KafkaTransportReceiver:
             if self._closed:
                 return
             offsets, record = buffer.popleft()
-            if self._paused and self._processing and len(buffer) <= low_mark:
-                self._update_pause()
+            if len(buffer) <= low_mark and not self._room.is_set():
+                self._room.set()
             if offsets.revoking or not offsets.active:
                 continue  # its partition was revoked: the new owner delivers it
             offsets.delivered(record.offset)
@@ -256,6 +257,13 @@ class KafkaTransportReceiver:
         settings = self._settings
         backoff = settings.retry_backoff_ms / 1000
         while not self._closed:
+            if len(self._buffer) >= settings.buffered_records:
+                # Back-pressure without pausing: a paused partition's prefetched data is
+                # dropped and fetched again on resume. Not polling for longer than
+                # max_poll_interval_ms makes the member leave its group, as in Kafka.
+                self._room.clear()
+                await self._room.wait()
+                continue
             try:
                 batches = await consumer.getmany(
                     timeout_ms=settings.poll_timeout_ms, max_records=settings.max_poll_records
@@ -275,29 +283,41 @@ class KafkaTransportReceiver:
             partitions = self._partitions
             for tp, records in batches.items():
                 offsets = partitions.get(tp)
-                if offsets is None or offsets.revoking or not offsets.active:
+                if offsets is None:
+                    # not anchored (yet): give the records back rather than skip them
+                    if tp in consumer.assignment():
+                        with contextlib.suppress(IllegalStateError):
+                            consumer.seek(tp, records[0].offset)
+                            consumer.pause(tp)
                     continue
+                if offsets.revoking or not offsets.active:
+                    continue  # revoked: the next owner starts from the committed watermark
                 self._buffer.extend((offsets, record) for record in records)
             self._data.set()
-            if len(self._buffer) >= settings.buffered_records:
-                self._update_pause()
 
     def _update_pause(self) -> None:
-        """Pause fetching before processing opens and while the buffer is full."""
+        """Keep every partition paused until processing opens."""
         consumer = self._consumer
         if consumer is None:
             return
-        pause = not self._processing or len(self._buffer) >= self._settings.buffered_records
         assigned = consumer.assignment()
-        if pause:
-            consumer.pause(*assigned)
+        if self._processing:
+            # only anchored partitions: one whose anchoring failed stays paused
+            consumer.resume(*(tp for tp in assigned if tp in self._partitions))
+            if self._buffer:
+                self._data.set()
         else:
-            consumer.resume(*assigned)
-        self._paused = pause
-        if self._processing and self._buffer:
-            self._data.set()
+            consumer.pause(*assigned)
 
     # -- commits ----------------------------------------------------------------------
+
+    async def commit(self) -> None:
+        """Commit the contiguous watermark of every owned partition now.
+
+        Commits also happen every ``commit_interval_ms``, on revocation and on close;
+        this is for a caller that wants the offsets stored at a point of its choosing.
+        """
+        await self._commit(list(self._partitions))
 
     def _acked(self) -> None:
         self._commit_wanted.set()
@@ -368,31 +388,54 @@ class KafkaTransportReceiver:
                 self._partitions.pop(tp, None)
         log.info("Kafka receiver of group %r: revoked %s", self.group, sorted(map(str, revoked)))
 
+    async def _anchor(
+        self, consumer: AIOKafkaConsumer, assigned: set[TopicPartition]
+    ) -> tuple[dict[TopicPartition, PartitionOffsets], dict[TopicPartition, int]]:
+        states: dict[TopicPartition, PartitionOffsets] = {}
+        anchors: dict[TopicPartition, int] = {}
+        for tp in assigned:
+            committed = await consumer.committed(tp)
+            if committed is None:
+                # Conservative boundary: resolve the reset position now and commit it,
+                # so whoever owns the partition later starts here, not at a later end.
+                position = await consumer.position(tp)
+                anchors[tp] = position
+                states[tp] = PartitionOffsets(position)
+            else:
+                states[tp] = PartitionOffsets(committed)
+        if anchors:
+            await consumer.commit(anchors)
+        return states, anchors
+
     async def _on_assigned(self, assigned: set[TopicPartition]) -> None:
         consumer = self._consumer
         if consumer is None:
             return
-        states: dict[TopicPartition, PartitionOffsets] = {}
-        anchors: dict[TopicPartition, int] = {}
-        try:
-            for tp in assigned:
-                committed = await consumer.committed(tp)
-                if committed is None:
-                    # Conservative boundary: resolve the reset position now and commit
-                    # it, so whoever owns the partition later starts here, not later.
-                    position = await consumer.position(tp)
-                    anchors[tp] = position
-                    states[tp] = PartitionOffsets(position)
-                else:
-                    states[tp] = PartitionOffsets(committed)
-            if anchors:
-                await consumer.commit(anchors)
-        except KafkaError as error:
-            # The group moved on while we anchored; the next assignment anchors again.
-            log.info("Kafka receiver of group %r: anchoring interrupted: %s", self.group, error)
-            return
+        backoff = self._settings.retry_backoff_ms / 1000
+        for attempt in range(1, 4):
+            try:
+                states, anchors = await self._anchor(consumer, assigned)
+                break
+            except CommitFailedError as error:
+                # The group moved on while we anchored; the next assignment anchors again.
+                # Until then nothing may be fetched: a record skipped now would be lost here.
+                log.info("Kafka receiver of group %r: anchoring interrupted: %s", self.group, error)
+                consumer.pause(*assigned)
+                return
+            except KafkaError as error:
+                if attempt == 3:
+                    log.warning(
+                        "Kafka receiver of group %r: could not anchor %s, leaving them paused until the "
+                        "next rebalance: %s",
+                        self.group,
+                        sorted(map(str, assigned)),
+                        error,
+                    )
+                    consumer.pause(*assigned)
+                    return
+                await asyncio.sleep(backoff * attempt)
         self._partitions.update(states)
-        if not self._processing or len(self._buffer) >= self._settings.buffered_records:
+        if not self._processing:
             consumer.pause(*assigned)
         self.assignments += 1
         self._anchored.set()

@@ -26,6 +26,7 @@ class Waiter:
         "future",
         "last_stage",
         "plan",
+        "results",
         "sending",
         "task",
         "task_cancelled",
@@ -36,6 +37,9 @@ class Waiter:
         self.plan = plan
         self.future = future
         self.last_stage: CommandStage | None = None
+        # What earlier stages returned (the command's result at PROCESSED), so a wait for a
+        # later stage still reports it; a later signal's own result adds to it.
+        self.results: dict[str, Any] = {}
         # Deadline bookkeeping, driven by CommandGateway.send_and_wait.
         self.task: asyncio.Task[Any] | None = None
         self.sending = False
@@ -62,6 +66,8 @@ class Waiter:
             return False
         if signal.succeeded:
             self.reached(signal.stage)
+            if signal.result:
+                self.results.update(signal.result)
         if not self.plan.ends_with(signal):
             return False
         self.future.set_result(
@@ -72,7 +78,7 @@ class Waiter:
                 wait_stage=self.plan.stage,
                 aggregate_id=signal.aggregate_id or self.command.aggregate_id,
                 aggregate_version=signal.aggregate_version,
-                result=signal.result,
+                result=dict(self.results) if self.results else signal.result,
                 error_code=signal.error_code,
                 error_msg=signal.error_msg,
                 errors=signal.errors,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import weakref
 from typing import Protocol
 
 
@@ -60,7 +61,8 @@ class Deadlines:
     def _fire(self) -> None:
         self._timer = None
         self._timer_at = float("inf")
-        now = self._loop.time()
+        # The loop may run a timer up to its clock resolution early: accept a millisecond.
+        now = self._loop.time() + 0.001
         heap = self._heap
         while heap and heap[0][0] <= now:
             _, _, entry = heapq.heappop(heap)
@@ -75,15 +77,13 @@ class Deadlines:
         return len(self._heap)
 
 
-_by_loop: dict[asyncio.AbstractEventLoop, Deadlines] = {}
+_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Deadlines] = weakref.WeakKeyDictionary()
 
 
 def deadlines() -> Deadlines:
-    """The :class:`Deadlines` of the running loop."""
+    """The :class:`Deadlines` of the running loop (forgotten with the loop)."""
     loop = asyncio.get_running_loop()
     found = _by_loop.get(loop)
     if found is None:
-        for old in [known for known in _by_loop if known.is_closed()]:
-            del _by_loop[old]
         found = _by_loop[loop] = Deadlines(loop)
     return found

@@ -83,8 +83,17 @@ class CommandGateway:
         deadline = self.default_timeout if timeout is None else timeout
         if deadline <= 0:
             raise ValueError("timeout must be > 0")
-        if not metrics_source.get():
-            metrics_source.set("gateway")
+        if metrics_source.get():
+            return await self._send_and_wait(command, plan, deadline)
+        token = metrics_source.set("gateway")  # who sends, for the bus's send metrics
+        try:
+            return await self._send_and_wait(command, plan, deadline)
+        finally:
+            metrics_source.reset(token)
+
+    async def _send_and_wait(
+        self, command: CommandMessage[Any], plan: WaitPlan, deadline: float
+    ) -> CommandResult:
         task = asyncio.current_task()
         assert task is not None, "send_and_wait runs in a task"
         clock = deadlines()

@@ -27,18 +27,32 @@ def _adapter(cls: type[Any]) -> TypeAdapter[Any]:
     return adapter
 
 
-def _field_violations(body: object) -> list[Violation]:
-    cls: type[Any] = type(body)
-    if isinstance(body, BaseModel):
-        data: Any = {name: getattr(body, name) for name in cls.model_fields}
-        validate = cls.model_validate
-    elif dataclasses.is_dataclass(body):
-        data = {f.name: getattr(body, f.name) for f in dataclasses.fields(body) if f.init}
-        validate = _adapter(cls).validate_python
+_plans: dict[type[Any], tuple[tuple[str, ...], Any] | None] = {}
+
+
+def _plan(cls: type[Any]) -> tuple[tuple[str, ...], Any] | None:
+    """The field names and validating callable of a body class (None: not validated)."""
+    if cls in _plans:
+        return _plans[cls]
+    plan: tuple[tuple[str, ...], Any] | None
+    if issubclass(cls, BaseModel):
+        plan = (tuple(cls.model_fields), cls.model_validate)
+    elif dataclasses.is_dataclass(cls):
+        names = tuple(f.name for f in dataclasses.fields(cls) if f.init)
+        plan = (names, _adapter(cls).validate_python)
     else:
+        plan = None
+    _plans[cls] = plan
+    return plan
+
+
+def _field_violations(body: object) -> list[Violation]:
+    plan = _plan(type(body))
+    if plan is None:
         return []
+    names, validate = plan
     try:
-        validate(data)
+        validate({name: getattr(body, name) for name in names})
     except ValidationError as error:
         return [
             Violation(".".join(str(part) for part in item["loc"]), item["msg"]) for item in error.errors()

@@ -80,6 +80,7 @@ from wow_core.event.retryable import (
     RecoverableError,
     RetryableFilter,
 )
+from wow_core.event.runtime import EventDispatchOptions, install_event_dispatch
 from wow_core.event.snapshot import SnapshotDispatcher, SnapshotFunctionFilter
 
 __all__ = [
@@ -95,6 +96,7 @@ __all__ = [
     "ErrorClassifier",
     "ErrorHandler",
     "EventDispatch",
+    "EventDispatchOptions",
     "EventStreamDispatcher",
     "ExchangeFilter",
     "FailureRecorder",
@@ -137,6 +139,7 @@ __all__ = [
     "build_event_dispatch",
     "event_processor",
     "filter_type",
+    "install_event_dispatch",
     "on_event",
     "on_state_event",
     "order",

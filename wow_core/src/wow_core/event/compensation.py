@@ -39,11 +39,15 @@ class CompensationTarget:
         present: such a message must not silently become an ordinary message that runs
         every function again.
         """
+        if (
+            COMPENSATION_FUNCTION not in header
+            and COMPENSATION_CONTEXT not in header
+            and COMPENSATION_PROCESSOR not in header
+        ):
+            return None  # the common case: an ordinary message
         values = [
             header.get(key) for key in (COMPENSATION_CONTEXT, COMPENSATION_PROCESSOR, COMPENSATION_FUNCTION)
         ]
-        if not any(values):
-            return None
         if not all(values):
             raise InvalidCompensationHeaderError(
                 "a compensation message must name context, processor and function in its header "

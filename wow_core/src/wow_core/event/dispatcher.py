@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Hashable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from wow_core.event.compensation import CompensationTarget, InvalidCompensationHeaderError
@@ -152,11 +152,14 @@ class AbstractAggregateEventDispatcher(Generic[E]):
             self._receivers.clear()
             return True
         self._running = False
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
         settled = True
         for receiver in self._receivers:
-            settled = await receiver.quiesce(timeout) and settled
-        for loop in self._loops:
-            loop.cancel()
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            settled = await receiver.quiesce(left) and settled
+        for consumer in self._loops:
+            consumer.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
         for receiver in self._receivers:
             await receiver.close()
@@ -165,9 +168,22 @@ class AbstractAggregateEventDispatcher(Generic[E]):
         return settled
 
     async def _consume(self, receiver: MessageReceiver[E]) -> None:
-        async for exchange in receiver:
-            message = exchange.message
-            await self.executor.submit((self._lane, message.aggregate_id), _bind(self.dispatch, exchange))
+        try:
+            async for exchange in receiver:
+                message = exchange.message
+                try:
+                    await self.executor.submit(
+                        (self._lane, message.aggregate_id), _bind(self.dispatch, exchange)
+                    )
+                except BaseException:
+                    exchange.release()  # not admitted: leave it to the backend's redelivery
+                    raise
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # A receiver is not supposed to fail; if it does, say so loudly: this receiver
+            # takes no more messages until the runtime restarts.
+            logger.exception("%s: consuming %r failed; it takes no more messages", self.name, receiver)
 
     # -- one source exchange ------------------------------------------------------------
 
@@ -184,10 +200,12 @@ class AbstractAggregateEventDispatcher(Generic[E]):
             await self._finish(exchange, withhold=False)
             return
         try:
-            pairs = list(self.work(exchange.message, compensation))
-            last_of = {
-                function: index for index, (_, functions) in enumerate(pairs) for function in functions
-            }
+            pairs = self.work(exchange.message, compensation)
+            last_of = (
+                dict.fromkeys(pairs[0][1], 0)
+                if len(pairs) == 1
+                else {function: index for index, (_, functions) in enumerate(pairs) for function in functions}
+            )
             for index, (message, functions) in enumerate(pairs):
                 settled = await self._run(exchange, message, functions, compensation, last_of, index)
                 withhold = withhold or any(not item.acknowledges for item in settled)
@@ -198,14 +216,14 @@ class AbstractAggregateEventDispatcher(Generic[E]):
 
     def work(
         self, message: Any, compensation: CompensationTarget | None
-    ) -> Iterable[tuple[DomainEvent[Any] | StateEvent[Any], tuple[MessageFunction, ...]]]:
+    ) -> list[tuple[DomainEvent[Any] | StateEvent[Any], tuple[MessageFunction, ...]]]:
         """The (message, functions) pairs of one source message, in order."""
         raise NotImplementedError
 
     def _selected(
         self,
         topic: NamedAggregate,
-        key: Hashable,
+        key: Any,
         bodies: Sequence[object],
         compensation: CompensationTarget | None,
     ) -> tuple[MessageFunction, ...]:
@@ -301,14 +319,16 @@ class EventStreamDispatcher(AbstractAggregateEventDispatcher[EventStreamExchange
 
     def work(
         self, message: Any, compensation: CompensationTarget | None
-    ) -> Iterable[tuple[DomainEvent[Any] | StateEvent[Any], tuple[MessageFunction, ...]]]:
+    ) -> list[tuple[DomainEvent[Any] | StateEvent[Any], tuple[MessageFunction, ...]]]:
         stream: DomainEventStream = message
         topic = stream.aggregate_id.named_aggregate
+        pairs: list[tuple[DomainEvent[Any] | StateEvent[Any], tuple[MessageFunction, ...]]] = []
         for event in stream.events:
             body = event.body
-            functions = self._selected(topic, (type(body),), (body,), compensation)
+            functions = self._selected(topic, type(body), (body,), compensation)
             if functions:
-                yield event, functions
+                pairs.append((event, functions))
+        return pairs
 
 
 class StateEventDispatcher(AbstractAggregateEventDispatcher[StateEventExchange]):
@@ -322,14 +342,13 @@ class StateEventDispatcher(AbstractAggregateEventDispatcher[StateEventExchange])
 
     def work(
         self, message: Any, compensation: CompensationTarget | None
-    ) -> Iterable[tuple[DomainEvent[Any] | StateEvent[Any], tuple[MessageFunction, ...]]]:
+    ) -> list[tuple[DomainEvent[Any] | StateEvent[Any], tuple[MessageFunction, ...]]]:
         state_event: StateEvent[Any] = message
         bodies = [event.body for event in state_event.stream.events]
         functions = self._selected(
             state_event.aggregate_id.named_aggregate, tuple(type(b) for b in bodies), bodies, compensation
         )
-        if functions:
-            yield state_event, functions
+        return [(state_event, functions)] if functions else []
 
 
 class CompositeEventDispatcher:

@@ -182,8 +182,9 @@ class FilterChain:
     def names(self) -> list[str]:
         return [filter_name(item) for item in self.filters]
 
-    async def invoke(self, exchange: FunctionExchange) -> None:
-        await self._entry(exchange)
+    def invoke(self, exchange: FunctionExchange) -> Awaitable[None]:
+        """Run ``exchange`` through the chain (await the result)."""
+        return self._entry(exchange)
 
     def __repr__(self) -> str:
         return f"{self.name}FilterChain[{' -> '.join(self.names)}]"

@@ -38,7 +38,7 @@ class FunctionFilter:
         exchange.attempts += 1
         function = exchange.function
         result = function.call(exchange.message)
-        if function.is_async or isawaitable(result):
+        if function.is_async or (result is not None and isawaitable(result)):
             result = await result
         if self._result_handler is not None and exchange.function.component is ComponentKind.STATELESS_SAGA:
             await self._result_handler(exchange, result)

@@ -99,6 +99,17 @@ class Settled:
 
 Sleep = Callable[[float], Awaitable[None]]
 
+
+def _record_result(value: object) -> RecordResult:
+    """A recorder's answer, checked: anything but a RecordResult (or its name) is a
+    recording failure, never silently an acknowledged outcome."""
+    if isinstance(value, RecordResult):
+        return value
+    if isinstance(value, str) and value in RecordResult.__members__:
+        return RecordResult(value)
+    raise TypeError(f"a FailureRecorder returned {value!r}, not a RecordResult")
+
+
 _HANDLED = Settled(ProcessingOutcome.HANDLED, True)
 
 
@@ -172,7 +183,7 @@ class FailureRecordingHandler:
         result: RecordResult | None = None
         for attempt in range(1, self.record_attempts + 1):
             try:
-                result = await self.recorder.record_failure(failure)
+                result = _record_result(await self.recorder.record_failure(failure))
                 break
             except Exception as failed:
                 recording_error = failed

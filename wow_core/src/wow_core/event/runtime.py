@@ -10,6 +10,7 @@ stops them in its order.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from wow_core.event.declare import owner_lookup
@@ -26,6 +27,20 @@ if TYPE_CHECKING:
     from wow_core.runtime.runtime import WowRuntime
 
 
+@dataclass(frozen=True)
+class EventDispatchOptions:
+    """What a service adds to the event pipeline: ``WowApp(..., events=EventDispatchOptions(...))``."""
+
+    filters: Sequence[ExchangeFilter] = ()
+    """Custom filters (ordered with the built-in ones by ``@order``, selected by ``@filter_type``)."""
+    error_handlers: Mapping[ComponentKind, ErrorHandler] = field(default_factory=dict)
+    """Per component kind; the default logs and resumes."""
+    classifier: ErrorClassifier | None = None
+    """Which errors ``RetryableFilter`` retries; default: timeouts and connection errors."""
+    snapshots: bool = True
+    """Run the snapshot dispatcher for the hosted aggregates."""
+
+
 def install_event_dispatch(
     runtime: WowRuntime,
     components: Iterable[object],
@@ -35,8 +50,18 @@ def install_event_dispatch(
     error_handlers: Mapping[ComponentKind, ErrorHandler] | None = None,
     classifier: ErrorClassifier | None = None,
     snapshots: bool = True,
+    options: EventDispatchOptions | None = None,
 ) -> EventDispatch:
-    """Build the dispatchers and add them to ``runtime`` (before it starts)."""
+    """Build the dispatchers and add them to ``runtime`` (before it starts).
+
+    ``options`` (from the app) supply filters, error handlers, classifier and the snapshot
+    switch; explicit arguments add to them.
+    """
+    if options is not None:
+        filters = [*options.filters, *filters]
+        error_handlers = {**options.error_handlers, **(error_handlers or {})}
+        classifier = classifier or options.classifier
+        snapshots = snapshots and options.snapshots
     aggregates = list(runtime.aggregates)
     dispatch = build_event_dispatch(
         components=components,

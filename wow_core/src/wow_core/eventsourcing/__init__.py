@@ -3,6 +3,7 @@
 from wow_core.eventsourcing.in_memory import InMemoryEventStore, InMemorySnapshotRepository
 from wow_core.eventsourcing.store import (
     AppendedRequest,
+    CodecAware,
     DuplicateRequestIdError,
     EventStore,
     EventStoreError,
@@ -14,6 +15,7 @@ from wow_core.eventsourcing.store import (
 
 __all__ = [
     "AppendedRequest",
+    "CodecAware",
     "DuplicateRequestIdError",
     "EventStore",
     "EventStoreError",

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from wow_core.model import AggregateId, DomainEventStream, NamedAggregate, now_ms
+from wow_core.model import AggregateId, DomainEventStream, MessageCodec, NamedAggregate, now_ms
 
 
 class EventStoreError(RuntimeError):
@@ -135,3 +135,12 @@ class SnapshotRepository(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class CodecAware(Protocol):
+    """An event store or snapshot repository that serializes: the runtime hands it the
+    process's :class:`~wow_core.model.MessageCodec` (whose body types registry holds every
+    event and state class of the registered aggregates) right after building it."""
+
+    def use_codec(self, codec: MessageCodec) -> None: ...

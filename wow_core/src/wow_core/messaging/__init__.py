@@ -1,4 +1,4 @@
-"""The messaging contract, exchanges, and (in submodules) the in-memory and local buses."""
+"""The messaging contract, exchanges, the in-memory buses and (in ``local_first``) local-first."""
 
 from wow_core.messaging.contract import (
     EXCHANGE_TYPES,
@@ -19,6 +19,12 @@ from wow_core.messaging.contract import (
     StateEventExchange,
     opened_messages,
 )
+from wow_core.messaging.in_memory import (
+    InMemoryCommandBus,
+    InMemoryDomainEventBus,
+    InMemoryReceiver,
+    InMemoryStateEventBus,
+)
 
 __all__ = [
     "EXCHANGE_TYPES",
@@ -27,6 +33,10 @@ __all__ = [
     "DomainEventBus",
     "EventStreamExchange",
     "HandOffReceipt",
+    "InMemoryCommandBus",
+    "InMemoryDomainEventBus",
+    "InMemoryReceiver",
+    "InMemoryStateEventBus",
     "LocalMessageBus",
     "MessageBus",
     "MessageExchange",

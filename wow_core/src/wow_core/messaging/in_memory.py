@@ -157,6 +157,8 @@ class InMemoryReceiver(Generic[E]):
                     delivery.admission.confirm()
                 self._in_flight += 1
                 return self._exchange_type(delivery.message, None, self._on_settle)
+            if self._waiter is not None:
+                raise RuntimeError(f"{self!r} is already being iterated by another task")
             self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await self._waiter

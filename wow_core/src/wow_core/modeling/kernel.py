@@ -101,6 +101,10 @@ class CommandOutcome:
         )
 
 
+class SourcingError(RuntimeError):
+    """A sourcing function raised, or returned no state."""
+
+
 class _Rejected(Exception):
     def __init__(self, code: str, message: str, errors: tuple[Violation, ...] = ()) -> None:
         super().__init__(message)
@@ -244,9 +248,15 @@ class CommandKernel:
         for event in stream.events:
             sourcing = metadata.sourcing.get(type(event.body))
             if sourcing is not None:
-                state = sourcing(state, event.body)
+                try:
+                    state = sourcing(state, event.body)
+                except Exception as error:
+                    raise SourcingError(
+                        f"sourcing {type(event.body).__qualname__} of {stream.aggregate_id} "
+                        f"v{stream.version} failed: {type(error).__name__}: {error}"
+                    ) from error
                 if state is None:
-                    raise TypeError(
+                    raise SourcingError(
                         f"the sourcing function of {type(event.body).__qualname__} returned None; "
                         "sourcing functions return the new state"
                     )
@@ -260,7 +270,12 @@ class CommandKernel:
         attempts: int,
     ) -> CommandOutcome:
         aggregate_id = command.aggregate_id
-        version, state = await self.load_state(metadata, aggregate_id)
+        try:
+            version, state = await self.load_state(metadata, aggregate_id)
+        except SourcingError as error:
+            # A bug in the aggregate, not an outage: redelivering would fail the same way.
+            log.error("%s", error)
+            raise _Rejected(ErrorCodes.PROCESSING_ERROR, str(error)) from None
         if version == 0 and not (function.allow_create or command.allow_create):
             raise _Rejected(ErrorCodes.AGGREGATE_NOT_FOUND, f"aggregate {aggregate_id} does not exist")
         if version > 0 and function.create:
@@ -298,9 +313,9 @@ class CommandKernel:
         stream = self._stream(command, version + 1, bodies)
         try:
             new_state = self._source(metadata, state, stream)
-        except Exception as error:
-            log.exception("sourcing %s on %s failed", stream.name, aggregate_id)
-            raise _Rejected(ErrorCodes.PROCESSING_ERROR, f"sourcing failed: {error}") from None
+        except SourcingError as error:
+            log.exception("%s", error)
+            raise _Rejected(ErrorCodes.PROCESSING_ERROR, str(error)) from None
         await self.event_store.append(stream)
         self.state_cache.put(aggregate_id, stream.version, new_state)
         return CommandOutcome(
@@ -310,25 +325,37 @@ class CommandKernel:
     @staticmethod
     def _stream(command: CommandMessage[Any], version: int, bodies: tuple[object, ...]) -> DomainEventStream:
         aggregate_id = command.aggregate_id
+        command_id = command.id
         last = len(bodies)
-        events = tuple(
-            DomainEvent(
-                aggregate_id=aggregate_id,
-                body=body,
-                name=type(body).__name__,
-                version=version,
-                sequence=index,
-                is_last=index == last,
-                command_id=command.id,
+        if last == 1:
+            body = bodies[0]
+            events: tuple[DomainEvent[Any], ...] = (
+                DomainEvent(aggregate_id, body, type(body).__name__, version, 1, True, command_id=command_id),
             )
-            for index, body in enumerate(bodies, start=1)
+        else:
+            events = tuple(
+                DomainEvent(
+                    aggregate_id,
+                    body,
+                    type(body).__name__,
+                    version,
+                    index,
+                    index == last,
+                    command_id=command_id,
+                )
+                for index, body in enumerate(bodies, start=1)
+            )
+        source = command.header
+        header = (
+            Header({k: v for k, v in source.items() if not k.startswith(Header.LOCAL_FIRST)})
+            if source
+            else Header()
         )
-        header = Header({k: v for k, v in command.header.items() if not k.startswith(Header.LOCAL_FIRST)})
         return DomainEventStream(
             aggregate_id=aggregate_id,
             version=version,
             events=events,
-            command_id=command.id,
+            command_id=command_id,
             request_id=command.request_id,
             header=header,
         )

@@ -36,6 +36,20 @@ def _default_decode_failure_handler(settings: WowSettings) -> Any:
     return DefaultDecodeFailureHandler()
 
 
+def _dead_letter_handler(settings: WowSettings) -> Any:
+    from wow_core.transport.decode_failure import DefaultDecodeFailureHandler
+    from wow_core.transport.spi import DecodeFailureDefault
+
+    return DefaultDecodeFailureHandler(DecodeFailureDefault.DEAD_LETTER)
+
+
+def _leave_pending_handler(settings: WowSettings) -> Any:
+    from wow_core.transport.decode_failure import DefaultDecodeFailureHandler
+    from wow_core.transport.spi import DecodeFailureDefault
+
+    return DefaultDecodeFailureHandler(DecodeFailureDefault.LEAVE_PENDING)
+
+
 def _in_memory_event_store(settings: WowSettings) -> Any:
     from wow_core.eventsourcing.in_memory import InMemoryEventStore
 
@@ -60,7 +74,9 @@ def register_failure_recorders(register: Callable[[str, Factory], None]) -> None
 
 @hookimpl
 def register_decode_failure_handlers(register: Callable[[str, Factory], None]) -> None:
-    register("default", _default_decode_failure_handler)
+    register("default", _default_decode_failure_handler)  # by the transport's default
+    register("dead_letter", _dead_letter_handler)
+    register("leave_pending", _leave_pending_handler)
 
 
 @hookimpl

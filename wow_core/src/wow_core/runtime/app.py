@@ -41,6 +41,7 @@ class WowApp:
         body_types: Iterable[type[Any]] = (),
         installers: Iterable[Installer] = (),
         components: Iterable[object] = (),
+        events: Any = None,
     ) -> None:
         self.name = name
         self.aggregates: list[type[Any]] = list(aggregates)
@@ -48,6 +49,8 @@ class WowApp:
         self.installers: list[Installer] = list(installers)
         self.components: list[object] = list(components)
         """Event processors, stateless sagas and projections (``wow_core.event``)."""
+        self.events = events
+        """``wow_core.event.EventDispatchOptions``: custom filters, error handlers, classifier."""
 
     def aggregate(self, cls: type[Any]) -> type[Any]:
         """Class decorator: host this aggregate."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from dependency_injector import providers
+
 from wow_core.command.coordinator import WaitCoordinator
 from wow_core.command.gateway import CommandGateway
 from wow_core.messaging.in_memory import InMemoryCommandBus, InMemoryDomainEventBus, InMemoryStateEventBus
@@ -122,6 +124,18 @@ def create_state_event_bus(container: WowContainer) -> Any:
     return create_bus(container, TopicKind.STATE)
 
 
+def in_process_buses(container: WowContainer) -> None:
+    """Replace the buses by the in-memory buses: one process, no transport at all.
+
+    The fastest configuration (no encoding, no distributed copies); the kernel benchmark
+    uses it to measure the kernel rather than a transport.
+    """
+    container.command_bus.override(providers.Singleton(InMemoryCommandBus))
+    container.domain_event_bus.override(providers.Singleton(InMemoryDomainEventBus))
+    container.state_event_bus.override(providers.Singleton(InMemoryStateEventBus))
+    container.transport.override(providers.Object(None))
+
+
 def create_runtime(container: WowContainer) -> WowRuntime:
     from wow_core.runtime.runtime import WowRuntime
 
@@ -179,6 +193,6 @@ def build_runtime(
 
     components = [item() if isinstance(item, type) else item for item in app.components]
     runtime.event_dispatch = install_event_dispatch(
-        runtime, components, recorder=container.failure_recorder()
+        runtime, components, recorder=container.failure_recorder(), options=app.events
     )
     return runtime

@@ -30,6 +30,7 @@ from pydantic import BaseModel
 from wow_core.command.coordinator import WaitCoordinator
 from wow_core.context import ContextCapture
 from wow_core.event.failure import FailureRecorder
+from wow_core.eventsourcing.store import CodecAware
 from wow_core.metrics import Metrics
 from wow_core.model import BodyTypeRegistry, MessageCodec
 from wow_core.modeling.registry import AggregateRegistry
@@ -109,12 +110,24 @@ def create_metrics(plugins: PluginRegistry, settings: WowSettings) -> Metrics:
     return metrics
 
 
-def create_event_store(plugins: PluginRegistry, settings: WowSettings) -> Any:
-    return _build(plugins, settings, "event_store", None)
+def _with_codec(instance: Any, codec: MessageCodec | None) -> Any:
+    if codec is not None and isinstance(instance, CodecAware):
+        instance.use_codec(codec)
+    return instance
 
 
-def create_snapshot_repository(plugins: PluginRegistry, settings: WowSettings) -> Any:
-    return _build(plugins, settings, "snapshot_repository", None)
+def create_event_store(
+    plugins: PluginRegistry, settings: WowSettings, codec: MessageCodec | None = None
+) -> Any:
+    """The selected event store; a :class:`CodecAware` one is handed ``codec``."""
+    return _with_codec(_build(plugins, settings, "event_store", None), codec)
+
+
+def create_snapshot_repository(
+    plugins: PluginRegistry, settings: WowSettings, codec: MessageCodec | None = None
+) -> Any:
+    """The selected snapshot repository; a :class:`CodecAware` one is handed ``codec``."""
+    return _with_codec(_build(plugins, settings, "snapshot_repository", None), codec)
 
 
 def collect_context_captures(plugins: PluginRegistry) -> tuple[ContextCapture, ...]:
@@ -160,8 +173,8 @@ class WowContainer(containers.DeclarativeContainer):
     transport = providers.Singleton(create_transport, plugins, settings)
     decode_failure_handler = providers.Singleton(create_decode_failure_handler, plugins, settings)
     failure_recorder = providers.Singleton(create_failure_recorder, plugins, settings)
-    event_store = providers.Singleton(create_event_store, plugins, settings)
-    snapshot_repository = providers.Singleton(create_snapshot_repository, plugins, settings)
+    event_store = providers.Singleton(create_event_store, plugins, settings, codec)
+    snapshot_repository = providers.Singleton(create_snapshot_repository, plugins, settings, codec)
 
     # -- the command side (wow_core.runtime.assembly) --
     aggregate_registry = providers.Singleton(AggregateRegistry)

@@ -41,7 +41,7 @@ class KeyedExecutor:
         # Submitters waiting for a slot; a finishing piece of work hands its slot over.
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._lanes: dict[Hashable, deque[tuple[Work, asyncio.Future[Any] | None]]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[Hashable, asyncio.Task[None]] = {}
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -99,9 +99,7 @@ class KeyedExecutor:
             lane.append((work, future))
             return
         lane = self._lanes[key] = deque(((work, future),))
-        task = asyncio.get_running_loop().create_task(self._drain(key, lane))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[key] = asyncio.get_running_loop().create_task(self._drain(key, lane))
 
     async def _drain(self, key: Hashable, lane: deque[tuple[Work, asyncio.Future[Any] | None]]) -> None:
         try:
@@ -134,6 +132,7 @@ class KeyedExecutor:
                 self._done()
             if self._lanes.get(key) is lane:
                 del self._lanes[key]
+                del self._tasks[key]
 
     def _done(self) -> None:
         """Release one slot: to the first waiting submitter, else to the pool."""
@@ -161,7 +160,8 @@ class KeyedExecutor:
         self._closed = True
         finished = await self.drain(timeout)
         if not finished:
-            for task in list(self._tasks):
+            tasks = list(self._tasks.values())
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
         return finished

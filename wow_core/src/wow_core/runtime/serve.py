@@ -25,7 +25,7 @@ from typing import Any
 from wow_core.runtime.app import WowApp
 from wow_core.runtime.assembly import build_runtime
 from wow_core.runtime.runtime import WowRuntime
-from wow_core.runtime.settings import ENV_PREFIX, SettingsError
+from wow_core.runtime.settings import ENV_PREFIX, NESTED, SettingsError
 
 log = logging.getLogger("wow.run")
 
@@ -66,7 +66,8 @@ def _configure_logging(level: str) -> None:
         )
 
 
-def log_startup(runtime: WowRuntime, plugins: Any) -> None:
+def log_startup(runtime: WowRuntime, plugins: Any, sections: dict[str, Any] | None = None) -> None:
+    """What the process runs on; settings (and plugin sections) with secrets masked."""
     from wow_core.runtime.cli import settings_lines
 
     for key, value in runtime.describe().items():
@@ -77,6 +78,9 @@ def log_startup(runtime: WowRuntime, plugins: Any) -> None:
     )
     for line in settings_lines(runtime.settings, ENV_PREFIX):
         log.info("setting %s", line)
+    for name, section in (sections or {}).items():
+        for line in settings_lines(section, ENV_PREFIX + name.upper() + NESTED):
+            log.info("setting %s", line)
 
 
 async def serve(runtime: WowRuntime, stop_signals: tuple[signal.Signals, ...] = ()) -> int:
@@ -120,7 +124,7 @@ def run_command(invocation: Any) -> int:
     app = load_app(invocation.args.app)
     container = invocation.container()
     runtime = build_runtime(app, container=container)
-    log_startup(runtime, invocation.plugins)
+    log_startup(runtime, invocation.plugins, container.plugin_sections())
     return asyncio.run(serve(runtime))
 
 
@@ -141,7 +145,7 @@ def configure_demo(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transfers", type=int, default=400, help="transfers to attempt (default 400)")
     parser.add_argument("--concurrency", type=int, default=64, help="commands in flight at once (default 64)")
     parser.add_argument("--seed", type=int, default=7, help="random seed of the batch (default 7)")
-    parser.add_argument("--timeout", type=float, default=30.0, help="deadline of each wait, seconds")
+    parser.add_argument("--timeout", type=float, default=10.0, help="deadline of each wait, seconds")
 
 
 def demo_command(invocation: Any) -> int:

@@ -97,7 +97,13 @@ class MessagingSettings(_Section):
     context_aliases: dict[str, str] = Field(
         default_factory=dict, description="Context name replacements in topic names (JSON object)."
     )
-    decode_failure: str = Field("default", description="Decode-failure policy, by plugin name.")
+    decode_failure: str = Field(
+        "default",
+        description=(
+            "Decode-failure policy, by plugin name: default (the transport's default), "
+            "dead_letter (to <topic>.dlq, then ack) or leave_pending (unacknowledged)."
+        ),
+    )
 
 
 class RuntimeSettings(_Section):

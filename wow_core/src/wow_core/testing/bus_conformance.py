@@ -47,7 +47,6 @@ class MessageBusConformance:
             )
             sent = message_of(kind, named, "a-1", 7, header={"trace": "t-1"})
             await within(bus.send(sent), wow_rig.timeout, f"send of a {kind.value}")
-            assert sent.header.read_only, "a message must be read-only once sent"
             [exchange] = await wow_rig.take(receiver, 1, f"the {kind.value}")
             got = exchange.message
             assert type(got) is type(sent)
@@ -57,7 +56,8 @@ class MessageBusConformance:
                 sent.name,
                 sent.create_time,
             )
-            assert got.header == {"trace": "t-1"}
+            # A bus may add headers of its own (local_first, a trace context), never drop one.
+            assert got.header.items() >= {"trace": "t-1"}.items()
             assert got.header.read_only, "a received message must be read-only"
             assert note_of(got) == note_of(sent)
             assert receiver.in_flight == 1
@@ -179,7 +179,7 @@ class MessageBusConformance:
             )
             await bus.send(message_of(kind, named, "идентификатор-✓", 1, text=large, header=header))
             [exchange] = await wow_rig.take(receiver, 1, f"the large {kind.value}")
-            assert exchange.message.header == header
+            assert exchange.message.header.items() >= header.items()
             assert exchange.message.aggregate_id.id == "идентификатор-✓"
             assert note_of(exchange.message).text == large
             await exchange.ack()

@@ -1,11 +1,19 @@
-"""The Transport SPI and (in submodules) TransportMessageBus and the in-memory transport."""
+"""The Transport SPI, TransportMessageBus with its three buses, and the in-memory transport."""
 
+from wow_core.transport.bus import (
+    TransportCommandBus,
+    TransportDomainEventBus,
+    TransportMessageBus,
+    TransportStateEventBus,
+)
 from wow_core.transport.decode_failure import (
     DecodeFailure,
     DecodeFailureAction,
+    DecodeFailureObserver,
     DefaultDecodeFailureHandler,
     TransportDecodeFailureHandler,
 )
+from wow_core.transport.in_memory import InMemoryBroker, InMemoryTransport
 from wow_core.transport.spi import (
     DecodeFailureDefault,
     DefaultTopicNaming,
@@ -19,13 +27,20 @@ from wow_core.transport.spi import (
 __all__ = [
     "DecodeFailure",
     "DecodeFailureAction",
+    "DecodeFailureObserver",
     "DecodeFailureDefault",
     "DefaultDecodeFailureHandler",
     "DefaultTopicNaming",
+    "InMemoryBroker",
+    "InMemoryTransport",
     "TopicNaming",
     "Transport",
+    "TransportCommandBus",
     "TransportDecodeFailureHandler",
+    "TransportDomainEventBus",
     "TransportMessage",
+    "TransportMessageBus",
     "TransportReceiver",
     "TransportRecord",
+    "TransportStateEventBus",
 ]

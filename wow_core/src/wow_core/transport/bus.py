@@ -45,6 +45,7 @@ from wow_core.model import (
 from wow_core.transport.decode_failure import (
     DecodeFailure,
     DecodeFailureAction,
+    DecodeFailureObserver,
     DefaultDecodeFailureHandler,
     TransportDecodeFailureHandler,
 )
@@ -125,6 +126,12 @@ class TransportMessageBus(Generic[M, E]):
             if decode_failure_handler is not None
             else DefaultDecodeFailureHandler(metrics=self.metrics)
         )
+        handler = self.decode_failure_handler
+        if isinstance(handler, DefaultDecodeFailureHandler) and isinstance(handler.metrics, NoopMetrics):
+            # A default handler built without metrics (by its plugin factory) counts on the bus's.
+            handler.metrics = self.metrics
+        # With the no-op facade, skip building tags (a measurable share of a send).
+        self._counting = not isinstance(self.metrics, NoopMetrics)
         self._topics: dict[NamedAggregate, str] = {}
         self._receivers: set[TransportBusReceiver[E]] = set()
         self._closed = False
@@ -154,6 +161,9 @@ class TransportMessageBus(Generic[M, E]):
         if self._closed:
             raise BusClosedError(f"{type(self).__name__} is closed; cannot send {message.name}")
         record = self.encode(message)
+        if self._counting is False:
+            await self.transport.send(record)
+            return
         tags = {
             "kind": self.topic_kind.value,
             "aggregate": str(message.aggregate_id.named_aggregate),
@@ -265,14 +275,15 @@ class TransportBusReceiver(Generic[E]):
                 await self._decode_failed(record, error)
                 continue
             self._in_flight += 1
-            self.bus.metrics.increment(
-                RECEIVED_COUNTER,
-                tags={
-                    "kind": self.bus.topic_kind.value,
-                    "aggregate": str(message.aggregate_id.named_aggregate),
-                    "group": self.subscription.group,
-                },
-            )
+            if self.bus._counting:
+                self.bus.metrics.increment(
+                    RECEIVED_COUNTER,
+                    tags={
+                        "kind": self.bus.topic_kind.value,
+                        "aggregate": str(message.aggregate_id.named_aggregate),
+                        "group": self.subscription.group,
+                    },
+                )
             exchange: E = self.bus.exchange_type(message, record, self._on_settle)
             return exchange
 
@@ -286,7 +297,13 @@ class TransportBusReceiver(Generic[E]):
                 record.topic,
                 record.position,
             )
-            return
+            action = DecodeFailureAction.LEAVE_PENDING
+        transport = self.bus.transport
+        if isinstance(transport, DecodeFailureObserver):
+            try:
+                transport.decode_failure_handled(failure, action)
+            except Exception:
+                _log.exception("the transport's decode-failure observer failed for %s", record.position)
         if action is DecodeFailureAction.ACK:
             try:
                 await record.ack()

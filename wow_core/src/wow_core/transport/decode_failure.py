@@ -49,6 +49,18 @@ class DecodeFailure:
 
 
 @runtime_checkable
+class DecodeFailureObserver(Protocol):
+    """A transport that hears what became of each undecodable record of its receivers.
+
+    Optional: ``TransportMessageBus`` calls it after the policy decided (and when the
+    policy itself failed, with ``LEAVE_PENDING``), so a backend can report a record left
+    pending where it keeps it (the Redis transport's ``RedisMessageBusObserver``).
+    """
+
+    def decode_failure_handled(self, failure: DecodeFailure, action: DecodeFailureAction) -> None: ...
+
+
+@runtime_checkable
 class TransportDecodeFailureHandler(Protocol):
     """Decides what happens to an undecodable record."""
 

@@ -249,22 +249,36 @@ class InMemoryTransportReceiver:
     def __aiter__(self) -> AsyncIterator[InMemoryRecord]:
         return self
 
+    def poll(self) -> InMemoryRecord | None:
+        """The next record if one can be delivered to this member now, else ``None``.
+
+        What the iteration yields, without waiting (for tests and tools). Nothing before
+        ``open_processing()``, nothing after ``close()``.
+        """
+        if self._closed or not self._opened:
+            return None
+        ready = self._ready
+        while ready:
+            partition = ready.popleft()
+            if partition.scheduled_for is self:
+                partition.scheduled_for = None
+            if not partition.deliverable_to(self):
+                continue
+            record = partition.take(self)
+            partition.schedule()  # more of it: back to the end of the line
+            if record is not None:
+                return record
+        return None
+
     async def __anext__(self) -> InMemoryRecord:
         while True:
             if self._closed:
                 raise StopAsyncIteration
-            if self._opened:
-                ready = self._ready
-                while ready:
-                    partition = ready.popleft()
-                    if partition.scheduled_for is self:
-                        partition.scheduled_for = None
-                    if not partition.deliverable_to(self):
-                        continue
-                    record = partition.take(self)
-                    partition.schedule()  # more of it: back to the end of the line
-                    if record is not None:
-                        return record
+            record = self.poll()
+            if record is not None:
+                return record
+            if self._waiter is not None:
+                raise RuntimeError(f"{self!r} is already being iterated by another task")
             self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await self._waiter

@@ -1,0 +1,307 @@
+"""KafkaTransport against raw aiokafka, on the same broker, same payloads, same run.
+
+- ``send``: N records (encoded commands of 64 aggregates, about 200 bytes) sent with
+  ``window`` sends outstanding at a time, each awaited to its broker acknowledgement:
+  ``KafkaTransport.send`` against ``AIOKafkaProducer.send_and_wait`` with the same
+  producer settings (acks=all, linger 0). Then ``TransportCommandBus.send`` (the JSON
+  encoding on top) against the same raw figure.
+- ``consume``: N records already on a 3-partition topic, read by a fresh group from the
+  start: the framework's receiver iterating and acknowledging every record (commits of
+  the contiguous watermark every ``commit_interval_ms``) against a raw ``AIOKafkaConsumer``
+  taking batches with ``getmany`` and committing after each batch. The time runs from
+  processing open (framework) or the first poll (raw), both after the group was joined,
+  until the last record was acknowledged and its offset committed. Then the same through
+  ``TransportCommandBus`` (decoding and the exchange on top).
+
+The broker is a ``tansu`` started here (memory storage) unless ``WOW_BENCH_KAFKA_BOOTSTRAP``
+(or ``WOW_TEST_KAFKA_BOOTSTRAP``) names one.
+
+    python -m benchmarks.kafka_transport [--quick] [--repeat R]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from benchmarks._harness import Figure, Harness
+from wow_core.messaging import MessageSubscription
+from wow_core.model import AggregateId, BodyTypeRegistry, CommandMessage, MessageCodec, NamedAggregate
+from wow_core.transport.bus import TransportCommandBus
+from wow_core.transport.spi import TransportMessage
+from wow_kafka import KafkaSettings, KafkaTransport
+from wow_kafka.client import common_config, producer_config
+
+ACCOUNT = NamedAggregate("bench", "account")
+WINDOW = 256
+
+
+@dataclass
+class Deposit:
+    amount: int
+    note: str
+
+
+def codec() -> MessageCodec:
+    return MessageCodec(BodyTypeRegistry([Deposit]))
+
+
+def commands(count: int) -> list[CommandMessage[Any]]:
+    ids = [AggregateId(ACCOUNT, f"a-{n}") for n in range(64)]
+    return [CommandMessage(ids[n % 64], Deposit(n, "benchmark deposit"), "deposit") for n in range(count)]
+
+
+def settings_for(bootstrap: str, **overrides: Any) -> KafkaSettings:
+    values: dict[str, Any] = {
+        "bootstrap_servers": bootstrap,
+        "client_id": "wow-bench",
+        "topic_prefix": f"b{uuid.uuid4().hex[:8]}.",
+        "partitions": 3,
+        "session_timeout_ms": 3000,
+        "heartbeat_interval_ms": 500,
+        "fetch_max_wait_ms": 100,
+        "poll_timeout_ms": 200,
+    }
+    values.update(overrides)
+    return KafkaSettings(**values)
+
+
+async def windowed(count: int, send: Callable[[int], Awaitable[Any]]) -> float:
+    start = time.perf_counter()
+    for first in range(0, count, WINDOW):
+        await asyncio.gather(*(send(n) for n in range(first, min(count, first + WINDOW))))
+    return time.perf_counter() - start
+
+
+# -- send ---------------------------------------------------------------------------------
+
+
+async def send_raw(settings: KafkaSettings, records: list[TransportMessage], topic: str) -> float:
+    producer = AIOKafkaProducer(**producer_config(settings, common_config(settings)))
+    await producer.start()
+    try:
+        payloads = [(r.key.encode(), r.payload.encode(), r.timestamp) for r in records]
+        await producer.send_and_wait(topic, value=b"warm-up", key=b"w")
+
+        async def send(n: int) -> None:
+            key, value, timestamp = payloads[n]
+            await producer.send_and_wait(topic, value=value, key=key, timestamp_ms=timestamp)
+
+        return await windowed(len(records), send)
+    finally:
+        await producer.stop()
+
+
+async def send_transport(settings: KafkaSettings, records: list[TransportMessage], topic: str) -> float:
+    transport = KafkaTransport(settings)
+    try:
+        await transport.send(TransportMessage(topic, "w", "warm-up", 0))
+        retargeted = [TransportMessage(topic, r.key, r.payload, r.timestamp) for r in records]
+        return await windowed(len(records), lambda n: transport.send(retargeted[n]))
+    finally:
+        await transport.close()
+
+
+async def send_bus(settings: KafkaSettings, messages: list[CommandMessage[Any]]) -> float:
+    transport = KafkaTransport(settings)
+    bus = TransportCommandBus(transport, codec())
+    try:
+        await bus.send(messages[0])  # warm-up: topic creation, metadata
+        return await windowed(len(messages), lambda n: bus.send(messages[n]))
+    finally:
+        await bus.close()
+        await transport.close()
+
+
+# -- consume ------------------------------------------------------------------------------
+
+
+async def fill(settings: KafkaSettings, topic: str, records: list[TransportMessage]) -> None:
+    transport = KafkaTransport(settings)
+    try:
+        await transport.send_many([TransportMessage(topic, r.key, r.payload, r.timestamp) for r in records])
+    finally:
+        await transport.close()
+
+
+async def consume_raw(settings: KafkaSettings, topic: str, count: int) -> float:
+    consumer = AIOKafkaConsumer(
+        topic,
+        **common_config(settings),
+        group_id=f"raw-{uuid.uuid4().hex[:8]}",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        session_timeout_ms=settings.session_timeout_ms,
+        heartbeat_interval_ms=settings.heartbeat_interval_ms,
+        fetch_max_wait_ms=settings.fetch_max_wait_ms,
+        max_poll_records=settings.max_poll_records,
+    )
+    await consumer.start()  # joins the group: not timed
+    # paused until the clock starts, as the framework's receiver is until processing opens
+    consumer.pause(*consumer.assignment())
+    try:
+        seen = 0
+        start = time.perf_counter()
+        consumer.resume(*consumer.assignment())
+        while seen < count:
+            batches = await consumer.getmany(timeout_ms=settings.poll_timeout_ms)
+            offsets: dict[TopicPartition, int] = {}
+            for tp, records in batches.items():
+                for record in records:
+                    _ = record.key.decode(), record.value.decode()  # as the framework decodes
+                    seen += 1
+                offsets[tp] = records[-1].offset + 1
+            if offsets:
+                await consumer.commit(offsets)
+        return time.perf_counter() - start
+    finally:
+        await consumer.stop()
+
+
+async def consume_transport(settings: KafkaSettings, topic: str, count: int) -> float:
+    transport = KafkaTransport(settings.model_copy(update={"auto_offset_reset": "earliest"}))
+    receiver = transport.open(f"fw-{uuid.uuid4().hex[:8]}", [topic])
+    try:
+        await receiver.ready()  # joins the group: not timed
+        start = time.perf_counter()
+        receiver.open_processing()
+        seen = 0
+        async for record in receiver:
+            await record.ack()
+            seen += 1
+            if seen == count:
+                break
+        await receiver.commit()  # the final commit of the watermark is part of the work
+        return time.perf_counter() - start
+    finally:
+        await transport.close()
+
+
+async def consume_bus(settings: KafkaSettings, count: int) -> float:
+    transport = KafkaTransport(settings.model_copy(update={"auto_offset_reset": "earliest"}))
+    bus = TransportCommandBus(transport, codec())
+    receiver = bus.receiver(MessageSubscription.of(f"bus-{uuid.uuid4().hex[:8]}", [ACCOUNT]))
+    try:
+        await receiver.ready()
+        start = time.perf_counter()
+        receiver.open_processing()
+        seen = 0
+        async for exchange in receiver:
+            await exchange.ack()
+            seen += 1
+            if seen == count:
+                break
+        await receiver.transport_receiver.commit()  # type: ignore[attr-defined]
+        return time.perf_counter() - start
+    finally:
+        await bus.close()
+        await transport.close()
+
+
+# -- the run ------------------------------------------------------------------------------
+
+
+def bootstrap_or_tansu() -> tuple[str, Any]:
+    external = os.environ.get("WOW_BENCH_KAFKA_BOOTSTRAP") or os.environ.get("WOW_TEST_KAFKA_BOOTSTRAP")
+    if external:
+        return external, None
+    from tests.wow_kafka.tansu import TansuBroker, tansu_binary
+
+    binary = tansu_binary()
+    if binary is None:
+        raise SystemExit("no tansu binary (install the dev group) and no WOW_BENCH_KAFKA_BOOTSTRAP")
+    broker = TansuBroker(binary)
+    broker.start()
+    return broker.bootstrap, broker
+
+
+async def best(h: Harness, once: Callable[[], Awaitable[float]]) -> float:
+    return await h.best_of(once)
+
+
+async def run(h: Harness) -> list[Figure]:
+    bootstrap, broker = bootstrap_or_tansu()
+    try:
+        return await measure(h, bootstrap)
+    finally:
+        if broker is not None:
+            broker.stop()
+
+
+async def measure(h: Harness, bootstrap: str) -> list[Figure]:
+    count = h.n(20_000)
+    settings = settings_for(bootstrap)
+    messages = commands(count)
+    bus = TransportCommandBus(KafkaTransport(settings), codec())
+    records = [bus.encode(message) for message in messages]
+    await h.queue_hop()
+
+    async def raw_send() -> float:
+        return await send_raw(settings, records, f"{settings.topic_prefix}raw.{uuid.uuid4().hex[:6]}")
+
+    async def fw_send() -> float:
+        return await send_transport(settings, records, f"{settings.topic_prefix}fw.{uuid.uuid4().hex[:6]}")
+
+    async def bus_send() -> float:
+        return await send_bus(settings_for(bootstrap), messages)
+
+    # Alternate raw and framework runs so that a noisy neighbour disturbs both alike.
+    raw_s = fw_s = bus_s = float("inf")
+    for _ in range(h.repeat):
+        raw_s = min(raw_s, await raw_send())
+        fw_s = min(fw_s, await fw_send())
+        bus_s = min(bus_s, await bus_send())
+
+    consume_settings = settings_for(bootstrap)
+    topic = bus.topic(ACCOUNT).replace(settings.topic_prefix, consume_settings.topic_prefix, 1)
+    await fill(consume_settings, topic, records)
+    raw_c = fw_c = bus_c = float("inf")
+    for _ in range(h.repeat):
+        raw_c = min(raw_c, await consume_raw(consume_settings, topic, count))
+        fw_c = min(fw_c, await consume_transport(consume_settings, topic, count))
+        bus_c = min(bus_c, await consume_bus(consume_settings, count))
+
+    detail = {"records": count, "window": WINDOW, "payload_bytes": len(records[0].payload)}
+    return [
+        Figure("kafka raw aiokafka send_and_wait", count / raw_s, "records/s", detail=detail),
+        Figure(
+            "kafka KafkaTransport.send",
+            count / fw_s,
+            "records/s",
+            ratio=raw_s / fw_s,
+            detail={**detail, "goal_ratio": 0.8},
+        ),
+        Figure(
+            "kafka TransportCommandBus.send (JSON encoding on top)",
+            count / bus_s,
+            "messages/s",
+            ratio=raw_s / bus_s,
+            detail=detail,
+        ),
+        Figure("kafka raw aiokafka consume and commit", count / raw_c, "records/s", detail=detail),
+        Figure(
+            "kafka KafkaTransport receive and ack",
+            count / fw_c,
+            "records/s",
+            ratio=raw_c / fw_c,
+            detail={**detail, "goal_ratio": 0.7},
+        ),
+        Figure(
+            "kafka TransportCommandBus receive and ack (decoding on top)",
+            count / bus_c,
+            "messages/s",
+            ratio=raw_c / bus_c,
+            detail=detail,
+        ),
+    ]
+
+
+if __name__ == "__main__":
+    Harness.main("kafka_transport", run, __doc__)

@@ -1,0 +1,690 @@
+"""RedisStreamTransport against the real server: send, groups, admission, ack, recovery."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from tests.wow_redis.helpers import eventually, message, next_record, take
+from wow_core.messaging import BusClosedError
+from wow_core.metrics import InMemoryMetrics
+from wow_core.model import NamedAggregate, TopicKind
+from wow_core.transport import TransportMessage
+from wow_redis import RedisMessageBusObserver, RedisStreamReceiver, RedisStreamTransport
+from wow_redis.observer import CLAIMED, DEAD_LETTERED, SEND_FAILURES, UNDECODABLE
+
+pytestmark = pytest.mark.redis
+
+Make = Callable[..., RedisStreamTransport]
+
+
+async def pending_count(redis: Redis, stream: str, group: str) -> int:
+    summary = await redis.xpending(stream, group)
+    return int(summary["pending"])
+
+
+def topic_of(transport: RedisStreamTransport, aggregate: str = "account") -> str:
+    return transport.naming.topic(NamedAggregate("bank", aggregate), TopicKind.COMMAND)
+
+
+# -- naming ------------------------------------------------------------------------------
+
+
+def test_topics_keep_the_reference_naming(make_transport: Make, prefix: str) -> None:
+    transport = make_transport()
+    named = NamedAggregate("bank", "account")
+    assert transport.naming.topic(named, TopicKind.COMMAND) == f"{prefix}bank.account:command"
+    assert transport.naming.topic(named, TopicKind.EVENT) == f"{prefix}bank.account:event"
+    assert transport.naming.topic(named, TopicKind.STATE) == f"{prefix}bank.account:state"
+
+
+def test_context_aliases_replace_the_context_name() -> None:
+    from wow_redis import RedisTopicNaming
+
+    naming = RedisTopicNaming(context_aliases={"bank": "b"})
+    assert naming.topic(NamedAggregate("bank", "account"), TopicKind.EVENT) == "b.account:event"
+    assert naming.topic(NamedAggregate("shop", "order"), TopicKind.EVENT) == "shop.order:event"
+
+
+# -- send --------------------------------------------------------------------------------
+
+
+async def test_send_adds_the_payload_under_msg_and_the_key(make_transport: Make, redis: Redis) -> None:
+    transport = make_transport()
+    topic = topic_of(transport)
+    await transport.send(TransportMessage(topic, "acc-1", '{"a":"é"}', 1234))
+    entries = await redis.xrange(topic)
+    assert len(entries) == 1
+    _, fields = entries[0]
+    assert fields == {b"msg": '{"a":"é"}'.encode(), b"key": b"acc-1", b"ts": b"1234"}
+
+
+async def test_concurrent_sends_all_land_in_call_order(make_transport: Make, redis: Redis) -> None:
+    transport = make_transport()
+    topic = topic_of(transport)
+    sends = [transport.send(message(topic, payload=str(n))) for n in range(600)]
+    await asyncio.gather(*sends)
+    entries = await redis.xrange(topic)
+    assert [int(fields[b"msg"]) for _, fields in entries] == list(range(600))
+
+
+async def test_send_many_completes_when_every_entry_was_added(make_transport: Make, redis: Redis) -> None:
+    transport = make_transport(send_batch_size=7)
+    topic = topic_of(transport)
+    await transport.send_many([message(topic, payload=str(n)) for n in range(50)])
+    entries = await redis.xrange(topic)
+    assert [int(fields[b"msg"]) for _, fields in entries] == list(range(50))
+    await transport.send_many([])
+
+
+async def test_maxlen_bounds_the_stream_approximately(make_transport: Make, redis: Redis) -> None:
+    transport = make_transport(maxlen=100)
+    topic = topic_of(transport)
+    await transport.send_many([message(topic, payload=str(n)) for n in range(3000)])
+    length = await redis.xlen(topic)
+    assert 100 <= length < 3000
+    assert length <= 100 + 200  # MAXLEN ~ trims whole macro nodes (100 entries by default)
+
+
+async def test_a_send_after_close_is_refused(make_transport: Make) -> None:
+    transport = make_transport()
+    await transport.close()
+    with pytest.raises(BusClosedError):
+        await transport.send(message("t"))
+    with pytest.raises(BusClosedError):
+        transport.open("g", ["t"])
+
+
+async def test_a_server_that_is_down_fails_the_send_after_its_retries(prefix: str) -> None:
+    from wow_redis import RedisSettings
+
+    metrics = InMemoryMetrics()
+    transport = RedisStreamTransport(
+        RedisSettings(
+            url="redis://127.0.0.1:1/0",
+            key_prefix=prefix,
+            send_retries=2,
+            reconnect_backoff=0.01,
+            socket_timeout=1,
+        ),
+        metrics=metrics,
+    )
+    try:
+        with pytest.raises(RedisConnectionError):
+            await asyncio.wait_for(transport.send(message(f"{prefix}t")), 20)
+        assert metrics.counter_value(SEND_FAILURES) == 1
+        assert metrics.counter_value("wow.redis.connection_errors", where="XADD") == 2
+    finally:
+        await transport.close()
+
+
+async def test_a_server_side_error_fails_only_its_send(
+    make_transport: Make, redis: Redis, prefix: str
+) -> None:
+    transport = make_transport()
+    topic = topic_of(transport)
+    await redis.set(f"{prefix}not-a-stream", "x")
+    results = await asyncio.gather(
+        transport.send(message(topic)),
+        transport.send(message(f"{prefix}not-a-stream")),
+        transport.send(message(topic)),
+        return_exceptions=True,
+    )
+    assert results[0] is None
+    assert results[2] is None
+    assert "WRONGTYPE" in str(results[1])
+
+
+async def test_a_killed_connection_is_retried_transparently(make_transport: Make, redis: Redis) -> None:
+    transport = make_transport(reconnect_backoff=0.01)
+    topic = topic_of(transport)
+    await transport.send(message(topic))
+    await redis.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+    await transport.send(message(topic))
+    assert await redis.xlen(topic) == 2
+
+
+# -- groups, readiness and admission ----------------------------------------------------
+
+
+async def test_ready_creates_the_group_on_every_stream(
+    make_transport: Make, redis: Redis, prefix: str
+) -> None:
+    transport = make_transport()
+    topics = [f"{prefix}a:command", f"{prefix}b:command"]
+    receiver = transport.open("g1", topics)
+    await receiver.ready()
+    for topic in topics:
+        groups = await redis.xinfo_groups(topic)
+        assert [g["name"] for g in groups] == [b"g1"]
+
+
+async def test_an_existing_group_is_reused_not_reset(make_transport: Make, redis: Redis) -> None:
+    transport = make_transport()
+    topic = topic_of(transport)
+    first = transport.open("g1", [topic])
+    await first.ready()
+    first.open_processing()
+    await transport.send(message(topic, payload="1"))
+    [record] = await take(first, 1)
+    await record.ack()
+    await first.close()
+    again = transport.open("g1", [topic])
+    await again.ready()
+    again.open_processing()
+    await transport.send(message(topic, payload="2"))
+    [record] = await take(again, 1)
+    assert record.payload == "2"
+
+
+async def test_an_entry_added_after_ready_is_delivered_one_before_is_not(make_transport: Make) -> None:
+    transport = make_transport()
+    topic = topic_of(transport)
+    await transport.send(message(topic, payload="before"))
+    receiver = transport.open("g1", [topic])
+    await receiver.ready()
+    await transport.send(message(topic, payload="after"))
+    receiver.open_processing()
+    [record] = await take(receiver, 1)
+    assert record.payload == "after"
+
+
+async def test_group_start_earliest_reads_what_the_stream_holds(make_transport: Make) -> None:
+    transport = make_transport(group_start="earliest")
+    topic = topic_of(transport)
+    await transport.send(message(topic, payload="before"))
+    receiver = transport.open("g1", [topic])
+    await receiver.ready()
+    receiver.open_processing()
+    [record] = await take(receiver, 1)
+    assert record.payload == "before"
+
+
+async def test_nothing_is_read_before_processing_opens(make_transport: Make, redis: Redis) -> None:
+    transport = make_transport()
+    topic = topic_of(transport)
+    receiver = transport.open("g1", [topic])
+    await receiver.ready()
+    await transport.send(message(topic))
+    pending = next_record(aiter(receiver))
+    done, _ = await asyncio.wait({pending}, timeout=0.5)
+    assert not done
+    groups = await redis.xinfo_groups(topic)
+    assert groups[0]["pending"] == 0
+    assert groups[0]["lag"] == 1
+    receiver.open_processing()
+    record = await asyncio.wait_for(pending, 10)
+    assert record.key == "k1"
+    assert record.delivery_count == 1
+    assert record.position.startswith(f"{topic}/")
+
+
+async def test_members_of_a_group_share_entries_and_groups_each_get_all(
+    make_transport: Make, redis: Redis
+) -> None:
+    transport = make_transport()
+    topic = topic_of(transport)
+    a1, a2, b = transport.open("a", [topic]), transport.open("a", [topic]), transport.open("b", [topic])
+    assert a1.consumer != a2.consumer
+    for receiver in (a1, a2, b):
+        await receiver.ready()
+        receiver.open_processing()
+    await transport.send_many([message(topic, payload=str(n)) for n in range(40)])
+    got_b = await take(b, 40)
+    assert sorted(int(r.payload) for r in got_b) == list(range(40))
+    seen: list[int] = []
+    it1, it2 = aiter(a1), aiter(a2)
+
+    async def drain(iterator: object) -> None:
+        while True:
+            record = await anext(iterator)  # type: ignore[call-overload]
+            seen.append(int(record.payload))
+            await record.ack()
+
+    tasks = [asyncio.ensure_future(drain(it1)), asyncio.ensure_future(drain(it2))]
+
+    async def all_seen() -> bool:
+        return len(seen) >= 40
+
+    await eventually(all_seen)
+    for task in tasks:
+        task.cancel()
+    assert sorted(seen) == list(range(40))
+
+
+# -- ack and redelivery -----------------------------------------------------------------
+
+
+async def test_ack_removes_the_entry_from_the_pending_list(make_transport: Make, redis: Redis) -> None:
+    transport = make_transport(ack_confirmed=True)
+    topic = topic_of(transport)
+    receiver = transport.open("g1", [topic])
+    await receiver.ready()
+    receiver.open_processing()
+    await transport.send_many([message(topic, payload=str(n)) for n in range(20)])
+    records = await take(receiver, 20)
+    assert await pending_count(redis, topic, "g1") == 20
+    await asyncio.gather(*(r.ack() for r in records[:15]))
+    assert await pending_count(redis, topic, "g1") == 5
+
+
+async def test_queued_acks_are_flushed_by_close(make_transport: Make, redis: Redis) -> None:
+    transport = make_transport()
+    topic = topic_of(transport)
+    receiver = transport.open("g1", [topic])
+    await receiver.ready()
+    receiver.open_processing()
+    await transport.send_many([message(topic, payload=str(n)) for n in range(30)])
+    for record in await take(receiver, 30):
+        await record.ack()
+    await receiver.close()
+    assert await pending_count(redis, topic, "g1") == 0
+
+
+async def test_an_unacked_entry_comes_back_to_the_reopened_receiver(make_transport: Make) -> None:
+    transport = make_transport(claim_idle_time=None)
+    topic = topic_of(transport)
+    receiver = transport.open("g1", [topic])
+    await receiver.ready()
+    receiver.open_processing()
+    await transport.send_many([message(topic, payload="1"), message(topic, payload="2")])
+    first, _ = await take(receiver, 2)
+    await first.ack()
+    await receiver.close()
+    again = transport.open("g1", [topic])
+    await again.ready()
+    again.open_processing()
+    [back] = await take(again, 1)
+    assert back.payload == "2"
+    assert back.delivery_count == 2
+
+
+async def test_a_restart_under_the_same_consumer_name_rereads_its_pending_entries(
+    make_transport: Make,
+) -> None:
+    first = make_transport(consumer_name="stable", claim_idle_time=None)
+    topic = topic_of(first)
+    receiver = first.open("g1", [topic])
+    await receiver.ready()
+    receiver.open_processing()
+    await first.send_many([message(topic, payload=str(n)) for n in range(3)])
+    await take(receiver, 3)
+    await first.close()
+    restarted = make_transport(consumer_name="stable", claim_idle_time=None)
+    again = restarted.open("g1", [topic])
+    await again.ready()
+    again.open_processing()
+    records = await take(again, 3)
+    assert [r.payload for r in records] == ["0", "1", "2"]
+    assert all(r.delivery_count == 2 for r in records)
+
+
+async def test_close_forgets_a_consumer_without_pending_entries(make_transport: Make, redis: Redis) -> None:
+    transport = make_transport()
+    topic = topic_of(transport)
+    idle = transport.open("g1", [topic])
+    busy = transport.open("g1", [topic])
+    for receiver in (idle, busy):
+        await receiver.ready()
+    busy.open_processing()
+    await transport.send(message(topic))
+    await take(busy, 1)
+    await idle.close()
+    await busy.close()
+    consumers = {c["name"] for c in await redis.xinfo_consumers(topic, "g1")}
+    assert consumers == {busy.consumer.encode()}
+
+
+# -- recovery ---------------------------------------------------------------------------
+
+
+async def test_entries_of_a_dead_consumer_are_claimed_by_a_living_one(
+    make_transport: Make, redis: Redis
+) -> None:
+    metrics = InMemoryMetrics()
+    dead = make_transport(claim_idle_time=None)
+    topic = topic_of(dead)
+    victim = dead.open("g1", [topic])
+    await victim.ready()
+    victim.open_processing()
+    await dead.send_many([message(topic, payload=str(n)) for n in range(10)])
+    await take(victim, 10)
+    await dead.close()  # left pending under the dead consumer's name
+    living = make_transport(claim_idle_time=0.2, metrics=metrics)
+    receiver = living.open("g1", [topic])
+    await receiver.ready()
+    receiver.open_processing()
+    records = await take(receiver, 10)
+    assert sorted(int(r.payload) for r in records) == list(range(10))
+    assert all(r.delivery_count == 2 for r in records)
+    for record in records:
+        await record.ack()
+    await receiver.close()
+    assert await pending_count(redis, topic, "g1") == 0
+    assert metrics.counter_value(CLAIMED, stream=topic, group="g1") == 10
+
+
+async def test_an_entry_past_max_deliveries_goes_to_the_dead_letter_stream(
+    make_transport: Make, redis: Redis
+) -> None:
+    metrics = InMemoryMetrics()
+    transport = make_transport(claim_idle_time=0.1, max_deliveries=3, metrics=metrics)
+    topic = topic_of(transport)
+    receiver = transport.open("g1", [topic])
+    await receiver.ready()
+    receiver.open_processing()
+    await transport.send(message(topic, key="poison", payload="boom"))
+    deliveries = [r.delivery_count for r in await take(receiver, 3)]  # never acked
+    assert deliveries == [1, 2, 3]
+
+    async def dead_lettered() -> bool:
+        reported = metrics.counter_value(DEAD_LETTERED, stream=topic, group="g1") == 1
+        return reported and await redis.xlen(f"{topic}.dlq") == 1
+
+    await eventually(dead_lettered)
+    [(_, fields)] = await redis.xrange(f"{topic}.dlq")
+    assert fields[b"msg"] == b"boom"
+    assert fields[b"key"] == b"poison"
+    assert fields[b"wow_origin_stream"] == topic.encode()
+    assert fields[b"wow_group"] == b"g1"
+    assert fields[b"wow_deliveries"] == b"4"
+    assert await pending_count(redis, topic, "g1") == 0
+    assert metrics.counter_value(DEAD_LETTERED, stream=topic, group="g1") == 1
+
+
+# -- entries that are not messages -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"other": "x"}, "no msg field"),
+        ({"msg": b"\xff\xfe not utf-8", "key": "k"}, "not UTF-8"),
+        ({"msg": "fine", "key": b"\xc3"}, "not UTF-8"),
+    ],
+)
+async def test_an_entry_that_is_not_a_message_is_reported_and_left_pending(
+    make_transport: Make,
+    redis: Redis,
+    fields: dict[str, object],
+    reason: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    metrics = InMemoryMetrics()
+    transport = make_transport(claim_idle_time=None, metrics=metrics)
+    topic = topic_of(transport)
+    receiver = transport.open("g1", [topic])
+    await receiver.ready()
+    receiver.open_processing()
+    bad_id = (await redis.xadd(topic, fields)).decode()  # type: ignore[arg-type]
+    await transport.send(message(topic, payload="good"))
+    [record] = await take(receiver, 1)
+    assert record.payload == "good"
+    await record.ack()
+    assert metrics.counter_value(UNDECODABLE, stream=topic, group="g1") == 1
+
+    async def only_the_bad_entry_pending() -> bool:
+        return await pending_count(redis, topic, "g1") == 1
+
+    await eventually(only_the_bad_entry_pending)
+    [row] = await redis.xpending_range(topic, "g1", min="-", max="+", count=10)
+    assert row["message_id"].decode() == bad_id
+    assert bad_id in caplog.text
+    assert reason in caplog.text
+
+
+async def test_an_entry_that_is_not_a_message_ends_in_the_dead_letter_stream(
+    make_transport: Make, redis: Redis
+) -> None:
+    transport = make_transport(claim_idle_time=0.1, max_deliveries=2)
+    topic = topic_of(transport)
+    receiver = transport.open("g1", [topic])
+    await receiver.ready()
+    receiver.open_processing()
+    await redis.xadd(topic, {"garbage": "1"})
+
+    async def dead_lettered() -> bool:
+        return await redis.xlen(f"{topic}.dlq") == 1
+
+    await eventually(dead_lettered)
+    assert await pending_count(redis, topic, "g1") == 0
+
+
+async def test_a_pending_entry_trimmed_away_is_reported_and_acknowledged(
+    make_transport: Make, redis: Redis
+) -> None:
+    metrics = InMemoryMetrics()
+    transport = make_transport(claim_idle_time=0.1, observer=RedisMessageBusObserver(metrics))
+    topic = topic_of(transport)
+    receiver = transport.open("g1", [topic])
+    await receiver.ready()
+    receiver.open_processing()
+    await transport.send(message(topic, payload="soon gone"))
+    [record] = await take(receiver, 1)
+    await redis.xdel(topic, record.position.rsplit("/", 1)[1])
+
+    async def released_and_reported() -> bool:
+        # the server drops the entry before this process has read the reply saying so
+        reported = metrics.counter_value(DEAD_LETTERED, stream=topic, group="g1") == 1
+        return reported and await pending_count(redis, topic, "g1") == 0
+
+    await eventually(released_and_reported)
+
+
+# -- connection loss --------------------------------------------------------------------
+
+
+async def test_a_reader_whose_connection_is_killed_goes_on_reading(
+    make_transport: Make, redis: Redis
+) -> None:
+    metrics = InMemoryMetrics()
+    transport = make_transport(reconnect_backoff=0.01, block_time=5.0, metrics=metrics)
+    topic = topic_of(transport)
+    receiver = transport.open("g1", [topic])
+    await receiver.ready()
+    receiver.open_processing()
+    await transport.send(message(topic, payload="1"))
+    [first] = await take(receiver, 1)
+    await first.ack()
+
+    async def blocked_reader() -> bool:
+        clients = (await redis.execute_command("CLIENT", "LIST")).decode()
+        return "cmd=xreadgroup" in clients
+
+    await eventually(blocked_reader)
+    clients = (await redis.execute_command("CLIENT", "LIST")).decode().splitlines()
+    for line in clients:
+        if "cmd=xreadgroup" in line:
+            client_id = line.split("id=", 1)[1].split(" ", 1)[0]
+            await redis.execute_command("CLIENT", "KILL", "ID", client_id)
+    await transport.send(message(topic, payload="2"))
+    [second] = await take(receiver, 1)
+    assert second.payload == "2"
+    assert metrics.counter_value("wow.redis.connection_errors", where="XREADGROUP") >= 1
+
+
+async def test_close_releases_every_task_and_connection(make_transport: Make) -> None:
+    transport = make_transport()
+    topic = topic_of(transport)
+    receivers = [transport.open(f"g{n}", [topic]) for n in range(3)]
+    for receiver in receivers:
+        await receiver.ready()
+        receiver.open_processing()
+    await transport.send(message(topic))
+    before = {t for t in asyncio.all_tasks() if t.get_name().startswith("wow-redis")}
+    assert before
+    await transport.close()
+    after = {t for t in asyncio.all_tasks() if t.get_name().startswith("wow-redis") and not t.done()}
+    assert not after
+    pool = transport.client.connection_pool
+    assert not pool._in_use_connections  # type: ignore[attr-defined]
+    for receiver in receivers:
+        assert [r async for r in receiver] == []
+
+
+async def test_close_right_after_reading_does_not_wait_for_the_blocking_read(make_transport: Make) -> None:
+    # A cancellation racing the completion of a send was swallowed by asyncio.wait_for
+    # (Python 3.11) when redis-py had a socket timeout: close then waited for BLOCK.
+    transport = make_transport(block_time=5.0)
+    topic = topic_of(transport)
+    for round_no in range(5):
+        receiver = transport.open(f"g{round_no}", [topic])
+        await receiver.ready()
+        receiver.open_processing()
+        await transport.send_many([message(topic, payload=str(n)) for n in range(300)])
+        for record in await take(receiver, 300):
+            await record.ack()
+        started = asyncio.get_running_loop().time()
+        await receiver.close()
+        assert asyncio.get_running_loop().time() - started < 2.5
+
+
+async def test_a_payload_the_bus_cannot_decode_is_reported_and_left_pending(
+    make_transport: Make, redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    from wow_core.messaging import MessageSubscription
+    from wow_core.testing.support import command, conformance_codec
+    from wow_core.transport.bus import TransportCommandBus
+
+    metrics = InMemoryMetrics()
+    transport = make_transport(claim_idle_time=None, metrics=metrics)
+    named = NamedAggregate("bank", "account")
+    bus = TransportCommandBus(transport, conformance_codec())
+    topic = bus.topic(named)
+    try:
+        receiver = bus.receiver(MessageSubscription.of("bank.p", [named]))
+        await receiver.ready()
+        receiver.open_processing()
+        await transport.send(TransportMessage(topic, "a-1", "this is { not json", 0))
+        await bus.send(command(named, "a-2"))
+        exchange = await asyncio.wait_for(anext(receiver), 10)
+        assert exchange.message.aggregate_id.id == "a-2"
+        await exchange.ack()
+        assert metrics.counter_value(UNDECODABLE, stream=topic, group="bank.p") == 1
+        assert "not_json" in caplog.text
+
+        async def only_the_garbage_pending() -> bool:
+            return await pending_count(redis, topic, "bank.p") == 1
+
+        await eventually(only_the_garbage_pending)
+        await receiver.close()
+    finally:
+        await bus.close()
+
+
+async def test_a_payload_that_is_not_encodable_fails_only_its_send(
+    make_transport: Make, redis: Redis
+) -> None:
+    transport = make_transport()
+    topic = topic_of(transport)
+    results = await asyncio.gather(
+        transport.send(message(topic, payload="before")),
+        transport.send(message(topic, payload="lone \ud800 surrogate")),
+        transport.send(message(topic, payload="after")),
+        return_exceptions=True,
+    )
+    assert results[0] is None
+    assert isinstance(results[1], UnicodeEncodeError)
+    assert results[2] is None
+    assert [fields[b"msg"] for _, fields in await redis.xrange(topic)] == [b"before", b"after"]
+
+
+async def test_a_group_destroyed_while_reading_is_created_again(make_transport: Make, redis: Redis) -> None:
+    transport = make_transport(block_time=0.1)
+    topic = topic_of(transport)
+    receiver = transport.open("g1", [topic])
+    await receiver.ready()
+    receiver.open_processing()
+    await transport.send(message(topic, payload="1"))
+    [first] = await take(receiver, 1)
+    await first.ack()
+    await redis.xgroup_destroy(topic, "g1")
+
+    async def group_is_back() -> bool:
+        return any(g["name"] == b"g1" for g in await redis.xinfo_groups(topic))
+
+    await eventually(group_is_back)
+    await transport.send(message(topic, payload="2"))
+    [second] = await take(receiver, 1)
+    assert second.payload == "2"
+
+
+async def test_an_error_the_reader_cannot_retry_ends_the_iteration_with_it(
+    make_transport: Make, redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    from redis.exceptions import ResponseError
+
+    transport = make_transport(block_time=0.1)
+    topic = topic_of(transport)
+    receiver = transport.open("g1", [topic])
+    await receiver.ready()
+    await redis.delete(topic)
+    await redis.set(topic, "no longer a stream")
+    receiver.open_processing()
+    with pytest.raises(ResponseError, match="WRONGTYPE"):
+        await take(receiver, 1)
+    assert "stopped" in caplog.text
+
+
+async def test_ready_fails_after_its_retries_when_the_server_is_down(prefix: str) -> None:
+    from wow_redis import RedisSettings
+
+    transport = RedisStreamTransport(
+        RedisSettings(url="redis://127.0.0.1:1/0", key_prefix=prefix, send_retries=1, reconnect_backoff=0.01)
+    )
+    try:
+        receiver = transport.open("g1", [f"{prefix}t"])
+        with pytest.raises(RedisConnectionError):
+            await asyncio.wait_for(receiver.ready(), 20)
+    finally:
+        await transport.close()
+
+
+async def test_a_running_member_takes_over_what_a_closed_member_handed_back(
+    make_transport: Make, redis: Redis
+) -> None:
+    leaving = make_transport(claim_idle_time=None)
+    staying = make_transport(claim_idle_time=30.0, claim_interval=0.1)
+    topic = topic_of(leaving)
+    gone = leaving.open("g1", [topic])
+    await gone.ready()
+    receiver = await transport_ready_and_open(staying.open("g1", [topic]))
+    gone.open_processing()
+    await leaving.send_many([message(topic, payload=str(n)) for n in range(3)])
+    await take(gone, 1)  # the other member may read some too
+    await gone.close()  # hands back what it read and did not acknowledge
+
+    async def consume() -> None:
+        async for record in receiver:
+            await record.ack()
+
+    async def all_acknowledged() -> bool:
+        return await pending_count(redis, topic, "g1") == 0
+
+    task = asyncio.ensure_future(consume())
+    try:
+        await eventually(all_acknowledged)  # long before the 30 s claim idle time
+    finally:
+        task.cancel()
+
+
+async def transport_ready_and_open(receiver: RedisStreamReceiver) -> RedisStreamReceiver:
+    await receiver.ready()
+    receiver.open_processing()
+    return receiver
+
+
+async def test_an_ack_after_close_still_acknowledges(make_transport: Make, redis: Redis) -> None:
+    transport = make_transport()
+    topic = topic_of(transport)
+    receiver = await transport_ready_and_open(transport.open("g1", [topic]))
+    await transport.send(message(topic))
+    [record] = await take(receiver, 1)
+    await receiver.close()
+    assert await pending_count(redis, topic, "g1") == 1
+    await record.ack()
+    assert await pending_count(redis, topic, "g1") == 0

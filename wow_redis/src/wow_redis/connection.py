@@ -1,0 +1,91 @@
+"""Building the redis-py asyncio client from :class:`RedisSettings`, and the backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from wow_redis.settings import RedisSettings
+
+TRANSIENT_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
+"""Errors after which a command is retried (redis-py reconnects on the next command)."""
+
+
+def create_client(settings: RedisSettings, **overrides: Any) -> Redis:
+    """A client with its own connection pool; the caller closes it (``aclose``).
+
+    ``decode_responses`` stays off: payloads are decoded by the transport, strictly, so
+    that a record that is not UTF-8 is reported instead of silently mangled.
+    """
+    url = settings.url
+    if settings.tls and url.startswith("redis://"):
+        url = "rediss://" + url[len("redis://") :]
+    # No socket_timeout: redis-py then sends through ``asyncio.wait_for``, which on
+    # Python 3.11 can swallow a cancellation that races the send's completion (a closed
+    # receiver would block until its XREADGROUP returned). Commands are bounded with
+    # ``asyncio.timeout`` by the callers instead (see :func:`command`).
+    options: dict[str, Any] = {
+        "socket_timeout": None,
+        "socket_connect_timeout": settings.socket_timeout,
+        "socket_keepalive": True,
+        "health_check_interval": 0,
+        "protocol": 2,
+    }
+    if settings.username is not None:
+        options["username"] = settings.username
+    if settings.password is not None:
+        options["password"] = settings.password.get_secret_value()
+    if url.startswith("rediss://"):
+        options["ssl_cert_reqs"] = "required" if settings.tls_verify else "none"
+        options["ssl_check_hostname"] = settings.tls_verify
+        if settings.tls_ca_file is not None:
+            options["ssl_ca_certs"] = settings.tls_ca_file
+    options.update(overrides)
+    return Redis.from_url(url, **options)
+
+
+class Backoff:
+    """Exponential backoff with full jitter, reset after a success."""
+
+    __slots__ = ("_attempt", "initial", "maximum")
+
+    def __init__(self, initial: float, maximum: float) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self._attempt = 0
+
+    @property
+    def attempt(self) -> int:
+        return self._attempt
+
+    def next_delay(self) -> float:
+        ceiling = min(self.maximum, self.initial * (2**self._attempt))
+        self._attempt += 1
+        return random.uniform(ceiling / 2, ceiling)
+
+    def reset(self) -> None:
+        self._attempt = 0
+
+
+@contextlib.asynccontextmanager
+async def deadline(seconds: float, what: str) -> AsyncIterator[None]:
+    """Bound a round trip: past ``seconds`` it raises :class:`redis.exceptions.TimeoutError`
+    (transient, retried by the callers); redis-py drops the connection it was using."""
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError as error:
+        raise RedisTimeoutError(f"{what} took longer than {seconds}s") from error
+
+
+async def command(client: Redis, *args: Any, timeout: float, **options: Any) -> Any:
+    """``client.execute_command`` (untyped in redis-py) bounded by ``timeout`` seconds."""
+    async with deadline(timeout, str(args[0])):
+        return await client.execute_command(*args, **options)  # type: ignore[no-untyped-call]

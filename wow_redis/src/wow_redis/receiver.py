@@ -1,0 +1,632 @@
+"""The receiving side of :class:`~wow_redis.transport.RedisStreamTransport`.
+
+A :class:`RedisStreamReceiver` is one member (one Redis *consumer*) of a consumer group
+over some streams. What it guarantees:
+
+- ``ready()`` returns once the group exists on every stream (created at ``$`` with
+  ``MKSTREAM``, or reused): an entry added after that is delivered to the group.
+- Nothing is read before ``open_processing()``; entries not read stay in the stream
+  for the other members of the group.
+- Entries are read with ``XREADGROUP ... >``; first, and again after every reconnect,
+  the consumer re-reads its own pending entries (``0``) so a restart under the same
+  consumer name, or a reply lost with the connection, does not strand them.
+- Recovery (``claim_idle_time``): entries pending in any consumer of the group for
+  longer than the idle time are claimed with ``XAUTOCLAIM`` and delivered again, so a
+  crashed member's work is done by the living ones. An entry delivered more than
+  ``max_deliveries`` times is copied to ``<stream>.dlq`` and acknowledged, atomically,
+  instead of being delivered forever.
+- An entry that is not a message (no UTF-8 ``msg`` field) is reported through the
+  :class:`~wow_redis.observer.RedisMessageBusObserver` and left pending: it is never
+  acknowledged as if consumed; recovery brings it back until it is dead-lettered.
+- ``record.ack()`` is an ``XACK``; concurrent acks are batched into one round trip.
+- Connection errors are retried with backoff, reported to the observer, and never
+  drop an entry: an entry is either yielded, pending, or acknowledged.
+
+What it does not guarantee: exactly-once. An entry whose handler takes longer than
+``claim_idle_time`` is claimed by another member and processed twice; a crash between
+processing and ``XACK`` delivers it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from wow_core.messaging import BusClosedError
+from wow_redis.connection import TRANSIENT_ERRORS, Backoff, command, deadline
+from wow_redis.naming import dead_letter_stream
+from wow_redis.observer import RedisMessageBusObserver
+from wow_redis.scripts import DEAD_LETTER_SCRIPT
+from wow_redis.settings import GroupStart, RedisSettings
+
+if TYPE_CHECKING:
+    from redis.commands.core import AsyncScript
+
+log = logging.getLogger("wow_redis")
+
+MSG_FIELD = b"msg"
+KEY_FIELD = b"key"
+TIMESTAMP_FIELD = b"ts"
+
+HANDED_BACK_IDLE_MS = 10**12
+"""Idle time given to the entries a closing consumer hands back: older than any claim threshold."""
+HANDED_BACK_MIN_IDLE_S = HANDED_BACK_IDLE_MS / 1000 / 2
+"""A starting consumer claims at least the entries handed back (idle past this), recovery on or off."""
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def entry_timestamp(entry_id: str) -> int:
+    """The milliseconds part of a stream entry id: when the server added it."""
+    head, _, _ = entry_id.partition("-")
+    try:
+        return int(head)
+    except ValueError:
+        return 0
+
+
+class RedisRecord:
+    """One stream entry delivered to this consumer; ``ack()`` is an ``XACK``.
+
+    ``timestamp`` is the sender's (the ``ts`` field), or when the server added the entry
+    (the id's milliseconds) for an entry written without one. ``position`` is
+    ``<stream>/<entry id>``.
+    """
+
+    __slots__ = ("_receiver", "delivery_count", "entry_id", "key", "payload", "timestamp", "topic")
+
+    def __init__(
+        self,
+        receiver: RedisStreamReceiver,
+        topic: str,
+        entry_id: str,
+        key: str,
+        payload: str,
+        delivery_count: int,
+        timestamp: int,
+    ) -> None:
+        self._receiver = receiver
+        self.topic = topic
+        self.entry_id = entry_id
+        self.key = key
+        self.payload = payload
+        self.timestamp = timestamp
+        self.delivery_count = delivery_count
+
+    @property
+    def position(self) -> str:
+        return f"{self.topic}/{self.entry_id}"
+
+    async def ack(self) -> None:
+        await self._receiver.acknowledge(self.topic, self.entry_id)
+
+    def __repr__(self) -> str:
+        return f"RedisRecord({self.position} key={self.key!r} deliveries={self.delivery_count})"
+
+
+class _Acker:
+    """Batches XACKs: every ack queued while a flush is in flight goes in the next one."""
+
+    def __init__(self, receiver: RedisStreamReceiver) -> None:
+        self._receiver = receiver
+        self._pending: dict[str, list[str]] = {}
+        self._waiters: list[asyncio.Future[None]] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def add(self, topic: str, entry_id: str, confirm: bool) -> asyncio.Future[None] | None:
+        ids = self._pending.get(topic)
+        if ids is None:
+            self._pending[topic] = [entry_id]
+        else:
+            ids.append(entry_id)
+        self._idle.clear()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="wow-redis-acker")
+        self._wake.set()
+        if not confirm:
+            return None
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        return waiter
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                batch, self._pending = self._pending, {}
+                waiters, self._waiters = self._waiters, []
+                error = await self._receiver.flush_acks(batch)
+                for waiter in waiters:
+                    if not waiter.done():
+                        if error is None:
+                            waiter.set_result(None)
+                        else:
+                            waiter.set_exception(error)
+            self._idle.set()
+
+    async def drain(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), timeout)
+
+    async def stop(self) -> None:
+        """Stop flushing; acks still queued stay pending (handed back by the close)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(BusClosedError("the receiver closed before this XACK was sent"))
+
+
+class RedisStreamReceiver:
+    """One consumer of ``group`` over ``topics``; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        client: Redis,
+        settings: RedisSettings,
+        group: str,
+        topics: Sequence[str],
+        consumer: str,
+        observer: RedisMessageBusObserver,
+        create_groups: Callable[[str, Sequence[str], str], asyncio.Future[Any]],
+        on_close: Callable[[RedisStreamReceiver], None] | None = None,
+    ) -> None:
+        if not topics:
+            raise ValueError("a receiver needs at least one stream")
+        self._client = client
+        self._settings = settings
+        self.group = group
+        self.topics = tuple(dict.fromkeys(topics))
+        self.consumer = consumer
+        self._observer = observer
+        self._on_close = on_close
+        self._queue: asyncio.Queue[RedisRecord | None] = asyncio.Queue(maxsize=2 * settings.batch_size)
+        """Read-ahead: a full queue stops reading, so unread entries stay for the other members."""
+        self._create_groups = create_groups
+        self._groups: asyncio.Future[Any] | None = None
+        self._group_start = "$" if settings.group_start is GroupStart.LATEST else "0"
+        self._processing = asyncio.Event()
+        self._closed = asyncio.Event()
+        self._closing = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._acker = _Acker(self)
+        self._delivered: dict[tuple[str, str], float] = {}
+        """Entries yielded and not acknowledged yet, with when: not re-read as own pending."""
+        self._dead_letter: AsyncScript | None = None
+        self._handed_back: set[tuple[str, str]] = set()
+        self._failure: Exception | None = None
+        self._read_ids_new = [">"] * len(self.topics)
+        self._timeout = settings.socket_timeout
+
+    # -- the TransportReceiver protocol -----------------------------------------------
+
+    async def ready(self) -> None:
+        """Create or reuse the group on every stream; raises after the retries failed.
+
+        The creation is queued with the transport's sends as this is called, so an
+        entry sent on the same transport after ``ready()`` was called is not missed.
+        """
+        if self._closing:
+            raise BusClosedError(f"receiver {self.group}/{self.consumer} is closed")
+        if self._groups is None:
+            self._groups = self._create_groups(self.group, self.topics, self._group_start)
+        try:
+            await asyncio.shield(self._groups)
+        except BaseException:
+            if self._groups.done() and self._groups.exception() is not None:
+                self._groups = None  # a later ready() tries again
+            raise
+
+    def open_processing(self) -> None:
+        if self._closing:
+            return
+        self._processing.set()
+        self._start()
+
+    @property
+    def processing_open(self) -> bool:
+        return self._processing.is_set()
+
+    def __aiter__(self) -> AsyncIterator[RedisRecord]:
+        return self._records()
+
+    async def close(self) -> None:
+        """Stop reading, flush queued acks, hand back what was not acknowledged; idempotent.
+
+        Entries read and not acknowledged (in flight, left pending by the decode-failure
+        policy, or read ahead and never yielded) are handed back: marked idle so that
+        the next member of the group to start, or any member's next recovery scan,
+        claims them and delivers them again in order. An acknowledgement arriving
+        after the close is still sent, as one XACK.
+        """
+        if self._closing:
+            await self._closed.wait()
+            return
+        self._closing = True
+        try:
+            for task in self._tasks:
+                task.cancel()
+            for task in self._tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            self._tasks.clear()
+            if self._groups is not None and not self._groups.done():
+                self._groups.cancel()
+            await self._acker.drain(self._settings.socket_timeout)
+            await self._acker.stop()
+            self._release_unread()
+            await self._hand_back()
+        finally:
+            self._closed.set()
+            if self._on_close is not None:
+                self._on_close(self)
+
+    # -- reading ----------------------------------------------------------------------
+
+    async def _records(self) -> AsyncIterator[RedisRecord]:
+        queue = self._queue
+        while True:
+            record = await queue.get()
+            if record is None:
+                queue.put_nowait(None)  # wake every other iterator too
+                if self._failure is not None:
+                    raise self._failure
+                return
+            yield record
+
+    def _start(self) -> None:
+        if self._tasks:
+            return
+        loop = asyncio.get_running_loop()
+        self._tasks.append(
+            loop.create_task(self._guarded(self._read_loop()), name=f"wow-redis-read:{self.group}")
+        )
+        if self._settings.claim_idle_time is not None:
+            self._tasks.append(
+                loop.create_task(self._guarded(self._claim_loop()), name=f"wow-redis-claim:{self.group}")
+            )
+
+    async def _guarded(self, loop: Awaitable[None]) -> None:
+        """Run a loop; an error it does not retry ends the iteration with that error.
+
+        Transient errors are retried inside the loops; anything else (the stream key
+        replaced by another type, a script error) is logged and raised to the consumer
+        by the iterator, instead of leaving it waiting forever.
+        """
+        try:
+            await loop
+        except Exception as error:
+            log.error(
+                "receiver %s/%s stopped: %s: %s", self.group, self.consumer, type(error).__name__, error
+            )
+            if self._failure is None:
+                self._failure = error
+            await self._queue.put(None)
+
+    async def _read_loop(self) -> None:
+        await self._processing.wait()
+        backoff = Backoff(self._settings.reconnect_backoff, self._settings.reconnect_backoff_max)
+        settings = self._settings
+        block_ms = int(settings.block_time * 1000)
+        own_pending = True
+        first = True
+        while not self._closing:
+            try:
+                if self._groups is None or not self._groups.done() or self._groups.exception() is not None:
+                    await self.ready()
+                if own_pending:
+                    await self._read_own_pending()
+                    own_pending = False
+                if first:
+                    # Entries handed back by closed members (and, with recovery on, idle
+                    # ones) come before new entries, so a key's order survives a hand-over.
+                    idle = settings.claim_idle_time
+                    await self.claim_idle(HANDED_BACK_MIN_IDLE_S if idle is None else idle)
+                    first = False
+                response = await self._read_group(self.topics, self._read_ids_new, block_ms)
+                backoff.reset()
+            except TRANSIENT_ERRORS as error:
+                delay = backoff.next_delay()
+                self._observer.connection_error("XREADGROUP", error, backoff.attempt, delay)
+                await asyncio.sleep(delay)
+                own_pending = True
+                continue
+            except ResponseError as error:
+                if "NOGROUP" not in str(error):
+                    raise
+                log.warning("consumer group %s vanished, creating it again: %s", self.group, error)
+                self._groups = None
+                continue
+            for stream, entries in response:
+                await self._deliver(_text(stream), entries, None)
+
+    async def _read_group(self, topics: Sequence[str], ids: Sequence[str], block_ms: int | None) -> Any:
+        """One ``XREADGROUP`` of this consumer: ``[[stream, [(id, fields), ...]], ...]``."""
+        block: tuple[object, ...] = () if block_ms is None else ("BLOCK", block_ms)
+        timeout = self._timeout + (0 if block_ms is None else block_ms / 1000)
+        response = await command(
+            self._client,
+            "XREADGROUP",
+            "GROUP",
+            self.group,
+            self.consumer,
+            "COUNT",
+            self._settings.batch_size,
+            *block,
+            "STREAMS",
+            *topics,
+            *ids,
+            timeout=timeout,
+        )
+        return response or []
+
+    async def _read_own_pending(self) -> None:
+        """Re-read this consumer's pending entries (id ``0``), skipping those in flight here."""
+        for topic in self.topics:
+            cursor = "0"
+            while not self._closing:
+                response = await self._read_group([topic], [cursor], None)
+                entries = response[0][1] if response else []
+                if not entries:
+                    break
+                cursor = _text(entries[-1][0])
+                fresh = [e for e in entries if (topic, _text(e[0])) not in self._delivered]
+                if fresh:
+                    counts = await self._delivery_counts(topic, fresh)
+                    await self._deliver(topic, fresh, counts)
+
+    async def _delivery_counts(self, topic: str, entries: Sequence[Any]) -> dict[str, int]:
+        first, last = _text(entries[0][0]), _text(entries[-1][0])
+        async with deadline(self._timeout, "XPENDING"):
+            rows = await self._client.xpending_range(
+                topic, self.group, min=first, max=last, count=len(entries) + 16, consumername=self.consumer
+            )
+        return {_text(row["message_id"]): int(row["times_delivered"]) for row in rows}  # type: ignore[arg-type]
+
+    async def _deliver(self, topic: str, entries: Sequence[Any], counts: dict[str, int] | None) -> None:
+        for raw_id, fields in entries:
+            entry_id = _text(raw_id)
+            if not fields:
+                await self._trimmed(topic, entry_id)
+                continue
+            deliveries = 1 if counts is None else counts.get(entry_id, 1)
+            if deliveries > self._settings.max_deliveries:
+                await self._send_to_dead_letter(topic, entry_id, deliveries, "max deliveries exceeded")
+                continue
+            record = self._record(topic, entry_id, fields, deliveries)
+            if record is None:
+                continue
+            self._delivered[(topic, entry_id)] = time.monotonic()
+            await self._queue.put(record)
+
+    def _record(
+        self, topic: str, entry_id: str, fields: dict[Any, Any], deliveries: int
+    ) -> RedisRecord | None:
+        raw = fields.get(MSG_FIELD)
+        if raw is None:
+            self._observer.undecodable(topic, self.group, entry_id, "no msg field")
+            return None
+        try:
+            payload = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
+            raw_key = fields.get(KEY_FIELD, b"")
+            key = raw_key.decode("utf-8") if isinstance(raw_key, bytes) else str(raw_key)
+        except UnicodeDecodeError as error:
+            self._observer.undecodable(topic, self.group, entry_id, f"not UTF-8: {error}")
+            return None
+        raw_ts = fields.get(TIMESTAMP_FIELD)
+        try:
+            timestamp = int(raw_ts) if raw_ts is not None else entry_timestamp(entry_id)
+        except ValueError:
+            timestamp = entry_timestamp(entry_id)
+        return RedisRecord(self, topic, entry_id, key, payload, deliveries, timestamp)
+
+    async def _trimmed(self, topic: str, entry_id: str) -> None:
+        """A pending entry whose content retention (MAXLEN) removed: nothing left to process."""
+        self._observer.dead_lettered(topic, self.group, entry_id, 0, "trimmed before processing")
+        with contextlib.suppress(*TRANSIENT_ERRORS):
+            await command(self._client, "XACK", topic, self.group, entry_id, timeout=self._timeout)
+
+    # -- recovery ---------------------------------------------------------------------
+
+    async def _claim_loop(self) -> None:
+        await self._processing.wait()
+        idle = self._settings.claim_idle_time
+        interval = self._settings.resolved_claim_interval()
+        assert idle is not None
+        assert interval is not None
+        backoff = Backoff(self._settings.reconnect_backoff, self._settings.reconnect_backoff_max)
+        while not self._closing:
+            try:
+                await asyncio.sleep(interval)
+                await self.claim_idle(idle)
+                backoff.reset()
+            except TRANSIENT_ERRORS as error:
+                delay = backoff.next_delay()
+                self._observer.connection_error("XAUTOCLAIM", error, backoff.attempt, delay)
+                await asyncio.sleep(delay)
+            except ResponseError as error:
+                if "NOGROUP" not in str(error):
+                    raise
+                await asyncio.sleep(interval)
+
+    async def claim_idle(self, idle_seconds: float) -> int:
+        """Claim entries idle longer than ``idle_seconds`` in any consumer; deliver them again.
+
+        Returns how many entries were claimed (dead-lettered ones included). Runs
+        periodically when recovery is on; callable directly.
+        """
+        idle_ms = max(int(idle_seconds * 1000), 1)
+        horizon = time.monotonic() - idle_seconds
+        for key, since in list(self._delivered.items()):
+            if since < horizon:
+                del self._delivered[key]
+        total = 0
+        for topic in self.topics:
+            cursor = "0-0"
+            scanned = 0
+            while not self._closing:
+                async with deadline(self._timeout, "XAUTOCLAIM"):
+                    claimed = await self._client.xautoclaim(
+                        topic,
+                        self.group,
+                        self.consumer,
+                        idle_ms,
+                        start_id=cursor,
+                        count=self._settings.batch_size,
+                    )
+                next_cursor, entries = claimed[0], claimed[1]
+                deleted = claimed[2] if len(claimed) > 2 else ()
+                for entry_id in deleted or ():
+                    self._observer.dead_lettered(
+                        topic, self.group, _text(entry_id), 0, "trimmed before processing"
+                    )
+                if entries:
+                    total += len(entries)
+                    self._observer.claimed(topic, self.group, self.consumer, len(entries))
+                    counts = await self._delivery_counts(topic, entries)
+                    for raw_id, _ in entries:
+                        self._delivered.pop((topic, _text(raw_id)), None)
+                    await self._deliver(topic, entries, counts)
+                cursor = _text(next_cursor)
+                scanned += self._settings.batch_size
+                if cursor == "0-0" or scanned >= self._settings.batch_size * 16:
+                    break
+        return total
+
+    async def _send_to_dead_letter(self, topic: str, entry_id: str, deliveries: int, reason: str) -> None:
+        if self._dead_letter is None:
+            self._dead_letter = self._client.register_script(DEAD_LETTER_SCRIPT)
+        maxlen = self._settings.dead_letter_maxlen or 0
+        async with deadline(self._timeout, "dead letter"):
+            moved = await self._dead_letter(
+                keys=[topic, dead_letter_stream(topic)],
+                args=[self.group, self.consumer, entry_id, deliveries, reason, maxlen],
+            )
+        self._delivered.pop((topic, entry_id), None)
+        if moved:
+            self._observer.dead_lettered(topic, self.group, entry_id, deliveries, reason)
+
+    # -- acknowledging ----------------------------------------------------------------
+
+    async def acknowledge(self, topic: str, entry_id: str) -> None:
+        self._delivered.pop((topic, entry_id), None)
+        if self._closing:
+            await self._late_ack(topic, entry_id)
+            return
+        waiter = self._acker.add(topic, entry_id, self._settings.ack_confirmed)
+        if waiter is not None:
+            await waiter
+
+    async def flush_acks(self, batch: dict[str, list[str]]) -> BaseException | None:
+        """Send the queued XACKs in one pipeline, retrying connection errors."""
+        backoff = Backoff(self._settings.reconnect_backoff, self._settings.reconnect_backoff_max)
+        while True:
+            try:
+                async with deadline(self._timeout, "XACK"), self._client.pipeline(transaction=False) as pipe:
+                    for topic, ids in batch.items():
+                        pipe.execute_command("XACK", topic, self.group, *ids)
+                    await pipe.execute()
+                return None
+            except TRANSIENT_ERRORS as error:
+                if backoff.attempt >= self._settings.send_retries:
+                    for topic, ids in batch.items():
+                        self._observer.ack_failed(topic, self.group, len(ids), error)
+                    return error
+                delay = backoff.next_delay()
+                self._observer.connection_error("XACK", error, backoff.attempt, delay)
+                await asyncio.sleep(delay)
+            except Exception as error:
+                for topic, ids in batch.items():
+                    self._observer.ack_failed(topic, self.group, len(ids), error)
+                return error
+
+    async def _late_ack(self, topic: str, entry_id: str) -> None:
+        """An ack after close: one XACK (XACK needs no consumer), errors reported."""
+        try:
+            await command(self._client, "XACK", topic, self.group, entry_id, timeout=self._timeout)
+        except Exception as error:
+            self._observer.ack_failed(topic, self.group, 1, error)
+
+    # -- closing ----------------------------------------------------------------------
+
+    def _release_unread(self) -> None:
+        """Drop records read but never yielded (they stay pending here); end the iterators."""
+        while not self._queue.empty():
+            record = self._queue.get_nowait()
+            if record is not None:
+                self._delivered.pop((record.topic, record.entry_id), None)
+        self._queue.put_nowait(None)
+
+    async def _hand_back(self) -> None:
+        """Mark this consumer's pending entries idle for the others, or forget the consumer.
+
+        ``XCLAIM ... IDLE <long> JUSTID`` to itself keeps each entry's delivery count
+        and makes it older than any claim threshold. A consumer without pending entries
+        is deleted from the group (generated names are unique per process; without this
+        every restart would leave one more empty consumer behind).
+        """
+        for topic in self.topics:
+            try:
+                holds_entries = False
+                while True:
+                    async with deadline(self._timeout, "XPENDING"):
+                        rows = await self._client.xpending_range(
+                            topic, self.group, min="-", max="+", count=1000, consumername=self.consumer
+                        )
+                    ids = [_text(row["message_id"]) for row in rows]  # type: ignore[arg-type]
+                    holds_entries = holds_entries or bool(ids)
+                    fresh = [i for i in ids if (topic, i) not in self._handed_back]
+                    if fresh:
+                        await command(
+                            self._client,
+                            "XCLAIM",
+                            topic,
+                            self.group,
+                            self.consumer,
+                            0,
+                            *fresh,
+                            "IDLE",
+                            HANDED_BACK_IDLE_MS,
+                            "JUSTID",
+                            timeout=self._timeout,
+                            parse_justid=True,
+                        )
+                        self._handed_back.update((topic, i) for i in fresh)
+                    if len(rows) < 1000 or not fresh:
+                        break
+                if not holds_entries:
+                    await command(
+                        self._client,
+                        "XGROUP",
+                        "DELCONSUMER",
+                        topic,
+                        self.group,
+                        self.consumer,
+                        timeout=self._timeout,
+                    )
+            except (ResponseError, *TRANSIENT_ERRORS) as error:
+                log.warning(
+                    "could not hand back the pending entries of %s on %s (they come back after the "
+                    "claim idle time): %s",
+                    self.consumer,
+                    topic,
+                    error,
+                )

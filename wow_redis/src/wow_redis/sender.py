@@ -1,0 +1,264 @@
+"""``StreamWriter``: XADDs of concurrent senders, pipelined into shared round trips.
+
+Every ``add`` waits for its own XADD reply (SENT = "stream add completed"). Adds that
+arrive while a round trip is in flight are queued and go together in the next
+pipeline, so under concurrency the cost per entry approaches a raw pipelined XADD,
+while a lone sender still gets one round trip. Entries of one pipeline are written in
+the order they were queued, on one connection, so the order in which ``add`` was
+called is the order in the stream.
+
+A connection error fails the whole round trip; it is retried with backoff
+(``send_retries`` times) and then raised to every sender of the batch. A retried
+batch may have been applied before the connection broke: a retry can duplicate an
+entry (at-least-once), it never loses one without an error reaching its sender.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError, ResponseError
+
+from wow_core.messaging import BusClosedError
+from wow_core.transport import TransportMessage
+from wow_redis.connection import TRANSIENT_ERRORS, Backoff, deadline
+from wow_redis.observer import RedisMessageBusObserver
+from wow_redis.settings import RedisSettings
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCreation:
+    """``XGROUP CREATE <topic> <group> <start> MKSTREAM``; an existing group is reused."""
+
+    topic: str
+    group: str
+    start: str
+
+
+_Item = tuple["TransportMessage | GroupCreation", "asyncio.Future[None]"]
+
+
+def _bulk(data: bytes) -> bytes:
+    return b"$%d\r\n%b\r\n" % (len(data), data)
+
+
+def _command(*parts: bytes) -> bytes:
+    return b"*%d\r\n" % len(parts) + b"".join(_bulk(part) for part in parts)
+
+
+_KEY_FIELD = _bulk(b"key")
+_TS_FIELD = _bulk(b"ts")
+
+
+class StreamWriter:
+    """Batches XADDs; see the module docstring."""
+
+    def __init__(self, client: Redis, settings: RedisSettings, observer: RedisMessageBusObserver) -> None:
+        self._client = client
+        self._settings = settings
+        self._observer = observer
+        self._queue: list[_Item] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._in_flight: list[_Item] = []
+        self._idle = asyncio.Event()
+        self._idle.set()
+        trim = (b"MAXLEN", b"~", b"%d" % settings.maxlen) if settings.maxlen is not None else ()
+        self._xadd_head = b"*%d\r\n" % (2 + len(trim) + 7) + _bulk(b"XADD")
+        self._xadd_middle = b"".join(_bulk(part) for part in (*trim, b"*", b"msg"))
+
+    async def add(self, message: TransportMessage) -> None:
+        if self._closed:
+            raise BusClosedError("the Redis transport is closed")
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.append((message, future))
+        self._kick()
+        await future
+
+    def create_groups(self, group: str, topics: Sequence[str], start: str) -> asyncio.Future[list[None]]:
+        """Queue the creation of ``group`` on every topic, in order with the sends.
+
+        Queued before a send that is called later, so the group (created at ``$``) holds
+        that send's entry: a receiver whose ``ready()`` was called before a ``send`` on
+        the same transport never misses it. Completes when every group exists.
+        """
+        if self._closed:
+            raise BusClosedError("the Redis transport is closed")
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[None]] = []
+        for topic in topics:
+            future: asyncio.Future[None] = loop.create_future()
+            futures.append(future)
+            self._queue.append((GroupCreation(topic, group, start), future))
+        self._kick()
+        return asyncio.gather(*futures)
+
+    async def add_many(self, messages: Sequence[TransportMessage]) -> None:
+        """Queue several entries in order; completes when every one was added."""
+        if self._closed:
+            raise BusClosedError("the Redis transport is closed")
+        if not messages:
+            return
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[None]] = []
+        for message in messages:
+            future: asyncio.Future[None] = loop.create_future()
+            futures.append(future)
+            self._queue.append((message, future))
+        self._kick()
+        await asyncio.gather(*futures)
+
+    def _kick(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="wow-redis-writer")
+        self._idle.clear()
+        self._wake.set()
+
+    async def _run(self) -> None:
+        limit = self._settings.send_batch_size
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queue:
+                if len(self._queue) <= limit:
+                    batch, self._queue = self._queue, []
+                else:
+                    batch, self._queue = self._queue[:limit], self._queue[limit:]
+                self._in_flight = batch
+                await self._flush(batch)
+                self._in_flight = []
+            self._idle.set()
+
+    async def _flush(self, batch: list[_Item]) -> None:
+        backoff = Backoff(self._settings.reconnect_backoff, self._settings.reconnect_backoff_max)
+        packed: list[bytes] = []
+        sent: list[_Item] = []
+        for entry in batch:
+            try:
+                packed.append(self._pack(entry[0]))
+            except UnicodeEncodeError as error:  # a lone surrogate: this send fails alone
+                entry[1].set_exception(error)
+                continue
+            sent.append(entry)
+        batch = sent
+        if not batch:
+            return
+        while True:
+            try:
+                async with deadline(self._settings.socket_timeout, "XADD"):
+                    replies = await self._round_trip(packed)
+                break
+            except TRANSIENT_ERRORS as error:
+                if backoff.attempt >= self._settings.send_retries or self._closed:
+                    self._fail(batch, error)
+                    return
+                delay = backoff.next_delay()
+                self._observer.connection_error("XADD", error, backoff.attempt, delay)
+                await asyncio.sleep(delay)
+            except Exception as error:
+                self._fail(batch, error)
+                return
+        failed = 0
+        for (item, future), reply in zip(batch, replies, strict=True):
+            if future.done():
+                continue
+            if isinstance(item, GroupCreation):
+                if isinstance(reply, ResponseError) and "BUSYGROUP" not in str(reply):
+                    future.set_exception(reply)
+                else:
+                    future.set_result(None)
+            elif isinstance(reply, RedisError):
+                failed += 1
+                future.set_exception(reply)
+            else:
+                future.set_result(None)
+        if failed:
+            first = next(
+                r
+                for (i, _), r in zip(batch, replies, strict=True)
+                if not isinstance(i, GroupCreation) and isinstance(r, RedisError)
+            )
+            self._observer.send_failed(failed, first)
+
+    def _pack(self, item: TransportMessage | GroupCreation) -> bytes:
+        """The RESP bytes of one command; an XADD is assembled from pre-encoded parts.
+
+        redis-py's generic ``pack_command`` checks and encodes every argument; the XADD
+        of a send always has the same shape, so only its four values are encoded here.
+        """
+        if isinstance(item, GroupCreation):
+            return _command(
+                b"XGROUP",
+                b"CREATE",
+                item.topic.encode(),
+                item.group.encode(),
+                item.start.encode(),
+                b"MKSTREAM",
+            )
+        return b"".join(
+            (
+                self._xadd_head,
+                _bulk(item.topic.encode()),
+                self._xadd_middle,
+                _bulk(item.payload.encode()),
+                _KEY_FIELD,
+                _bulk(item.key.encode()),
+                _TS_FIELD,
+                _bulk(b"%d" % item.timestamp),
+            )
+        )
+
+    async def _round_trip(self, packed: list[bytes]) -> list[Any]:
+        """Write every command on one pooled connection, then read every reply, in order.
+
+        An error reply is returned in its place; a connection error drops the connection.
+        """
+        pool = self._client.connection_pool
+        connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        try:
+            await connection.send_packed_command(packed, check_health=False)
+            replies: list[Any] = []
+            for _ in packed:
+                try:
+                    replies.append(await connection.read_response())
+                except ResponseError as error:
+                    replies.append(error)
+            return replies
+        except BaseException:
+            await connection.disconnect()
+            raise
+        finally:
+            await pool.release(connection)
+
+    def _fail(self, batch: list[_Item], error: BaseException) -> None:
+        self._observer.send_failed(len(batch), error)
+        for _, future in batch:
+            if not future.done():
+                future.set_exception(error)
+
+    async def close(self, timeout: float) -> None:
+        """Refuse new adds, wait (up to ``timeout``) for the queued ones, stop.
+
+        A send still queued or in flight after ``timeout`` fails with
+        :class:`~wow_core.messaging.BusClosedError` (it may or may not have been added).
+        """
+        self._closed = True
+        if self._task is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+        for _, future in (*self._in_flight, *self._queue):
+            if not future.done():
+                future.set_exception(BusClosedError("the Redis transport closed before this send completed"))
+        self._in_flight = []
+        self._queue.clear()

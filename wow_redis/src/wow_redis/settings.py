@@ -1,0 +1,132 @@
+"""``RedisSettings``: the ``redis`` settings section, read from ``WOW_REDIS__*``.
+
+Everything about the backend (where it is, how to log in, how the receivers read,
+recover and trim) lives here and nowhere else; the spec leaves these parameters to the
+extension's configuration. The password is a :class:`~pydantic.SecretStr`: it never
+appears in a ``repr``, a log line or an error message.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from enum import StrEnum
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, SecretStr, field_validator
+
+SECTION = "redis"
+"""The section name: ``WOW_REDIS__URL`` etc."""
+
+
+class GroupStart(StrEnum):
+    """Where a consumer group that does not exist yet starts reading."""
+
+    LATEST = "latest"
+    """Only entries added after the group was created (``$``); the default."""
+    EARLIEST = "earliest"
+    """Everything the stream still holds (``0``)."""
+
+
+def masked_url(url: str) -> str:
+    """``url`` with the password (if any) replaced by ``***``: safe to log."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def default_consumer_name() -> str:
+    """``<host>-<pid>-<random>``: unique per transport instance.
+
+    A generated name changes on every start, so a restarted process does not find its
+    own pending entries by name; they are taken over by the idle-claim recovery
+    instead. Configure a stable ``consumer_name`` per process to have a restarted
+    process re-read its own pending entries at once.
+    """
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class RedisSettings(BaseModel):
+    """The Redis Streams transport, event store and snapshot repository."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = Field(
+        "redis://127.0.0.1:6379/0",
+        description="Server URL (redis:// or rediss:// for TLS, optional /db).",
+    )
+    username: str | None = Field(None, description="ACL user name; overrides the URL's.")
+    password: SecretStr | None = Field(None, description="Password; overrides the URL's. Never logged.")
+    tls: bool = Field(False, description="Use TLS even when the URL says redis://.")
+    tls_ca_file: str | None = Field(None, description="CA bundle to verify the server with.")
+    tls_verify: bool = Field(True, description="Verify the server certificate and host name.")
+    key_prefix: str = Field("", description="Prefix of every stream and key this package writes.")
+    consumer_name: str | None = Field(
+        None,
+        description="Consumer name in the groups; stable per process to re-read own pending entries "
+        "after a restart. Default: <host>-<pid>-<random>.",
+    )
+    group_start: GroupStart = Field(GroupStart.LATEST, description="Where a new consumer group starts.")
+    block_time: PositiveFloat = Field(2.0, description="Seconds one XREADGROUP blocks waiting for entries.")
+    batch_size: PositiveInt = Field(128, description="Entries read (XREADGROUP COUNT) or claimed at once.")
+    claim_idle_time: float | None = Field(
+        60.0,
+        ge=0.05,
+        description="Seconds an entry stays pending in another consumer before it is claimed "
+        "(XAUTOCLAIM); empty or unset disables recovery.",
+    )
+    claim_interval: PositiveFloat | None = Field(
+        None, description="Seconds between claim scans; default half the claim idle time."
+    )
+    max_deliveries: PositiveInt = Field(
+        16, description="Deliveries after which a pending entry goes to <stream>.dlq instead of again."
+    )
+    maxlen: PositiveInt | None = Field(
+        1_000_000, description="Approximate retention per stream (XADD MAXLEN ~); unset keeps everything."
+    )
+    dead_letter_maxlen: PositiveInt | None = Field(
+        100_000, description="Approximate retention of each <stream>.dlq."
+    )
+    send_batch_size: PositiveInt = Field(512, description="Most XADDs pipelined in one round trip.")
+    send_retries: int = Field(3, ge=0, description="Retries of a send batch after a connection error.")
+    reconnect_backoff: PositiveFloat = Field(0.1, description="First backoff after a connection error, s.")
+    reconnect_backoff_max: PositiveFloat = Field(5.0, description="Longest backoff between reconnects, s.")
+    socket_timeout: PositiveFloat = Field(
+        10.0, description="Seconds a command (other than a blocking read) may take."
+    )
+    ack_confirmed: bool = Field(
+        False,
+        description="ack() waits for the XACK reply; by default it returns once the XACK is queued "
+        "(sent within one round trip, flushed on close; a crash before that redelivers the entry).",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        if not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("use a redis://, rediss:// or unix:// URL")
+        return value
+
+    @field_validator("claim_idle_time", "claim_interval", "maxlen", "dead_letter_maxlen", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        return None if value in ("", "none", "None") else value
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, (masked_url(value) if name == "url" and isinstance(value, str) else value)
+
+    def resolved_consumer_name(self) -> str:
+        return self.consumer_name or default_consumer_name()
+
+    def resolved_claim_interval(self) -> float | None:
+        if self.claim_idle_time is None:
+            return None
+        return self.claim_interval or max(self.claim_idle_time / 2, 0.05)
