@@ -3,8 +3,9 @@
 - ``send``: N records (encoded commands of 64 aggregates, about 200 bytes) sent with
   ``window`` sends outstanding at a time, each awaited to its broker acknowledgement:
   ``KafkaTransport.send`` against ``AIOKafkaProducer.send_and_wait`` with the same
-  producer settings (acks=all, linger 0). Then ``TransportCommandBus.send`` (the JSON
-  encoding on top) against the same raw figure.
+  producer settings (acks=all, linger 0), on topics created alike (3 partitions; a
+  broker's auto-created topic may have another count). Then ``TransportCommandBus.send``
+  (the JSON encoding on top) against the same raw figure.
 - ``consume``: N records already on a 3-partition topic, read by a fresh group from the
   start: the framework's receiver iterating and acknowledging every record (commits of
   the contiguous watermark every ``commit_interval_ms``) against a raw ``AIOKafkaConsumer``
@@ -38,6 +39,7 @@ from wow_core.transport.bus import TransportCommandBus
 from wow_core.transport.spi import TransportMessage
 from wow_kafka import KafkaSettings, KafkaTransport
 from wow_kafka.client import common_config, producer_config
+from wow_kafka.topics import KafkaTopics
 
 ACCOUNT = NamedAggregate("bench", "account")
 WINDOW = 256
@@ -83,7 +85,17 @@ async def windowed(count: int, send: Callable[[int], Awaitable[Any]]) -> float:
 # -- send ---------------------------------------------------------------------------------
 
 
+async def create_topic(settings: KafkaSettings, topic: str) -> None:
+    """The same partitions for every topic: a broker's auto-created topic may have others."""
+    topics = KafkaTopics(settings, common_config(settings))
+    try:
+        await topics.ensure([topic])
+    finally:
+        await topics.close()
+
+
 async def send_raw(settings: KafkaSettings, records: list[TransportMessage], topic: str) -> float:
+    await create_topic(settings, topic)
     producer = AIOKafkaProducer(**producer_config(settings, common_config(settings)))
     await producer.start()
     try:
@@ -100,6 +112,7 @@ async def send_raw(settings: KafkaSettings, records: list[TransportMessage], top
 
 
 async def send_transport(settings: KafkaSettings, records: list[TransportMessage], topic: str) -> float:
+    await create_topic(settings, topic)
     transport = KafkaTransport(settings)
     try:
         await transport.send(TransportMessage(topic, "w", "warm-up", 0))
