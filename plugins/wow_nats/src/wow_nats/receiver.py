@@ -456,7 +456,7 @@ class _Puller:
         request_subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{self.consumer}"
         backoff = 0.05
         assert self.sub is not None
-        while True:
+        while not receiver.closed:
             room = settings.fetch_batch - receiver.queued
             if room <= 0:
                 await receiver.wait_for_room()
@@ -478,7 +478,10 @@ class _Puller:
                 continue
             backoff = 0.05
             try:
-                await asyncio.wait_for(self._request_done.wait(), expires + 1.0)
+                # asyncio.timeout, not wait_for: wait_for (before 3.12) may swallow the
+                # cancellation of close when the event fires at the same moment
+                async with asyncio.timeout(expires + 1.0):
+                    await self._request_done.wait()
             except TimeoutError:
                 # JetStream answers an expired request with a 408: silence means the
                 # request was lost with the connection, or the consumer is gone
@@ -524,10 +527,12 @@ class _Puller:
         lifetime = self.request_lifetime()
         if lifetime > 0:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._request_done.wait(), lifetime + _NAK_MARGIN)
+                async with asyncio.timeout(lifetime + _NAK_MARGIN):
+                    await self._request_done.wait()
         self.sub = None
         try:
-            await asyncio.wait_for(sub.drain(), 5.0)  # type: ignore[no-untyped-call]
+            async with asyncio.timeout(5.0):
+                await sub.drain()  # type: ignore[no-untyped-call]
         except Exception as error:  # the connection is gone: the server dropped the request
             log.debug("drain of the %s pull inbox failed: %r", self.topic, error)
             with contextlib.suppress(Exception):
