@@ -84,7 +84,8 @@ class NatsReceiver:
         self._prepared: asyncio.Future[list[_Puller]] | None = None
         self._open = asyncio.Event()
         self._runner: asyncio.Task[None] | None = None
-        self._unsettled: set[NatsRecord] = set()
+        self._unsettled: dict[tuple[str, int], NatsRecord] = {}
+        """Handed out, not settled: (topic, stream sequence) -> its latest delivery."""
         self._closed = False
 
     # -- the TransportReceiver protocol -------------------------------------------------
@@ -123,8 +124,9 @@ class NatsReceiver:
             raise StopAsyncIteration
         self._room.set()
         if not item.settled:
-            self._unsettled.add(item)
-            item.on_settle = self._unsettled.discard
+            # a redelivery replaces the earlier delivery of the same record
+            self._unsettled[(item.topic, item.sequence)] = item
+            item.on_settle = self._settled
         return item
 
     async def close(self) -> None:
@@ -145,12 +147,13 @@ class NatsReceiver:
             await asyncio.gather(*(puller.stop() for puller in prepared.result()))
         # Hand back, in stream order, what was pulled and not acknowledged: the records
         # still queued here and those handed out and still being processed.
-        unsettled = sorted(self._unsettled, key=lambda record: record.sequence)
+        latest = dict(self._unsettled)
         self._unsettled.clear()
         while not self._queue.empty():
             item = self._queue.get_nowait()
             if isinstance(item, NatsRecord):
-                unsettled.append(item)
+                latest[(item.topic, item.sequence)] = item  # a later delivery of the same record
+        unsettled = sorted(latest.values(), key=lambda record: record.sequence)
         for record in unsettled:
             try:
                 await record.nak()
@@ -159,6 +162,11 @@ class NatsReceiver:
         self._queue.put_nowait(_END)
 
     # -- used by the pull loops ---------------------------------------------------------
+
+    def _settled(self, record: NatsRecord) -> None:
+        key = (record.topic, record.sequence)
+        if self._unsettled.get(key) is record:
+            del self._unsettled[key]
 
     @property
     def queued(self) -> int:
