@@ -387,3 +387,27 @@ async def test_a_new_group_starts_exactly_at_its_open_among_many_records(
     receiver.open_processing()
     records = aiter(receiver)
     assert [(await next_record(records)).key for _ in range(3)] == ["new-0", "new-1", "new-2"]
+
+
+async def test_close_hands_back_records_being_processed_once_and_in_order(
+    make_transport: MakeTransport, names: Names
+) -> None:
+    transport = make_transport(ack_wait=1.0, fetch_batch=4)
+    topic, group = names.topic(), names.group()
+    receiver = transport.open(group, [topic])
+    await receiver.ready()
+    receiver.open_processing()
+    await transport.send_many([message(topic, "k", str(n)) for n in range(3)])
+    records = aiter(receiver)
+    taken = [await next_record(records) for _ in range(3)]
+    # never acknowledged: the first comes back after the ack wait while still "in process"
+    again = await next_record(records)
+    assert (again.payload, again.delivery_count) == ("0", 2)
+    await receiver.close()
+    successor = transport.open(group, [topic])
+    await successor.ready()
+    successor.open_processing()
+    handed_back = [await next_record(aiter(successor), timeout=5) for _ in range(3)]
+    assert [r.payload for r in handed_back] == ["0", "1", "2"]
+    assert all(r.delivery_count >= 2 for r in handed_back)
+    assert not taken[0].settled  # superseded by its redelivery: close naked that one

@@ -3,6 +3,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from wow_core.runtime.keyed_executor import ExecutorClosedError, KeyedExecutor
 
@@ -138,3 +140,47 @@ async def test_close_lets_admitted_work_finish() -> None:
         await executor.submit("k", work)
     assert await executor.close(timeout=5)
     assert finished == [1, 1, 1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    jobs=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 3)), min_size=1, max_size=60),
+    bound=st.integers(1, 6),
+)
+def test_per_key_order_and_the_bound_hold_for_any_interleaving(
+    jobs: list[tuple[int, int]], bound: int
+) -> None:
+    """Whatever keys and however many yields each piece of work takes, one key's work runs
+    in submission order and one at a time, and no more than ``bound`` run at once."""
+
+    async def scenario() -> None:
+        executor = KeyedExecutor(bound)
+        started: dict[int, list[int]] = {}
+        running: dict[int, int] = {}
+        peak = 0
+        total = 0
+
+        def work(key: int, index: int, yields: int):  # type: ignore[no-untyped-def]
+            async def run() -> None:
+                nonlocal peak, total
+                started.setdefault(key, []).append(index)
+                running[key] = running.get(key, 0) + 1
+                total += 1
+                peak = max(peak, total)
+                assert running[key] == 1, "two pieces of one key ran at once"
+                for _ in range(yields):
+                    await asyncio.sleep(0)
+                running[key] -= 1
+                total -= 1
+
+            return run
+
+        for index, (key, yields) in enumerate(jobs):
+            await executor.submit(key, work(key, index, yields))
+        assert await executor.drain(10)
+        for key, indexes in started.items():
+            assert indexes == [i for i, (k, _) in enumerate(jobs) if k == key]
+        assert peak <= bound
+        assert executor.in_flight == 0
+
+    asyncio.run(scenario())

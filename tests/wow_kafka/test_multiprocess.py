@@ -1,0 +1,222 @@
+"""Two ``wow run`` processes in one consumer group; one is killed with SIGKILL mid-stream.
+
+The survivor takes over the dead member's partitions once its session expires. Every
+command is processed at least once, each aggregate's commands in order, and the
+duplicates (processed by the dead member, not committed before it died, processed again
+by the survivor) stay within what the dead member could have had in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.wow_kafka.conftest import test_settings
+from tests.wow_kafka.journal_app import AGGREGATE, CONTEXT, Record
+from wow_core.model import AggregateId, BodyTypeRegistry, CommandMessage, MessageCodec, NamedAggregate
+from wow_core.transport.bus import TransportCommandBus
+from wow_kafka import KafkaTransport
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+KEYS = 40
+PER_KEY = 30
+MAX_IN_FLIGHT = 32
+BUFFERED = 50
+MAX_POLL = 20
+RATE = 400  # commands per second the test sends
+COMMIT_INTERVAL_MS = 100
+
+
+class Service:
+    """One ``wow run`` process; its log lines are kept and can be waited on."""
+
+    def __init__(self, name: str, env: dict[str, str]) -> None:
+        wow = Path(sys.executable).parent / "wow"
+        self.name = name
+        self.process = subprocess.Popen(
+            [str(wow), "run", "tests.wow_kafka.journal_app:app"],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        threading.Thread(target=self._read, name=f"{name}-log", daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    def assignments(self) -> list[str]:
+        return [line for line in self.lines if "Kafka receiver of group" in line and "assigned" in line]
+
+    def wait_for(self, predicate: object, timeout: float) -> None:
+        assert callable(predicate)
+        with self._changed:
+            if not self._changed.wait_for(lambda: predicate() or self.process.poll() is not None, timeout):
+                raise AssertionError(f"{self.name}: timed out; log:\n{''.join(self.lines[-30:])}")
+        if not predicate():
+            raise AssertionError(f"{self.name} exited {self.process.poll()}:\n{''.join(self.lines[-30:])}")
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                return self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+                return -9
+        return self.process.returncode
+
+
+def journal(directory: Path, pid: int) -> list[tuple[str, int]]:
+    path = directory / f"{pid}.log"
+    if not path.exists():
+        return []
+    entries = []
+    for line in path.read_text().splitlines():
+        key, seq = line.split()
+        entries.append((key, int(seq)))
+    return entries
+
+
+@pytest.fixture
+def journal_dir(tmp_path: Path) -> Path:
+    directory = tmp_path / "journals"
+    directory.mkdir()
+    return directory
+
+
+async def test_sigkill_of_one_member_loses_nothing_and_keeps_order(
+    kafka_bootstrap: str, journal_dir: Path
+) -> None:
+    settings = test_settings(kafka_bootstrap, partitions=6)
+    service = f"journal-{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "WOW_TRANSPORT": "kafka",
+        "WOW_SERVICE_NAME": service,
+        "WOW_RUNTIME__MAX_IN_FLIGHT": str(MAX_IN_FLIGHT),
+        "WOW_KAFKA__BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "WOW_KAFKA__TOPIC_PREFIX": settings.topic_prefix or "",
+        "WOW_KAFKA__PARTITIONS": "6",
+        "WOW_KAFKA__SESSION_TIMEOUT_MS": str(settings.session_timeout_ms),
+        "WOW_KAFKA__HEARTBEAT_INTERVAL_MS": str(settings.heartbeat_interval_ms),
+        "WOW_KAFKA__FETCH_MAX_WAIT_MS": "50",
+        "WOW_KAFKA__COMMIT_INTERVAL_MS": str(COMMIT_INTERVAL_MS),
+        "WOW_KAFKA__BUFFERED_RECORDS": str(BUFFERED),
+        "WOW_KAFKA__MAX_POLL_RECORDS": str(MAX_POLL),
+        "WOW_TEST_JOURNAL_DIR": str(journal_dir),
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("WOW_TEST_KAFKA_BOOTSTRAP", None)
+    client = KafkaTransport(settings)
+    bus = TransportCommandBus(client, MessageCodec(BodyTypeRegistry([Record])))
+    named = NamedAggregate(CONTEXT, AGGREGATE)
+    await client.topics.ensure([bus.topic(named)])
+
+    doomed = Service("doomed", env)
+    survivor: Service | None = None
+    try:
+        await asyncio.to_thread(doomed.wait_for, lambda: len(doomed.assignments()) >= 1, 60)
+        survivor = Service("survivor", env)
+        # both members own partitions once the survivor is assigned and the doomed
+        # member re-joined in the same rebalance
+        await asyncio.to_thread(survivor.wait_for, lambda: len(survivor.assignments()) >= 1, 60)
+        await asyncio.to_thread(doomed.wait_for, lambda: len(doomed.assignments()) >= 2, 60)
+
+        keys = [f"acc-{n}" for n in range(KEYS)]
+        everything = {(key, seq) for key in keys for seq in range(PER_KEY)}
+        loop = asyncio.get_running_loop()
+
+        async def send_all() -> None:
+            started = loop.time()
+            sent = 0
+            for seq in range(PER_KEY):  # round by round: each key's commands in order
+                await asyncio.gather(
+                    *(
+                        bus.send(
+                            CommandMessage(
+                                AggregateId(named, key), Record(key, seq), "record", allow_create=True
+                            )
+                        )
+                        for key in keys
+                    )
+                )
+                sent += len(keys)
+                ahead = started + sent / RATE - loop.time()
+                if ahead > 0:
+                    await asyncio.sleep(ahead)  # pacing the load, not synchronising
+
+        sender = asyncio.create_task(send_all())
+        # kill the doomed member mid-stream, once it has processed part of its share
+        async with asyncio.timeout(60):
+            while len(journal(journal_dir, doomed.process.pid)) < len(everything) // 8:
+                if sender.done():
+                    sender.result()  # a failed send fails the test here
+                await asyncio.sleep(0.02)  # polling a file written by another process
+        doomed.kill()
+        await asyncio.wait_for(sender, 60)
+
+        async with asyncio.timeout(90):
+            while True:
+                done = set(journal(journal_dir, doomed.process.pid)) | set(
+                    journal(journal_dir, survivor.process.pid)
+                )
+                if done >= everything:
+                    break
+                await asyncio.sleep(0.1)  # polling the survivor's journal file
+
+        dead = journal(journal_dir, doomed.process.pid)
+        alive = journal(journal_dir, survivor.process.pid)
+        # per-aggregate order inside each process
+        for entries in (dead, alive):
+            by_key: dict[str, list[int]] = {}
+            for key, seq in entries:
+                by_key.setdefault(key, []).append(seq)
+            for key, seqs in by_key.items():
+                assert seqs == sorted(seqs), f"{key} processed out of order: {seqs}"
+        counts = Counter(dead + alive)
+        duplicates = sum(count - 1 for count in counts.values())
+        assert set(counts) == everything
+        assert all(counts[entry] == 1 for entry in counts if entry not in set(dead))
+        bound = MAX_IN_FLIGHT + BUFFERED + MAX_POLL + RATE * 2 * COMMIT_INTERVAL_MS // 1000
+        print(
+            f"\nprocessed {len(dead)} on the killed member, {len(alive)} on the survivor, "
+            f"{duplicates} duplicates (bound {bound})"
+        )
+        assert duplicates <= bound
+        took_over = {key for key, _ in alive} & {key for key, _ in dead}
+        assert took_over, "the survivor took over no aggregate of the killed member"
+        assert survivor.stop() == 0
+    finally:
+        if doomed.process.poll() is None:
+            doomed.kill()
+        if survivor is not None:
+            survivor.stop()
+        await bus.close()
+        await client.close()
