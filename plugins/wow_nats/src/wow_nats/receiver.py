@@ -84,7 +84,8 @@ class NatsReceiver:
         self._prepared: asyncio.Future[list[_Puller]] | None = None
         self._open = asyncio.Event()
         self._runner: asyncio.Task[None] | None = None
-        self._unsettled: set[NatsRecord] = set()
+        self._unsettled: dict[tuple[str, int], NatsRecord] = {}
+        """Handed out, not settled: (topic, stream sequence) -> its latest delivery."""
         self._closed = False
 
     # -- the TransportReceiver protocol -------------------------------------------------
@@ -123,8 +124,9 @@ class NatsReceiver:
             raise StopAsyncIteration
         self._room.set()
         if not item.settled:
-            self._unsettled.add(item)
-            item.on_settle = self._unsettled.discard
+            # a redelivery replaces the earlier delivery of the same record
+            self._unsettled[(item.topic, item.sequence)] = item
+            item.on_settle = self._settled
         return item
 
     async def close(self) -> None:
@@ -145,12 +147,13 @@ class NatsReceiver:
             await asyncio.gather(*(puller.stop() for puller in prepared.result()))
         # Hand back, in stream order, what was pulled and not acknowledged: the records
         # still queued here and those handed out and still being processed.
-        unsettled = sorted(self._unsettled, key=lambda record: record.sequence)
+        latest = dict(self._unsettled)
         self._unsettled.clear()
         while not self._queue.empty():
             item = self._queue.get_nowait()
             if isinstance(item, NatsRecord):
-                unsettled.append(item)
+                latest[(item.topic, item.sequence)] = item  # a later delivery of the same record
+        unsettled = sorted(latest.values(), key=lambda record: record.sequence)
         for record in unsettled:
             try:
                 await record.nak()
@@ -159,6 +162,11 @@ class NatsReceiver:
         self._queue.put_nowait(_END)
 
     # -- used by the pull loops ---------------------------------------------------------
+
+    def _settled(self, record: NatsRecord) -> None:
+        key = (record.topic, record.sequence)
+        if self._unsettled.get(key) is record:
+            del self._unsettled[key]
 
     @property
     def queued(self) -> int:
@@ -456,7 +464,7 @@ class _Puller:
         request_subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{self.consumer}"
         backoff = 0.05
         assert self.sub is not None
-        while True:
+        while not receiver.closed:
             room = settings.fetch_batch - receiver.queued
             if room <= 0:
                 await receiver.wait_for_room()
@@ -478,7 +486,10 @@ class _Puller:
                 continue
             backoff = 0.05
             try:
-                await asyncio.wait_for(self._request_done.wait(), expires + 1.0)
+                # asyncio.timeout, not wait_for: wait_for (before 3.12) may swallow the
+                # cancellation of close when the event fires at the same moment
+                async with asyncio.timeout(expires + 1.0):
+                    await self._request_done.wait()
             except TimeoutError:
                 # JetStream answers an expired request with a 408: silence means the
                 # request was lost with the connection, or the consumer is gone
@@ -524,10 +535,12 @@ class _Puller:
         lifetime = self.request_lifetime()
         if lifetime > 0:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._request_done.wait(), lifetime + _NAK_MARGIN)
+                async with asyncio.timeout(lifetime + _NAK_MARGIN):
+                    await self._request_done.wait()
         self.sub = None
         try:
-            await asyncio.wait_for(sub.drain(), 5.0)  # type: ignore[no-untyped-call]
+            async with asyncio.timeout(5.0):
+                await sub.drain()  # type: ignore[no-untyped-call]
         except Exception as error:  # the connection is gone: the server dropped the request
             log.debug("drain of the %s pull inbox failed: %r", self.topic, error)
             with contextlib.suppress(Exception):
