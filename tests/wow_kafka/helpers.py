@@ -18,11 +18,17 @@ def message(topic: str, key: str, payload: str) -> TransportMessage:
 class Collector:
     """Drains a receiver in a task; tests wait on conditions over what arrived."""
 
-    def __init__(self, receiver: KafkaTransportReceiver, *, ack: bool | Callable[[KafkaRecord], bool] = True):
+    def __init__(
+        self,
+        receiver: KafkaTransportReceiver,
+        *,
+        ack: bool | Callable[[KafkaRecord], bool] = True,
+        changed: asyncio.Event | None = None,
+    ):
         self.receiver = receiver
         self.records: list[KafkaRecord] = []
         self._ack = ack
-        self._changed = asyncio.Event()
+        self._changed = changed if changed is not None else asyncio.Event()
         self._task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:

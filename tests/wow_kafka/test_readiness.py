@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
+from aiokafka.errors import CommitFailedError
 
 from tests.wow_kafka.conftest import unique
 from tests.wow_kafka.helpers import Collector, message
@@ -80,3 +82,43 @@ async def test_iteration_ends_when_the_receiver_closes(transport: KafkaTransport
     assert collected == []
     with pytest.raises(Exception, match="closed"):
         await receiver.ready()
+
+
+async def test_readiness_waits_for_an_anchoring_that_succeeds(transport: KafkaTransport) -> None:
+    """An anchoring interrupted by a rebalance leaves the member not ready and paused."""
+    topic = f"{transport.settings.topic_prefix}ready.interrupted.command"
+    group = unique("interrupted")
+    first = transport.open(group, [topic])
+    attempts: list[int] = []
+    failed = asyncio.Event()
+    original = first._anchor
+
+    async def interrupted_once(consumer: Any, assigned: Any) -> Any:
+        attempts.append(len(assigned))
+        if len(attempts) == 1:
+            failed.set()
+            raise CommitFailedError("the group rebalanced while anchoring (simulated)")
+        return await original(consumer, assigned)
+
+    first._anchor = interrupted_once  # type: ignore[method-assign]
+    becoming_ready = asyncio.create_task(first.ready())
+    await asyncio.wait_for(failed.wait(), 30)
+    done, _ = await asyncio.wait({becoming_ready}, timeout=1.0)
+    assert not done, "ready() completed although no partition was anchored"
+    assert first.assigned == frozenset()
+
+    second = transport.open(group, [topic])  # a rebalance: the first member anchors again
+    await asyncio.wait_for(asyncio.gather(becoming_ready, second.ready()), 30)
+    assert len(attempts) >= 2
+    keys = [f"k{i}" for i in range(12)]
+    await transport.send_many([message(topic, key, key) for key in keys])
+    first.open_processing()
+    second.open_processing()
+    changed = asyncio.Event()
+    a, b = Collector(first, changed=changed), Collector(second, changed=changed)
+    async with asyncio.timeout(30):
+        while {r.key for r in a.records} | {r.key for r in b.records} != set(keys):
+            changed.clear()
+            await changed.wait()
+    await a.stop()
+    await b.stop()

@@ -104,3 +104,21 @@ def test_the_plugin_registers_the_transport_and_the_section(monkeypatch: pytest.
         kafka_transport(WowSettings.load()).naming.topic(NamedAggregate("bank", "account"), TopicKind.STATE)
         == "kfk.bank.account.state"
     )
+
+
+def test_wow_settings_prints_the_section_with_secrets_masked(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from wow_core.runtime.cli import main
+
+    monkeypatch.setenv("WOW_KAFKA__SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("WOW_KAFKA__SASL_MECHANISM", "SCRAM-SHA-512")
+    monkeypatch.setenv("WOW_KAFKA__SASL_USERNAME", "svc")
+    monkeypatch.setenv("WOW_KAFKA__SASL_PASSWORD", "hunter2")
+    monkeypatch.setenv("WOW_KAFKA__SSL_KEY_PASSWORD", "keypass")
+    assert main(["settings"]) == 0
+    out = capsys.readouterr().out
+    assert "WOW_KAFKA__SASL_USERNAME=svc" in out
+    assert "WOW_KAFKA__SASL_PASSWORD=**********" in out
+    assert "hunter2" not in out
+    assert "keypass" not in out

@@ -52,11 +52,3 @@ class TestLocalFirstBuses(MessageBusConformance):
     @pytest.fixture
     def wow_bus_factory(self) -> LocalFirstBusFactory:
         return LocalFirstBusFactory()
-
-    @pytest.mark.xfail(
-        strict=True,
-        reason="LocalFirstReceiver.close() cancels a consumer blocked in its iteration "
-        "(CancelledError) instead of ending the iteration (StopAsyncIteration)",
-    )
-    async def test_close_ends_a_blocked_iteration(self, wow_rig: Rig, wow_bus_factory: Any) -> None:
-        await super().test_close_ends_a_blocked_iteration(wow_rig, wow_bus_factory)

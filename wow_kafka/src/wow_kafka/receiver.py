@@ -45,11 +45,6 @@ from wow_kafka.topics import KafkaTopics
 log = logging.getLogger(__name__)
 
 
-def _text(data: bytes | None) -> str:
-    # surrogateescape keeps undecodable bytes: a dead letter carries the original bytes.
-    return "" if data is None else data.decode("utf-8", "surrogateescape")
-
-
 class KafkaRecord:
     """A received Kafka record; ``ack()`` marks its offset for the next commit."""
 
@@ -61,8 +56,10 @@ class KafkaRecord:
         self.topic: str = record.topic
         self.partition: int = record.partition
         self.offset: int = record.offset
-        self.key = _text(record.key)
-        self.payload = _text(record.value)
+        key, value = record.key, record.value
+        # surrogateescape keeps undecodable bytes: a dead letter carries the original bytes
+        self.key = "" if key is None else key.decode("utf-8", "surrogateescape")
+        self.payload = "" if value is None else value.decode("utf-8", "surrogateescape")
         self.timestamp: int = record.timestamp
 
     @property
@@ -131,7 +128,9 @@ class KafkaTransportReceiver:
         self._on_close = on_close
         self._consumer: AIOKafkaConsumer | None = None
         self._partitions: dict[TopicPartition, PartitionOffsets] = {}
-        self._buffer: deque[tuple[PartitionOffsets, Any]] = deque()
+        self._batches: deque[tuple[PartitionOffsets, list[Any]]] = deque()
+        self._buffered = 0
+        """Records in ``_batches``, not counting the batch being handed out."""
         self._data = asyncio.Event()
         self._anchored = asyncio.Event()
         self._processing = False
@@ -223,7 +222,8 @@ class KafkaTransportReceiver:
             for state in self._partitions.values():
                 state.retire()
             self._partitions.clear()
-            self._buffer.clear()
+            self._batches.clear()
+            self._buffered = 0
             if self._on_close is not None:
                 self._on_close(self)
 
@@ -233,23 +233,25 @@ class KafkaTransportReceiver:
         return self._records()
 
     async def _records(self) -> AsyncIterator[KafkaRecord]:
-        buffer = self._buffer
+        batches = self._batches
         low_mark = self._settings.buffered_records // 2
         while True:
-            while not buffer or not self._processing:
+            while not batches or not self._processing:
                 if self._closed:
                     return
                 self._data.clear()
                 await self._data.wait()
             if self._closed:
                 return
-            offsets, record = buffer.popleft()
-            if len(buffer) <= low_mark and not self._room.is_set():
+            offsets, records = batches.popleft()
+            self._buffered -= len(records)
+            if self._buffered <= low_mark and not self._room.is_set():
                 self._room.set()
-            if offsets.revoking or not offsets.active:
-                continue  # its partition was revoked: the new owner delivers it
-            offsets.delivered(record.offset)
-            yield KafkaRecord(self, offsets, record)
+            for record in records:
+                if offsets.revoking or not offsets.active or self._closed:
+                    break  # revoked or closed: the next owner delivers the rest
+                offsets.delivered(record.offset)
+                yield KafkaRecord(self, offsets, record)
 
     async def _fetch_loop(self) -> None:
         consumer = self._consumer
@@ -257,7 +259,7 @@ class KafkaTransportReceiver:
         settings = self._settings
         backoff = settings.retry_backoff_ms / 1000
         while not self._closed:
-            if len(self._buffer) >= settings.buffered_records:
+            if self._buffered >= settings.buffered_records:
                 # Back-pressure without pausing: a paused partition's prefetched data is
                 # dropped and fetched again on resume. Not polling for longer than
                 # max_poll_interval_ms makes the member leave its group, as in Kafka.
@@ -292,7 +294,8 @@ class KafkaTransportReceiver:
                     continue
                 if offsets.revoking or not offsets.active:
                     continue  # revoked: the next owner starts from the committed watermark
-                self._buffer.extend((offsets, record) for record in records)
+                self._batches.append((offsets, records))
+                self._buffered += len(records)
             self._data.set()
 
     def _update_pause(self) -> None:
@@ -304,7 +307,7 @@ class KafkaTransportReceiver:
         if self._processing:
             # only anchored partitions: one whose anchoring failed stays paused
             consumer.resume(*(tp for tp in assigned if tp in self._partitions))
-            if self._buffer:
+            if self._batches:
                 self._data.set()
         else:
             consumer.pause(*assigned)

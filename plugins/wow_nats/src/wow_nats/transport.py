@@ -15,6 +15,7 @@ from storing the record twice.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import uuid
 from collections.abc import Sequence
@@ -31,7 +32,7 @@ from wow_core.messaging import BusClosedError
 from wow_core.metrics import Metrics, NoopMetrics
 from wow_core.transport import DecodeFailureDefault, DefaultTopicNaming, TopicNaming, TransportMessage
 from wow_nats.layout import StreamLayout
-from wow_nats.record import KEY_HEADER, TIMESTAMP_HEADER
+from wow_nats.record import TIMESTAMP_HEADER, key_headers
 from wow_nats.settings import SECTION, NatsSettings
 
 if TYPE_CHECKING:
@@ -43,6 +44,11 @@ log = logging.getLogger("wow_nats")
 MSG_ID_HEADER = "Nats-Msg-Id"
 _PUBLISH_ATTEMPTS = 3
 _TRANSIENT = (nats.errors.TimeoutError, nats.errors.ConnectionReconnectingError, TimeoutError)
+
+
+def _expire(future: asyncio.Future[PubAck]) -> None:
+    if not future.done():
+        future.set_exception(nats.errors.TimeoutError())
 
 
 class NatsTransport:
@@ -75,7 +81,10 @@ class NatsTransport:
         self._connect_lock = asyncio.Lock()
         self._streams: dict[str, asyncio.Future[None]] = {}
         self._receivers: set[NatsReceiver] = set()
-        self._publish_slots = asyncio.Semaphore(self.settings.max_pending_publishes)
+        self._ready: dict[str, str] = {}
+        """Topics whose stream exists (topic -> stream): the fast path of ``send``."""
+        self._id_prefix = uuid.uuid4().hex[:16] + "-"
+        self._id_counter = itertools.count()
         self._closed = False
 
     @classmethod
@@ -113,15 +122,15 @@ class NatsTransport:
 
     async def send(self, message: TransportMessage) -> None:
         """Publish to the topic's subject; return on JetStream's publish ack."""
-        self._check_open()
-        subject = self.layout.subject(message.topic)
+        if self._closed:
+            raise BusClosedError("the NATS transport is closed")
         headers = {
-            KEY_HEADER: message.key,
+            **key_headers(message.key),
             TIMESTAMP_HEADER: str(message.timestamp),
-            MSG_ID_HEADER: uuid.uuid4().hex,
+            # unique per record, reused by retries: JetStream stores a retried record once
+            MSG_ID_HEADER: self._id_prefix + str(next(self._id_counter)),
         }
-        await self.publish(subject, message.payload.encode("utf-8"), headers)
-        self.metrics.increment("wow.nats.sent", tags={"stream": self.layout.stream(subject)})
+        await self.publish(message.topic, message.payload.encode("utf-8"), headers)
 
     async def send_many(self, messages: Sequence[TransportMessage]) -> None:
         """Publish every message, pipelined on the one connection, in the given order.
@@ -155,7 +164,7 @@ class NatsTransport:
         nc, self._nc, self._js = self._nc, None, None
         if nc is not None and not nc.is_closed:
             try:
-                await nc.flush(timeout=2)
+                await nc.flush(timeout=2)  # the last acks and publishes
             except Exception as error:  # the connection may be gone; nothing left to save
                 log.debug("flush before close failed: %r", error)
             await nc.close()
@@ -184,33 +193,42 @@ class NatsTransport:
 
     async def ensure_stream(self, topic: str) -> str:
         """Create the stream of ``topic``'s context, or add its subjects; return its name."""
-        base = self.layout.base(topic)
+        stream = self._ready.get(topic)
+        if stream is not None:
+            return stream
+        base = self.layout.base(topic)  # validates the topic
         name = self.layout.stream_for_base(base)
         future = self._streams.get(name)
         if future is None or (future.done() and (future.cancelled() or future.exception() is not None)):
             future = self._streams[name] = asyncio.ensure_future(self._create_or_update_stream(name, base))
         await asyncio.shield(future)
+        self._ready[topic] = name
         return name
 
     def forget_stream(self, topic: str) -> None:
         """Drop the memo of ``topic``'s stream (it was deleted behind our back)."""
-        self._streams.pop(self.layout.stream(topic), None)
+        name = self.layout.stream(topic)
+        self._streams.pop(name, None)
+        for known in [known for known, stream in self._ready.items() if stream == name]:
+            del self._ready[known]
 
     async def publish(self, subject: str, data: bytes, headers: dict[str, str]) -> PubAck:
-        """JetStream publish with bounded in-flight acks and retries of transient failures."""
+        """JetStream publish, completed by its ack; transient failures are tried again.
+
+        At most ``max_pending_publishes`` acks are awaited at once (nats-py's bound on
+        asynchronous publishes); a publish beyond waits for room.
+        """
         attempt = 0
         while True:
-            self._check_open()
             attempt += 1
             try:
-                await self.ensure_stream(subject)
-                js = await self.jetstream()
-                async with self._publish_slots:
-                    return await js.publish(
-                        subject, data, timeout=self.settings.publish_timeout, headers=headers
-                    )
+                if subject not in self._ready:
+                    await self.ensure_stream(subject)
+                js = self._js or await self.jetstream()
+                future = await js.publish_async(subject, data, headers=headers)
+                return await self._ack_of(future)
             except nats.js.errors.NoStreamResponseError:
-                if attempt >= _PUBLISH_ATTEMPTS:
+                if attempt >= _PUBLISH_ATTEMPTS or self._closed:
                     raise
                 # the stream vanished (deleted) or JetStream is still recovering
                 self.forget_stream(subject)
@@ -220,6 +238,14 @@ class NatsTransport:
                     raise
                 log.warning("publish to %s failed (%r); attempt %d", subject, error, attempt)
                 await asyncio.sleep(self.settings.reconnect_time_wait)
+
+    async def _ack_of(self, future: asyncio.Future[PubAck]) -> PubAck:
+        # one timer per publish, not the task and future of wait_for
+        timer = asyncio.get_running_loop().call_later(self.settings.publish_timeout, _expire, future)
+        try:
+            return await future
+        finally:
+            timer.cancel()
 
     def receiver_closed(self, receiver: NatsReceiver) -> None:
         self._receivers.discard(receiver)
@@ -264,7 +290,8 @@ class NatsTransport:
         # nats-py retries the first connection forever when reconnects are unlimited:
         # bound it, so a wrong URL fails instead of hanging.
         try:
-            return await asyncio.wait_for(nats.connect(**options), settings.connect_timeout)  # type: ignore[arg-type]
+            async with asyncio.timeout(settings.connect_timeout):
+                return await nats.connect(**options)  # type: ignore[arg-type]
         except TimeoutError:
             raise ConnectionError(
                 f"no NATS server answered at {', '.join(settings.servers)} within "

@@ -46,3 +46,7 @@ def bus(
         metrics=metrics,
         captures=[MetricsSourceCapture()],
     )
+
+
+# The Kafka scenarios of test_integration reuse the session broker of the Kafka tests.
+from tests.wow_kafka.conftest import kafka_bootstrap  # noqa: E402, F401

@@ -1,13 +1,17 @@
 """Local-first over the real in-memory local buses and a transport bus as the distributed bus.
 
-The distributed side is parameterised by ``distributed_transport``: the in-memory transport
-here; a broker package can add its transport to ``TRANSPORTS`` (a factory of a fresh
-client on a shared broker per call) so the same scenarios run over it.
+The distributed side is parameterised by ``distributed_transport``: the in-memory transport,
+Redis Streams, NATS JetStream and Kafka (tansu), each skipped when its broker is not
+reachable (never when ``CI=true``). Another transport joins by adding an entry to
+``TRANSPORTS``: a factory of fresh clients ("processes") on one broker namespace.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -28,21 +32,114 @@ from wow_core.runtime.settings import LocalFirstSettings
 from wow_core.testing.support import conformance_codec, message_of, ordinal
 from wow_core.transport.bus import TransportCommandBus, TransportDomainEventBus, TransportStateEventBus
 from wow_core.transport.in_memory import InMemoryBroker, InMemoryTransport
-from wow_core.transport.spi import Transport
+from wow_core.transport.spi import DefaultTopicNaming, Transport
 
 TransportClients = Callable[[], Awaitable[Transport]]
+"""A fresh client ("process") of one broker namespace per call."""
 
 
-def _in_memory() -> TransportClients:
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _require(host: str, port: int, what: str) -> None:
+    if not _reachable(host, port):
+        if _in_ci():
+            pytest.fail(f"{what} is required when CI=true")
+        pytest.skip(f"{what} is not reachable on {host}:{port}")
+
+
+@contextlib.asynccontextmanager
+async def _in_memory(request: pytest.FixtureRequest) -> AsyncIterator[TransportClients]:
     broker = InMemoryBroker()
 
     async def client() -> Transport:
         return InMemoryTransport(broker=broker)
 
-    return client
+    yield client
 
 
-TRANSPORTS: dict[str, Callable[[], TransportClients]] = {"in_memory": _in_memory}
+@contextlib.asynccontextmanager
+async def _redis(request: pytest.FixtureRequest) -> AsyncIterator[TransportClients]:
+    _require("127.0.0.1", 6379, "Redis")
+    from redis.asyncio import Redis
+
+    from wow_redis import RedisSettings, RedisStreamTransport
+
+    url = os.environ.get("WOW_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    prefix = f"wowtest:{uuid.uuid4().hex[:10]}:"
+
+    async def client() -> Transport:
+        return RedisStreamTransport(RedisSettings(url=url, key_prefix=prefix, block_time=0.2))
+
+    try:
+        yield client
+    finally:
+        redis = Redis.from_url(url)
+        keys = [key async for key in redis.scan_iter(match=f"{prefix}*", count=500)]
+        if keys:
+            await redis.delete(*keys)
+        await redis.aclose()
+
+
+@contextlib.asynccontextmanager
+async def _nats(request: pytest.FixtureRequest) -> AsyncIterator[TransportClients]:
+    _require("127.0.0.1", 4222, "NATS JetStream")
+    import nats
+
+    from wow_nats import NatsSettings, NatsTransport
+
+    url = os.environ.get("WOW_TEST_NATS_URL", "nats://127.0.0.1:4222")
+    ns = uuid.uuid4().hex[:10]
+
+    async def client() -> Transport:
+        settings = NatsSettings(servers=[url], stream_prefix=f"wowt{ns}_")
+        return NatsTransport(settings, naming=DefaultTopicNaming(f"t{ns}."), topic_prefix=f"t{ns}.")
+
+    try:
+        yield client
+    finally:
+        connection = await nats.connect(url)
+        try:
+            js = connection.jetstream()
+            for info in await js.streams_info():
+                if info.config.name and f"wowt{ns}_" in info.config.name:
+                    await js.delete_stream(info.config.name)
+        finally:
+            await connection.close()
+
+
+@contextlib.asynccontextmanager
+async def _kafka(request: pytest.FixtureRequest) -> AsyncIterator[TransportClients]:
+    from tests.wow_kafka.conftest import test_settings
+    from wow_kafka import KafkaTransport
+
+    bootstrap = request.getfixturevalue("kafka_bootstrap")
+    settings = test_settings(bootstrap)
+
+    async def client() -> Transport:
+        return KafkaTransport(settings)
+
+    yield client
+
+
+TRANSPORTS: dict[
+    str, Callable[[pytest.FixtureRequest], contextlib.AbstractAsyncContextManager[TransportClients]]
+] = {
+    "in_memory": _in_memory,
+    "redis": _redis,
+    "nats": _nats,
+    "kafka": _kafka,
+}
+"""The distributed buses the scenarios run over; a broker package adds its transport here."""
 
 LOCAL = {
     TopicKind.COMMAND: InMemoryCommandBus,
@@ -61,9 +158,15 @@ LOCAL_FIRST: dict[TopicKind, type[LocalFirstMessageBus[Any, Any]]] = {
 }
 
 
-@pytest.fixture(params=sorted(TRANSPORTS))
-def distributed_transport(request: pytest.FixtureRequest) -> TransportClients:
-    return TRANSPORTS[request.param]()
+MARKS = {"redis": pytest.mark.redis, "nats": pytest.mark.nats, "kafka": pytest.mark.kafka}
+
+
+@pytest.fixture(
+    params=[pytest.param(name, marks=[MARKS[name]] if name in MARKS else []) for name in sorted(TRANSPORTS)]
+)
+async def distributed_transport(request: pytest.FixtureRequest) -> AsyncIterator[TransportClients]:
+    async with TRANSPORTS[request.param](request) as clients:
+        yield clients
 
 
 @pytest.fixture(params=list(TopicKind), ids=lambda k: k.value)

@@ -126,6 +126,7 @@ class LocalFirstMessageBus(Generic[M, E]):
             hand_off_timeout=settings.hand_off_timeout,
         )
         self._closed = False
+        self._outcome_tags: dict[str, dict[str, str]] = {}
 
     @property
     def topic_kind(self) -> TopicKind:
@@ -215,7 +216,10 @@ class LocalFirstMessageBus(Generic[M, E]):
             raise
 
     def _count(self, outcome: str) -> None:
-        self._metrics.increment(SENDS, 1.0, {"bus": self.bus_name, "outcome": outcome})
+        tags = self._outcome_tags.get(outcome)
+        if tags is None:
+            tags = self._outcome_tags[outcome] = {"bus": self.bus_name, "outcome": outcome}
+        self._metrics.increment(SENDS, 1.0, tags)
 
     # -- receive ------------------------------------------------------------------------
 

@@ -167,6 +167,8 @@ class LocalFirstDistributedCopies(Generic[M]):
         self._lanes: dict[AggregateId, _Lane] = {}
         self._backlog: dict[NamedAggregate, int] = {}
         self._above_mark: set[NamedAggregate] = set()
+        self._tag_cache: dict[NamedAggregate, dict[str, str]] = {}
+        self._sent_tags: dict[tuple[NamedAggregate, bool], dict[str, str]] = {}
         self._closed = False
         self._flushing: asyncio.Task[FlushResult] | None = None
 
@@ -266,7 +268,11 @@ class LocalFirstDistributedCopies(Generic[M]):
                 )
             entry._resolve(error)
             return
-        self._metrics.increment(COPIES_SENT, 1.0, {**tags, "local_first": _flag(local_first)})
+        sent_tags = self._sent_tags.get((message.aggregate_id.named_aggregate, local_first))
+        if sent_tags is None:
+            sent_tags = {**tags, "local_first": _flag(local_first)}
+            self._sent_tags[(message.aggregate_id.named_aggregate, local_first)] = sent_tags
+        self._metrics.increment(COPIES_SENT, 1.0, sent_tags)
         entry._resolve(None)
 
     async def _decide(self, entry: QueuedCopy[M]) -> bool:
@@ -275,9 +281,7 @@ class LocalFirstDistributedCopies(Generic[M]):
         if admission is None:
             return False
         if not admission.done():
-            remaining = entry.deadline - asyncio.get_running_loop().time()
-            if remaining > 0:
-                await asyncio.wait((admission,), timeout=remaining)
+            await _wait_until(admission, entry.deadline)
             if not admission.done():
                 message = entry.message
                 self._metrics.increment(
@@ -314,7 +318,13 @@ class LocalFirstDistributedCopies(Generic[M]):
     # -- backlog ------------------------------------------------------------------------
 
     def _tags(self, named_aggregate: NamedAggregate) -> dict[str, str]:
-        return {"bus": self.bus_name, "aggregate": str(named_aggregate)}
+        tags = self._tag_cache.get(named_aggregate)
+        if tags is None:
+            tags = self._tag_cache[named_aggregate] = {
+                "bus": self.bus_name,
+                "aggregate": str(named_aggregate),
+            }
+        return tags
 
     def _add_backlog(self, named_aggregate: NamedAggregate, delta: int) -> None:
         value = self._backlog.get(named_aggregate, 0) + delta
@@ -381,6 +391,25 @@ class LocalFirstDistributedCopies(Generic[M]):
         return FlushResult(False, cancelled)
 
     stop = flush
+
+
+async def _wait_until(future: asyncio.Future[bool], deadline: float) -> None:
+    """Wait until ``future`` is done or the loop clock reaches ``deadline``; never raises
+    for the future's outcome and never cancels it."""
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    future.add_done_callback(wake)
+    timer = loop.call_at(deadline, wake)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        future.remove_done_callback(wake)
 
 
 def _flag(value: bool) -> str:

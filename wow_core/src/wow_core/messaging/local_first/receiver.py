@@ -7,19 +7,23 @@ receiver acknowledges it and does not hand it to the consumer. A copy marked ``f
 
 Pulling from the local receiver is what confirms local admission, so the merged receiver
 pulls the local side only while its consumer is waiting for the next exchange: a local
-pull still pending when a distributed exchange wins the race is cancelled. A local
+pull still pending when a distributed exchange arrives first is cancelled. A local
 receiver must therefore lose nothing and admit nothing when a pending ``__anext__`` is
-cancelled (the in-memory receivers guarantee it). One distributed exchange may be pulled
-ahead; if the receiver closes before delivering it, it is released unacknowledged and the
-backend redelivers it.
+cancelled (the in-memory receivers guarantee it).
+
+The distributed side is pulled by a task of its own, which acknowledges and drops the
+copies handled locally without waking the consumer, and holds at most one other exchange
+ahead for it; if the receiver closes before delivering that one, it is released
+unacknowledged and the backend redelivers it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Generic, TypeVar
 
 from wow_core.messaging.contract import MessageExchange, MessageReceiver
@@ -38,6 +42,11 @@ class _End:
 
 
 _END = _End()
+
+
+def _resolve(future: asyncio.Future[None], _: object) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 async def _pull(iterator: AsyncIterator[E]) -> E | _End:
@@ -68,12 +77,23 @@ class LocalFirstReceiver(Generic[E]):
         self._metrics: Metrics = metrics or NoopMetrics()
         self._tags = {"bus": bus_name}
         self._local_it: AsyncIterator[E] | None = None
-        self._distributed_it: AsyncIterator[E] | None = None
         self._local_ended = local is None
         self._distributed_ended = False
-        self._distributed_next: asyncio.Task[E | _End] | None = None
+        self._distributed_error: BaseException | None = None
+        self._pump: asyncio.Task[None] | None = None
+        self._ahead: E | None = None
+        """The distributed exchange the pump pulled for the consumer."""
+        self._taken: asyncio.Future[None] | None = None
+        """Resolved when the consumer took ``_ahead``: the pump may pull again."""
+        self._wake: asyncio.Future[None] | None = None
+        """What a waiting consumer waits on."""
         self._held: deque[E] = deque()
         self._closed = False
+        self._quiescing = False
+        self._watch: Callable[[Callable[[], None]], None] | None = None
+        """``call_when_pullable`` of the local receiver, when it has one."""
+        self._watching = False
+        self._local_pullable = False
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -99,34 +119,93 @@ class LocalFirstReceiver(Generic[E]):
         return local + self._distributed.in_flight
 
     async def quiesce(self, timeout: float | None = None) -> bool:
+        """Stop taking new work (the iteration ends), then wait for in-flight exchanges.
+
+        The distributed exchange pulled ahead, if any, is released unacknowledged.
+        """
+        self._quiescing = True
+        self._wake_consumer()
+        await self._stop_pump()
         if self._local is None:
             return await self._distributed.quiesce(timeout)
         results = await asyncio.gather(self._local.quiesce(timeout), self._distributed.quiesce(timeout))
         return all(results)
 
+    async def _stop_pump(self) -> None:
+        pump = self._pump
+        self._pump = None
+        if pump is not None:
+            pump.cancel()
+            await asyncio.gather(pump, return_exceptions=True)
+        self._distributed_ended = True
+        if self._ahead is not None:
+            self._ahead.release()
+            self._ahead = None
+
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        pending = self._distributed_next
-        self._distributed_next = None
-        if pending is not None:
-            pending.cancel()
-            await asyncio.gather(pending, return_exceptions=True)
-            if not pending.cancelled() and pending.exception() is None:
-                ahead = pending.result()
-                if not isinstance(ahead, _End):
-                    ahead.release()
+        await self._stop_pump()
         for exchange in self._held:
             log.warning(
                 "local-first receiver closed with %s admitted locally but not yet delivered", exchange
             )
             exchange.release()
         self._held.clear()
+        self._wake_consumer()
         closing = [self._distributed.close()]
         if self._local is not None:
             closing.append(self._local.close())
         await asyncio.gather(*closing)
+
+    # -- the distributed side -----------------------------------------------------------
+
+    def _handled_locally(self, exchange: E) -> bool:
+        message = exchange.message
+        return bool(message.header.local_first and self._is_local(message.aggregate_id.named_aggregate))
+
+    def _wake_consumer(self) -> None:
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    async def _pump_distributed(self) -> None:
+        """Pull the distributed side: drop copies handled locally, hand the rest over one by one."""
+        iterator = self._distributed.__aiter__()
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                found = await _pull(iterator)
+                if isinstance(found, _End):
+                    break
+                if self._handled_locally(found):
+                    try:
+                        await found.ack()
+                    except Exception as error:
+                        log.warning("acknowledging the locally handled copy %s failed: %s", found, error)
+                    self._metrics.increment(FILTERED, 1.0, self._tags)
+                    continue
+                taken = self._taken = loop.create_future()
+                self._ahead = found
+                self._wake_consumer()
+                await taken
+        except asyncio.CancelledError:
+            raise
+        except BaseException as error:
+            self._distributed_error = error
+        finally:
+            self._distributed_ended = True
+            self._wake_consumer()
+
+    def _take_ahead(self) -> E | None:
+        found = self._ahead
+        if found is not None:
+            self._ahead = None
+            taken = self._taken
+            if taken is not None and not taken.done():
+                taken.set_result(None)
+        return found
 
     # -- iteration ----------------------------------------------------------------------
 
@@ -134,71 +213,75 @@ class LocalFirstReceiver(Generic[E]):
         return self
 
     async def __anext__(self) -> E:
-        while True:
-            exchange, distributed = await self._next()
-            if distributed and self._handled_locally(exchange):
-                try:
-                    await exchange.ack()
-                except Exception as error:
-                    log.warning("acknowledging the locally handled copy %s failed: %s", exchange, error)
-                self._metrics.increment(FILTERED, 1.0, self._tags)
-                continue
-            return exchange
-
-    def _handled_locally(self, exchange: E) -> bool:
-        message = exchange.message
-        return bool(message.header.local_first and self._is_local(message.aggregate_id.named_aggregate))
-
-    def _iterators(self) -> tuple[AsyncIterator[E] | None, AsyncIterator[E]]:
-        if self._distributed_it is None:
-            self._distributed_it = self._distributed.__aiter__()
-        if self._local_it is None and self._local is not None:
-            self._local_it = self._local.__aiter__()
-        return self._local_it, self._distributed_it
-
-    async def _next(self) -> tuple[E, bool]:
-        """The next exchange and whether it came from the distributed side."""
+        """The next exchange: a local one, or a distributed one not handled locally."""
+        loop = asyncio.get_running_loop()
         while True:
             if self._held:
-                return self._held.popleft(), False
-            if self._closed or (self._local_ended and self._distributed_ended):
+                return self._held.popleft()
+            ahead = self._take_ahead()
+            if ahead is not None:
+                return ahead
+            if self._distributed_error is not None:
+                error, self._distributed_error = self._distributed_error, None
+                raise error
+            if self._closed or self._quiescing or (self._local_ended and self._distributed_ended):
                 raise StopAsyncIteration
-            local_it, distributed_it = self._iterators()
-            if self._distributed_ended:
-                assert local_it is not None
-                found = await _pull(local_it)
-                if isinstance(found, _End):
-                    self._local_ended = True
-                    continue
-                return found, False
-            distributed_next = self._distributed_next
-            if distributed_next is None:
-                distributed_next = self._distributed_next = asyncio.ensure_future(_pull(distributed_it))
-            if self._local_ended:
-                # asyncio.wait never cancels what it waits for: a cancelled consumer leaves
-                # the pull running for the next call.
-                await asyncio.wait((distributed_next,))
-            else:
-                assert local_it is not None
-                local_next = asyncio.ensure_future(_pull(local_it))
-                try:
-                    await asyncio.wait((local_next, distributed_next), return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    if not local_next.done():
-                        local_next.cancel()
-                        local_next.add_done_callback(self._keep_late)
-                if local_next.done():
-                    found = local_next.result()
+            if self._pump is None and not self._distributed_ended:
+                self._pump = loop.create_task(self._pump_distributed(), name="local-first distributed pump")
+            if not self._local_ended:
+                if self._local_it is None:
+                    assert self._local is not None
+                    self._local_it = self._local.__aiter__()
+                    self._watch = getattr(self._local, "call_when_pullable", None)
+                if self._watch is not None:
+                    # The local receiver tells when a pull would not wait: nothing is taken
+                    # (admitted) before this consumer asks for it.
+                    if not self._local_pullable and not self._watching:
+                        self._watching = True
+                        self._watch(self._on_local_pullable)
+                    if self._local_pullable:
+                        self._local_pullable = False
+                        found = await _pull(self._local_it)
+                        if isinstance(found, _End):
+                            self._local_ended = True
+                            continue
+                        return found
+                elif self._local_has_pending():
+                    # The local sink holds a message: the pull returns without waiting.
+                    found = await _pull(self._local_it)
                     if isinstance(found, _End):
                         self._local_ended = True
                         continue
-                    return found, False
-            self._distributed_next = None
-            found = distributed_next.result()
-            if isinstance(found, _End):
-                self._distributed_ended = True
-                continue
-            return found, True
+                    return found
+            wake = self._wake = loop.create_future()
+            local_next: asyncio.Task[E | _End] | None = None
+            if not self._local_ended and self._watch is None:
+                assert self._local_it is not None
+                local_next = loop.create_task(_pull(self._local_it))
+                local_next.add_done_callback(functools.partial(_resolve, wake))
+            try:
+                await wake
+            finally:
+                self._wake = None
+                if local_next is not None and not local_next.done():
+                    local_next.cancel()
+                    local_next.add_done_callback(self._keep_late)
+            if local_next is not None and local_next.done():
+                found = local_next.result()
+                if isinstance(found, _End):
+                    self._local_ended = True
+                    continue
+                return found
+
+    def _on_local_pullable(self) -> None:
+        self._watching = False
+        self._local_pullable = True
+        self._wake_consumer()
+
+    def _local_has_pending(self) -> bool:
+        """Whether the local receiver can yield at once (receivers that report ``pending``)."""
+        local = self._local
+        return local is not None and local.processing_open and getattr(local, "pending", 0) > 0
 
     def _keep_late(self, task: asyncio.Task[E | _End]) -> None:
         """A local pull cancelled too late already took (and admitted) its exchange: keep it."""
@@ -213,3 +296,4 @@ class LocalFirstReceiver(Generic[E]):
             self._local_ended = True
         else:
             self._held.append(found)
+            self._wake_consumer()

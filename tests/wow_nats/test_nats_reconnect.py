@@ -1,0 +1,102 @@
+"""A NATS server restarted under a running transport: sends and receivers carry on.
+
+Runs a private ``nats-server -js`` on a free loopback port (the shared one is never
+restarted); skipped when the binary is missing, except under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.wow_nats.support import message, next_record, opened
+from wow_nats import NatsSettings, NatsTransport
+
+pytestmark = [pytest.mark.nats, pytest.mark.slow]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class PrivateServer:
+    def __init__(self, binary: str, store: Path) -> None:
+        self.binary = binary
+        self.store = store
+        self.port = free_port()
+        self.process: asyncio.subprocess.Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        self.process = await asyncio.create_subprocess_exec(
+            self.binary, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.store),
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        for _ in range(200):
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
+                writer.close()
+                return
+            except OSError:
+                await asyncio.sleep(0.05)  # the server is starting
+        raise RuntimeError("nats-server did not start")
+
+    async def stop(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.terminate()
+            await self.process.wait()
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[PrivateServer]:
+    binary = shutil.which("nats-server")
+    if binary is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("nats-server is not installed")
+        pytest.skip("nats-server is not installed")
+    private = PrivateServer(binary, tmp_path / "js")
+    await private.start()
+    yield private
+    await private.stop()
+
+
+async def test_sends_and_receivers_survive_a_server_restart(server: PrivateServer) -> None:
+    settings = NatsSettings(
+        servers=[server.url], reconnect_time_wait=0.1, fetch_timeout=0.5, publish_timeout=5
+    )
+    transport = NatsTransport(settings)
+    topic = "wow.restart.agg.command"
+    receiver = await opened(transport, "g", [topic])
+    records = aiter(receiver)
+    try:
+        await transport.send(message(topic, "before"))
+        first = await next_record(records)
+        assert first.key == "before"
+        await first.ack()
+        await (await transport.connection()).flush()
+
+        await server.stop()
+        # a send while the server is down completes once it is back (within the timeout)
+        during = asyncio.create_task(transport.send(message(topic, "during")))
+        await server.start()
+        await asyncio.wait_for(during, 15)
+        await transport.send(message(topic, "after"))
+
+        got = [await next_record(records, timeout=15) for _ in range(2)]
+        assert [r.key for r in got] == ["during", "after"]
+        for record in got:
+            await record.ack()
+    finally:
+        await transport.close()
