@@ -120,7 +120,8 @@ async def test_a_receiver_rejoins_and_receives_after_a_broker_restart(own_broker
 
 
 async def test_ready_succeeds_once_the_broker_is_back(own_broker: TansuBroker) -> None:
-    settings = test_settings(own_broker.bootstrap, request_timeout_ms=1500)
+    # a join takes half the session timeout on tansu: the request timeout must be longer
+    settings = test_settings(own_broker.bootstrap, request_timeout_ms=5000)
     transport = KafkaTransport(settings)
     topic = f"{settings.topic_prefix}retry.ready.command"
     try:
