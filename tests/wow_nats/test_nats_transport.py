@@ -379,3 +379,16 @@ async def test_close_hands_back_records_being_processed_once_and_in_order(
     assert [r.payload for r in handed_back] == ["0", "1", "2"]
     assert all(r.delivery_count >= 2 for r in handed_back)
     assert not taken[0].settled  # superseded by its redelivery: close naked that one
+
+
+@pytest.mark.parametrize(
+    "key",
+    [" spaced ", "line\r\nNats-Msg-Id: forged", "tab\there", "", "ключ-🔑", "100%", "%41", "colon: yes"],
+)
+async def test_any_key_arrives_unchanged(make_transport: MakeTransport, names: Names, key: str) -> None:
+    transport = make_transport()
+    topic = names.topic()
+    receiver = await opened(transport, names.group(), [topic])
+    await transport.send(message(topic, key))
+    record = await next_record(aiter(receiver))
+    assert record.key == key
