@@ -529,7 +529,7 @@ async def test_close_releases_every_task_and_connection(make_transport: Make) ->
 async def test_close_right_after_reading_does_not_wait_for_the_blocking_read(make_transport: Make) -> None:
     # A cancellation racing the completion of a send was swallowed by asyncio.wait_for
     # (Python 3.11) when redis-py had a socket timeout: close then waited for BLOCK.
-    transport = make_transport(block_time=5.0)
+    transport = make_transport(block_time=10.0)
     topic = topic_of(transport)
     for round_no in range(5):
         receiver = transport.open(f"g{round_no}", [topic])
@@ -540,7 +540,7 @@ async def test_close_right_after_reading_does_not_wait_for_the_blocking_read(mak
             await record.ack()
         started = asyncio.get_running_loop().time()
         await receiver.close()
-        assert asyncio.get_running_loop().time() - started < 2.5
+        assert asyncio.get_running_loop().time() - started < 5.0  # not the 10 s BLOCK
 
 
 async def test_a_payload_the_bus_cannot_decode_is_reported_and_left_pending(

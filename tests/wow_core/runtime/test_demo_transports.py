@@ -38,6 +38,26 @@ def _drop_redis_streams(prefix: str) -> None:
         client.close()
 
 
+def _drop_nats_streams(prefix: str) -> None:
+    import asyncio
+
+    import nats
+
+    async def drop() -> None:
+        connection = await nats.connect(f"nats://{BROKERS['nats'][0]}:{BROKERS['nats'][1]}")
+        try:
+            js = connection.jetstream()
+            # the streams are named after the topic prefix, its dots made underscores
+            stream_prefix = prefix.replace(".", "_")
+            for info in await js.streams_info():
+                if info.config.name and info.config.name.startswith(stream_prefix):
+                    await js.delete_stream(info.config.name)
+        finally:
+            await connection.close()
+
+    asyncio.run(drop())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("transport", sorted(BROKERS))
 def test_the_demo_runs_unchanged_over_a_broker(
@@ -58,6 +78,8 @@ def test_the_demo_runs_unchanged_over_a_broker(
     finally:
         if transport == "redis":
             _drop_redis_streams(prefix)
+        elif transport == "nats":
+            _drop_nats_streams(prefix)
     out = capsys.readouterr().out
     assert f"transport {transport}" in out
     assert "duplicate of version" in out

@@ -10,6 +10,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from wow_redis.settings import RedisSettings
@@ -89,3 +90,38 @@ async def command(client: Redis, *args: Any, timeout: float, **options: Any) -> 
     """``client.execute_command`` (untyped in redis-py) bounded by ``timeout`` seconds."""
     async with deadline(timeout, str(args[0])):
         return await client.execute_command(*args, **options)  # type: ignore[no-untyped-call]
+
+
+def bulk(data: bytes) -> bytes:
+    """One RESP bulk string."""
+    return b"$%d\r\n%b\r\n" % (len(data), data)
+
+
+def pack(*parts: bytes) -> bytes:
+    """One command in RESP, from arguments already encoded (cheaper than redis-py's generic
+    ``pack_command``, which checks and encodes every argument)."""
+    return b"*%d\r\n" % len(parts) + b"".join(bulk(part) for part in parts)
+
+
+async def round_trip(client: Redis, packed: list[bytes]) -> list[Any]:
+    """Write every command on one pooled connection, then read every reply, in order.
+
+    An error reply is returned in its place; a connection error drops the connection.
+    Callers bound it with :func:`deadline`.
+    """
+    pool = client.connection_pool
+    connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+    try:
+        await connection.send_packed_command(packed, check_health=False)
+        replies: list[Any] = []
+        for _ in packed:
+            try:
+                replies.append(await connection.read_response())
+            except ResponseError as error:
+                replies.append(error)
+        return replies
+    except BaseException:
+        await connection.disconnect()
+        raise
+    finally:
+        await pool.release(connection)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +40,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from wow_core.messaging import BusClosedError
-from wow_redis.connection import TRANSIENT_ERRORS, Backoff, command, deadline
+from wow_redis.connection import TRANSIENT_ERRORS, Backoff, command, deadline, pack, round_trip
 from wow_redis.naming import dead_letter_stream
 from wow_redis.observer import RedisMessageBusObserver
 from wow_redis.scripts import DEAD_LETTER_SCRIPT
@@ -54,6 +54,9 @@ log = logging.getLogger("wow_redis")
 MSG_FIELD = b"msg"
 KEY_FIELD = b"key"
 TIMESTAMP_FIELD = b"ts"
+
+READ_AHEAD = 2
+"""Reads (of up to ``batch_size`` entries each) read and not yet taken by an iterator."""
 
 HANDED_BACK_IDLE_MS = 10**12
 """Idle time given to the entries a closing consumer hands back: older than any claim threshold."""
@@ -107,7 +110,11 @@ class RedisRecord:
         return f"{self.topic}/{self.entry_id}"
 
     async def ack(self) -> None:
-        await self._receiver.acknowledge(self.topic, self.entry_id)
+        receiver = self._receiver
+        if receiver.fast_ack:  # the common case, without another coroutine
+            receiver.ack_queued(self.topic, self.entry_id)
+        else:
+            await receiver.acknowledge(self.topic, self.entry_id)
 
     def __repr__(self) -> str:
         return f"RedisRecord({self.position} key={self.key!r} deliveries={self.delivery_count})"
@@ -198,8 +205,13 @@ class RedisStreamReceiver:
         self.consumer = consumer
         self._observer = observer
         self._on_close = on_close
-        self._queue: asyncio.Queue[RedisRecord | None] = asyncio.Queue(maxsize=2 * settings.batch_size)
-        """Read-ahead: a full queue stops reading, so unread entries stay for the other members."""
+        self._batches: deque[list[RedisRecord]] = deque()
+        """Read-ahead, whole reads at a time: at most ``READ_AHEAD`` reads wait to be taken;
+        past that the reader stops, so unread entries stay for the other members."""
+        self._available = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._ended = False
         self._create_groups = create_groups
         self._groups: asyncio.Future[Any] | None = None
         self._group_start = "$" if settings.group_start is GroupStart.LATEST else "0"
@@ -208,8 +220,9 @@ class RedisStreamReceiver:
         self._closing = False
         self._tasks: list[asyncio.Task[None]] = []
         self._acker = _Acker(self)
-        self._delivered: dict[tuple[str, str], float] = {}
-        """Entries yielded and not acknowledged yet, with when: not re-read as own pending."""
+        self._last_read: dict[str, str] = {}
+        """Per stream, the last entry id a ``>`` read returned: after a lost connection only
+        the own pending entries past it are read again (a reply lost on the wire)."""
         self._dead_letter: AsyncScript | None = None
         self._handed_back: set[tuple[str, str]] = set()
         self._failure: Exception | None = None
@@ -282,15 +295,35 @@ class RedisStreamReceiver:
     # -- reading ----------------------------------------------------------------------
 
     async def _records(self) -> AsyncIterator[RedisRecord]:
-        queue = self._queue
+        batches = self._batches
         while True:
-            record = await queue.get()
-            if record is None:
-                queue.put_nowait(None)  # wake every other iterator too
+            if batches:
+                batch = batches.popleft()
+                if len(batches) < READ_AHEAD:
+                    self._room.set()
+                for record in batch:
+                    if self._closing:
+                        return  # taken but not yielded: pending, handed back by the close
+                    yield record
+                continue
+            if self._ended:
                 if self._failure is not None:
                     raise self._failure
                 return
-            yield record
+            self._available.clear()
+            await self._available.wait()
+
+    async def _push(self, records: list[RedisRecord]) -> None:
+        """Hand one read to the iterators; wait while ``READ_AHEAD`` reads are untaken."""
+        while len(self._batches) >= READ_AHEAD and not self._closing:
+            self._room.clear()
+            await self._room.wait()
+        self._batches.append(records)
+        self._available.set()
+
+    def _end(self) -> None:
+        self._ended = True
+        self._available.set()
 
     def _start(self) -> None:
         if self._tasks:
@@ -319,7 +352,7 @@ class RedisStreamReceiver:
             )
             if self._failure is None:
                 self._failure = error
-            await self._queue.put(None)
+            self._end()
 
     async def _read_loop(self) -> None:
         await self._processing.wait()
@@ -356,42 +389,48 @@ class RedisStreamReceiver:
                 self._groups = None
                 continue
             for stream, entries in response:
-                await self._deliver(_text(stream), entries, None)
+                topic = _text(stream)
+                if entries:
+                    self._last_read[topic] = _text(entries[-1][0])
+                await self._deliver(topic, entries, None)
 
     async def _read_group(self, topics: Sequence[str], ids: Sequence[str], block_ms: int | None) -> Any:
-        """One ``XREADGROUP`` of this consumer: ``[[stream, [(id, fields), ...]], ...]``."""
-        block: tuple[object, ...] = () if block_ms is None else ("BLOCK", block_ms)
+        """One ``XREADGROUP`` of this consumer, the reply as parsed, without redis-py's
+        response callback: ``[[stream, [[id, [field, value, ...] | None], ...]], ...]``."""
+        block = () if block_ms is None else (b"BLOCK", b"%d" % block_ms)
         timeout = self._timeout + (0 if block_ms is None else block_ms / 1000)
-        response = await command(
-            self._client,
-            "XREADGROUP",
-            "GROUP",
-            self.group,
-            self.consumer,
-            "COUNT",
-            self._settings.batch_size,
+        packed = pack(
+            b"XREADGROUP",
+            b"GROUP",
+            self.group.encode(),
+            self.consumer.encode(),
+            b"COUNT",
+            b"%d" % self._settings.batch_size,
             *block,
-            "STREAMS",
-            *topics,
-            *ids,
-            timeout=timeout,
+            b"STREAMS",
+            *(topic.encode() for topic in topics),
+            *(entry_id.encode() for entry_id in ids),
         )
-        return response or []
+        async with deadline(timeout, "XREADGROUP"):
+            [reply] = await round_trip(self._client, [packed])
+        if isinstance(reply, ResponseError):
+            raise reply
+        return reply or []
 
     async def _read_own_pending(self) -> None:
-        """Re-read this consumer's pending entries (id ``0``), skipping those in flight here."""
+        """Re-read this consumer's pending entries: all of them at start (id ``0``), after a
+        lost connection only those past the last entry read (the ones before are in flight
+        here already)."""
         for topic in self.topics:
-            cursor = "0"
+            cursor = self._last_read.get(topic, "0")
             while not self._closing:
                 response = await self._read_group([topic], [cursor], None)
                 entries = response[0][1] if response else []
                 if not entries:
                     break
                 cursor = _text(entries[-1][0])
-                fresh = [e for e in entries if (topic, _text(e[0])) not in self._delivered]
-                if fresh:
-                    counts = await self._delivery_counts(topic, fresh)
-                    await self._deliver(topic, fresh, counts)
+                counts = await self._delivery_counts(topic, entries)
+                await self._deliver(topic, entries, counts)
 
     async def _delivery_counts(self, topic: str, entries: Sequence[Any]) -> dict[str, int]:
         first, last = _text(entries[0][0]), _text(entries[-1][0])
@@ -402,8 +441,9 @@ class RedisStreamReceiver:
         return {_text(row["message_id"]): int(row["times_delivered"]) for row in rows}  # type: ignore[arg-type]
 
     async def _deliver(self, topic: str, entries: Sequence[Any], counts: dict[str, int] | None) -> None:
+        records: list[RedisRecord] = []
         for raw_id, fields in entries:
-            entry_id = _text(raw_id)
+            entry_id = raw_id.decode() if isinstance(raw_id, bytes) else raw_id
             if not fields:
                 await self._trimmed(topic, entry_id)
                 continue
@@ -411,27 +451,33 @@ class RedisStreamReceiver:
             if deliveries > self._settings.max_deliveries:
                 await self._send_to_dead_letter(topic, entry_id, deliveries, "max deliveries exceeded")
                 continue
+            if isinstance(fields, dict):  # from redis-py's XAUTOCLAIM parsing
+                fields = [part for pair in fields.items() for part in pair]
             record = self._record(topic, entry_id, fields, deliveries)
-            if record is None:
-                continue
-            self._delivered[(topic, entry_id)] = time.monotonic()
-            await self._queue.put(record)
+            if record is not None:
+                records.append(record)
+        if records:
+            await self._push(records)
 
-    def _record(
-        self, topic: str, entry_id: str, fields: dict[Any, Any], deliveries: int
-    ) -> RedisRecord | None:
-        raw = fields.get(MSG_FIELD)
+    def _record(self, topic: str, entry_id: str, fields: list[Any], deliveries: int) -> RedisRecord | None:
+        raw = raw_key = raw_ts = None
+        for index in range(0, len(fields) - 1, 2):
+            name = fields[index]
+            if name == MSG_FIELD:
+                raw = fields[index + 1]
+            elif name == KEY_FIELD:
+                raw_key = fields[index + 1]
+            elif name == TIMESTAMP_FIELD:
+                raw_ts = fields[index + 1]
         if raw is None:
             self._observer.undecodable(topic, self.group, entry_id, "no msg field")
             return None
         try:
             payload = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
-            raw_key = fields.get(KEY_FIELD, b"")
-            key = raw_key.decode("utf-8") if isinstance(raw_key, bytes) else str(raw_key)
+            key = raw_key.decode("utf-8") if isinstance(raw_key, bytes) else str(raw_key or "")
         except UnicodeDecodeError as error:
             self._observer.undecodable(topic, self.group, entry_id, f"not UTF-8: {error}")
             return None
-        raw_ts = fields.get(TIMESTAMP_FIELD)
         try:
             timestamp = int(raw_ts) if raw_ts is not None else entry_timestamp(entry_id)
         except ValueError:
@@ -474,10 +520,6 @@ class RedisStreamReceiver:
         periodically when recovery is on; callable directly.
         """
         idle_ms = max(int(idle_seconds * 1000), 1)
-        horizon = time.monotonic() - idle_seconds
-        for key, since in list(self._delivered.items()):
-            if since < horizon:
-                del self._delivered[key]
         total = 0
         for topic in self.topics:
             cursor = "0-0"
@@ -502,8 +544,6 @@ class RedisStreamReceiver:
                     total += len(entries)
                     self._observer.claimed(topic, self.group, self.consumer, len(entries))
                     counts = await self._delivery_counts(topic, entries)
-                    for raw_id, _ in entries:
-                        self._delivered.pop((topic, _text(raw_id)), None)
                     await self._deliver(topic, entries, counts)
                 cursor = _text(next_cursor)
                 scanned += self._settings.batch_size
@@ -520,14 +560,20 @@ class RedisStreamReceiver:
                 keys=[topic, dead_letter_stream(topic)],
                 args=[self.group, self.consumer, entry_id, deliveries, reason, maxlen],
             )
-        self._delivered.pop((topic, entry_id), None)
         if moved:
             self._observer.dead_lettered(topic, self.group, entry_id, deliveries, reason)
 
     # -- acknowledging ----------------------------------------------------------------
 
+    @property
+    def fast_ack(self) -> bool:
+        """An ack only needs queueing: open, and acks are not confirmed."""
+        return not self._closing and not self._settings.ack_confirmed
+
+    def ack_queued(self, topic: str, entry_id: str) -> None:
+        self._acker.add(topic, entry_id, False)
+
     async def acknowledge(self, topic: str, entry_id: str) -> None:
-        self._delivered.pop((topic, entry_id), None)
         if self._closing:
             await self._late_ack(topic, entry_id)
             return
@@ -540,10 +586,16 @@ class RedisStreamReceiver:
         backoff = Backoff(self._settings.reconnect_backoff, self._settings.reconnect_backoff_max)
         while True:
             try:
-                async with deadline(self._timeout, "XACK"), self._client.pipeline(transaction=False) as pipe:
-                    for topic, ids in batch.items():
-                        pipe.execute_command("XACK", topic, self.group, *ids)
-                    await pipe.execute()
+                group = self.group.encode()
+                packed = [
+                    pack(b"XACK", topic.encode(), group, *(i.encode() for i in ids))
+                    for topic, ids in batch.items()
+                ]
+                async with deadline(self._timeout, "XACK"):
+                    replies = await round_trip(self._client, packed)
+                errors = [reply for reply in replies if isinstance(reply, ResponseError)]
+                if errors:
+                    raise errors[0]
                 return None
             except TRANSIENT_ERRORS as error:
                 if backoff.attempt >= self._settings.send_retries:
@@ -568,12 +620,9 @@ class RedisStreamReceiver:
     # -- closing ----------------------------------------------------------------------
 
     def _release_unread(self) -> None:
-        """Drop records read but never yielded (they stay pending here); end the iterators."""
-        while not self._queue.empty():
-            record = self._queue.get_nowait()
-            if record is not None:
-                self._delivered.pop((record.topic, record.entry_id), None)
-        self._queue.put_nowait(None)
+        """Drop reads never taken (they stay pending here, handed back); end the iterators."""
+        self._batches.clear()
+        self._end()
 
     async def _hand_back(self) -> None:
         """Mark this consumer's pending entries idle for the others, or forget the consumer.

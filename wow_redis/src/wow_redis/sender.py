@@ -19,14 +19,13 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from wow_core.messaging import BusClosedError
 from wow_core.transport import TransportMessage
-from wow_redis.connection import TRANSIENT_ERRORS, Backoff, deadline
+from wow_redis.connection import TRANSIENT_ERRORS, Backoff, bulk, deadline, pack, round_trip
 from wow_redis.observer import RedisMessageBusObserver
 from wow_redis.settings import RedisSettings
 
@@ -43,16 +42,8 @@ class GroupCreation:
 _Item = tuple["TransportMessage | GroupCreation", "asyncio.Future[None]"]
 
 
-def _bulk(data: bytes) -> bytes:
-    return b"$%d\r\n%b\r\n" % (len(data), data)
-
-
-def _command(*parts: bytes) -> bytes:
-    return b"*%d\r\n" % len(parts) + b"".join(_bulk(part) for part in parts)
-
-
-_KEY_FIELD = _bulk(b"key")
-_TS_FIELD = _bulk(b"ts")
+_KEY_FIELD = bulk(b"key")
+_TS_FIELD = bulk(b"ts")
 
 
 class StreamWriter:
@@ -70,8 +61,8 @@ class StreamWriter:
         self._idle = asyncio.Event()
         self._idle.set()
         trim = (b"MAXLEN", b"~", b"%d" % settings.maxlen) if settings.maxlen is not None else ()
-        self._xadd_head = b"*%d\r\n" % (2 + len(trim) + 7) + _bulk(b"XADD")
-        self._xadd_middle = b"".join(_bulk(part) for part in (*trim, b"*", b"msg"))
+        self._xadd_head = b"*%d\r\n" % (2 + len(trim) + 7) + bulk(b"XADD")
+        self._xadd_middle = b"".join(bulk(part) for part in (*trim, b"*", b"msg"))
 
     async def add(self, message: TransportMessage) -> None:
         if self._closed:
@@ -152,7 +143,7 @@ class StreamWriter:
         while True:
             try:
                 async with deadline(self._settings.socket_timeout, "XADD"):
-                    replies = await self._round_trip(packed)
+                    replies = await round_trip(self._client, packed)
                 break
             except TRANSIENT_ERRORS as error:
                 if backoff.attempt >= self._settings.send_retries or self._closed:
@@ -193,7 +184,7 @@ class StreamWriter:
         of a send always has the same shape, so only its four values are encoded here.
         """
         if isinstance(item, GroupCreation):
-            return _command(
+            return pack(
                 b"XGROUP",
                 b"CREATE",
                 item.topic.encode(),
@@ -204,37 +195,15 @@ class StreamWriter:
         return b"".join(
             (
                 self._xadd_head,
-                _bulk(item.topic.encode()),
+                bulk(item.topic.encode()),
                 self._xadd_middle,
-                _bulk(item.payload.encode()),
+                bulk(item.payload.encode()),
                 _KEY_FIELD,
-                _bulk(item.key.encode()),
+                bulk(item.key.encode()),
                 _TS_FIELD,
-                _bulk(b"%d" % item.timestamp),
+                bulk(b"%d" % item.timestamp),
             )
         )
-
-    async def _round_trip(self, packed: list[bytes]) -> list[Any]:
-        """Write every command on one pooled connection, then read every reply, in order.
-
-        An error reply is returned in its place; a connection error drops the connection.
-        """
-        pool = self._client.connection_pool
-        connection = await pool.get_connection()  # type: ignore[no-untyped-call]
-        try:
-            await connection.send_packed_command(packed, check_health=False)
-            replies: list[Any] = []
-            for _ in packed:
-                try:
-                    replies.append(await connection.read_response())
-                except ResponseError as error:
-                    replies.append(error)
-            return replies
-        except BaseException:
-            await connection.disconnect()
-            raise
-        finally:
-            await pool.release(connection)
 
     def _fail(self, batch: list[_Item], error: BaseException) -> None:
         self._observer.send_failed(len(batch), error)
