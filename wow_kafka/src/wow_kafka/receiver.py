@@ -160,8 +160,8 @@ class KafkaTransportReceiver:
         task = self._start_task
         if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
             # first call, or the last attempt failed (broker down): try again
-            self._start_task = asyncio.create_task(self._start(), name=f"wow-kafka-start:{self.group}")
-        await asyncio.shield(self._start_task)
+            task = self._start_task = asyncio.create_task(self._start(), name=f"wow-kafka-start:{self.group}")
+        await asyncio.shield(task)
 
     async def _start(self) -> None:
         await self._topic_admin.ensure(self.topics)
