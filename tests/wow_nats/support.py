@@ -7,7 +7,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from wow_core.transport import TransportMessage
-from wow_nats import NatsRecord
+from wow_nats import NatsReceiver, NatsRecord, NatsTransport
 
 WAIT = 10.0
 
@@ -29,3 +29,11 @@ async def eventually(condition: Callable[[], Awaitable[bool]], timeout: float = 
 
 async def next_record(records: AsyncIterator[NatsRecord], timeout: float = WAIT) -> NatsRecord:
     return await asyncio.wait_for(anext(records), timeout)
+
+
+async def opened(transport: NatsTransport, group: str, topics: list[str]) -> NatsReceiver:
+    """A receiver of ``group`` on ``topics``: ready, processing open."""
+    receiver = transport.open(group, topics)
+    await receiver.ready()
+    receiver.open_processing()
+    return receiver

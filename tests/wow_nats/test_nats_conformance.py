@@ -13,7 +13,7 @@ from wow_nats import NatsSettings, NatsTransport
 pytestmark = pytest.mark.nats
 
 
-class TestNatsTransport(TransportConformance, MessageBusConformance):
+class TestNatsTransport(TransportConformance, MessageBusConformance):  # type: ignore[misc]
     @pytest.fixture
     async def wow_transport_factory(
         self, nats_url: str, wow_conformance_context: str

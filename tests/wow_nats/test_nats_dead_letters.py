@@ -6,19 +6,19 @@ import asyncio
 
 import nats
 import pytest
+from nats.aio.msg import Msg
 
 from tests.wow_nats.conftest import MakeTransport, Names
-from tests.wow_nats.support import message, next_record
+from tests.wow_nats.support import message, next_record, opened
+from wow_core.metrics import InMemoryMetrics
 
 pytestmark = pytest.mark.nats
 
 
-async def dead_letters(
-    js: nats.js.JetStreamContext, stream: str, topic: str, count: int
-) -> list[nats.aio.msg.Msg]:
+async def dead_letters(js: nats.js.JetStreamContext, stream: str, topic: str, count: int) -> list[Msg]:
     """Read ``count`` records of ``<topic>.dlq`` with an ephemeral consumer."""
     sub = await js.pull_subscribe(topic + ".dlq", stream=stream)
-    got: list[nats.aio.msg.Msg] = []
+    got: list[Msg] = []
     while len(got) < count:
         got.extend(await sub.fetch(count - len(got), timeout=10))
     await sub.unsubscribe()
@@ -30,13 +30,11 @@ async def test_a_record_past_max_deliver_goes_to_the_dead_letter_subject(
 ) -> None:
     transport = make_transport(max_deliver=2, ack_wait=30.0)
     topic, group = names.topic(), names.group()
-    receiver = transport.open(group, [topic])
-    await receiver.ready()
-    receiver.open_processing()
+    receiver = await opened(transport, group, [topic])
     await transport.send(message(topic, "poison", '{"bad":true}', timestamp=42))
     await transport.send(message(topic, "fine"))
     records = aiter(receiver)
-    deliveries = []
+    deliveries: list[int] = []
     while len(deliveries) < 3:
         record = await next_record(records)
         if record.key == "poison":
@@ -59,7 +57,7 @@ async def test_a_record_past_max_deliver_goes_to_the_dead_letter_subject(
     # terminated for the group: not delivered again, nothing left pending
     async def settled() -> bool:
         info = await raw_js.consumer_info(stream, transport.layout.consumer(group, topic))
-        return info.num_ack_pending == 0 and info.num_redelivered == 0
+        return bool(info.num_ack_pending == 0 and info.num_redelivered == 0)
 
     from tests.wow_nats.support import eventually
 
@@ -72,10 +70,9 @@ async def test_a_payload_that_is_not_utf8_is_dead_lettered_byte_for_byte(
     make_transport: MakeTransport, names: Names, raw_js: nats.js.JetStreamContext
 ) -> None:
     transport = make_transport()
+    transport.metrics = metrics = InMemoryMetrics()
     topic = names.topic()
-    receiver = transport.open(names.group(), [topic])
-    await receiver.ready()
-    receiver.open_processing()
+    receiver = await opened(transport, names.group(), [topic])
     garbage = b"\xff\xfe{not text"
     await raw_js.publish(topic, garbage, headers={"Wow-Key": "k"})
     await transport.send(message(topic, "after"))
@@ -85,6 +82,7 @@ async def test_a_payload_that_is_not_utf8_is_dead_lettered_byte_for_byte(
     assert letter.data == garbage
     assert letter.headers is not None
     assert letter.headers["Wow-Dlq-Reason"] == "not_utf8"
+    assert metrics.counter_value("wow.nats.dead_lettered", reason="not_utf8", topic=topic) == 1
 
 
 async def test_a_foreign_record_is_handed_out_for_the_bus_to_judge(
@@ -92,9 +90,7 @@ async def test_a_foreign_record_is_handed_out_for_the_bus_to_judge(
 ) -> None:
     transport = make_transport()
     topic = names.topic()
-    receiver = transport.open(names.group(), [topic])
-    await receiver.ready()
-    receiver.open_processing()
+    receiver = await opened(transport, names.group(), [topic])
     ack = await raw_js.publish(topic, b"not json at all", headers={"Wow-Timestamp": "yesterday"})
     record = await next_record(aiter(receiver))
     # no key header, a garbage timestamp: the key is empty (the bus's key check refuses
@@ -110,9 +106,7 @@ async def test_the_dead_letter_subject_is_in_the_context_stream_and_not_delivere
     # what the core's DEAD_LETTER policy does: send the raw record to <topic>.dlq, then ack
     transport = make_transport()
     topic = names.topic()
-    receiver = transport.open(names.group(), [topic])
-    await receiver.ready()
-    receiver.open_processing()
+    receiver = await opened(transport, names.group(), [topic])
     await transport.send(message(topic + ".dlq", "k", "raw"))
     await transport.send(message(topic, "k", "ok"))
     assert (await next_record(aiter(receiver))).payload == "ok"

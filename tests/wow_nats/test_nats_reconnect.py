@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.wow_nats.support import message, next_record
+from tests.wow_nats.support import message, next_record, opened
 from wow_nats import NatsSettings, NatsTransport
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
@@ -78,9 +78,7 @@ async def test_sends_and_receivers_survive_a_server_restart(server: PrivateServe
     )
     transport = NatsTransport(settings)
     topic = "wow.restart.agg.command"
-    receiver = transport.open("g", [topic])
-    await receiver.ready()
-    receiver.open_processing()
+    receiver = await opened(transport, "g", [topic])
     records = aiter(receiver)
     try:
         await transport.send(message(topic, "before"))

@@ -9,7 +9,7 @@ import pytest
 from nats.js.api import StreamConfig
 
 from tests.wow_nats.conftest import MakeTransport, Names
-from tests.wow_nats.support import message, next_record
+from tests.wow_nats.support import message, next_record, opened
 
 pytestmark = pytest.mark.nats
 
@@ -63,9 +63,7 @@ async def test_a_consumer_deleted_behind_the_receivers_back_is_created_again(
 ) -> None:
     transport = make_transport(fetch_timeout=0.5)
     topic, group = names.topic(), names.group()
-    receiver = transport.open(group, [topic])
-    await receiver.ready()
-    receiver.open_processing()
+    receiver = await opened(transport, group, [topic])
     stream = transport.layout.stream(topic)
     await raw_js.delete_consumer(stream, transport.layout.consumer(group, topic))
 

@@ -184,3 +184,91 @@ def test_per_key_order_and_the_bound_hold_for_any_interleaving(
         assert executor.in_flight == 0
 
     asyncio.run(scenario())
+
+
+async def test_work_that_never_suspends_is_drained_by_few_long_lived_workers() -> None:
+    """No task per activation: 500 keys of work that does not suspend take at most two
+    workers (the one draining and the helper it woke), and they outlive the work."""
+    executor = KeyedExecutor(1024)
+    done: list[int] = []
+
+    def work(i: int):  # type: ignore[no-untyped-def]
+        async def run() -> None:
+            done.append(i)
+
+        return run
+
+    for i in range(500):
+        await executor.submit(i, work(i))
+    assert await executor.drain(5)
+    assert sorted(done) == list(range(500))
+    assert 1 <= executor.workers <= 2
+    for i in range(500):
+        await executor.submit(i, work(i))
+    assert await executor.drain(5)
+    assert 1 <= executor.workers <= 2
+    assert await executor.close(5)
+    assert executor.workers == 0
+
+
+async def test_work_that_suspends_gets_a_worker_per_waiting_key_and_idle_ones_retire() -> None:
+    executor = KeyedExecutor(64, max_idle_workers=3)
+    release = asyncio.Event()
+    started = 0
+    all_started = asyncio.Event()
+
+    async def blocked() -> None:
+        nonlocal started
+        started += 1
+        if started == 20:
+            all_started.set()
+        await release.wait()
+
+    for key in range(20):
+        await executor.submit(key, blocked)
+    await asyncio.wait_for(all_started.wait(), 5)  # 20 keys suspended at once
+    assert executor.workers >= 20
+    release.set()
+    assert await executor.drain(5)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert executor.workers <= 3 + 1
+    assert await executor.close(5)
+    assert executor.workers == 0
+
+
+async def test_work_that_cancels_itself_does_not_stop_its_lane_or_the_others() -> None:
+    executor = KeyedExecutor(8)
+
+    async def cancels() -> int:
+        raise asyncio.CancelledError
+
+    async def ok() -> int:
+        return 1
+
+    with pytest.raises(asyncio.CancelledError):
+        await executor.run("k", cancels)
+    assert await executor.run("k", ok) == 1
+    assert await executor.run("other", ok) == 1
+    assert executor.in_flight == 0
+
+
+async def test_close_cancels_the_work_queued_behind_a_stuck_piece() -> None:
+    executor = KeyedExecutor(8)
+    never = asyncio.Event()
+
+    async def stuck() -> None:
+        await never.wait()
+
+    async def ok() -> int:
+        return 1
+
+    await executor.submit("a", stuck)
+    waiting = [asyncio.create_task(executor.run(key, ok)) for key in ("a", "a")]
+    await asyncio.sleep(0)
+    assert not await executor.close(timeout=0.05)
+    assert executor.in_flight == 0
+    assert executor.active_keys == 0
+    for task in waiting:
+        with pytest.raises(asyncio.CancelledError):
+            await task

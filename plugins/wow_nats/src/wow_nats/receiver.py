@@ -14,9 +14,12 @@ Lifecycle:
    consumer that does not ask, so records wait on the server, not in this process.
 3. One pull loop per topic asks for up to ``fetch_batch`` records and hands them, in
    stream order, to a bounded local queue that the iterator reads.
-4. ``close()`` stops the loops, drops the pull subscriptions (the server discards the
-   pull requests that lost their interest), asks for immediate redelivery (nak) of
-   records pulled but not yet handed out, and ends the iteration.
+4. ``close()`` stops the loops, lets each outstanding pull request end (filled or
+   expired, at most ``fetch_timeout``) before dropping its inbox, then asks for
+   immediate redelivery (nak), in stream order, of every record pulled and not
+   acknowledged: queued here or handed out and still being processed. The next member
+   of the group gets them at once, before anything newer. An ack of a record handed
+   back this way is a no-op.
 
 Order. Within one receiver, records of one topic are handed out in stream order, so
 records of one key come in the order they were stored. A record that is redelivered
@@ -50,7 +53,8 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, ReplayPolicy
 
-from wow_nats.record import KEY_HEADER, TIMESTAMP_HEADER, NatsRecord
+from wow_core.messaging import BusClosedError
+from wow_nats.record import TIMESTAMP_HEADER, NatsRecord, key_headers, key_of
 
 if TYPE_CHECKING:
     from wow_nats.transport import NatsTransport
@@ -91,8 +95,18 @@ class NatsReceiver:
     # -- the TransportReceiver protocol -------------------------------------------------
 
     async def ready(self) -> None:
-        """Return once every consumer exists: no record stored afterwards can be missed."""
-        await asyncio.shield(self._prepare())
+        """Return once every consumer exists: no record stored afterwards can be missed.
+
+        Raises the server's error if a stream or consumer cannot be created, and
+        ``BusClosedError`` if the receiver was closed first.
+        """
+        prepared = self._prepare()
+        try:
+            await asyncio.shield(prepared)
+        except asyncio.CancelledError:
+            if prepared.cancelled() and self._closed:
+                raise BusClosedError(f"receiver of group {self.group!r} was closed") from None
+            raise
 
     def open_processing(self) -> None:
         """Start pulling records; idempotent."""
@@ -130,7 +144,7 @@ class NatsReceiver:
         return item
 
     async def close(self) -> None:
-        """Stop pulling, release the subscriptions, nak what was pulled and not handed out."""
+        """Stop pulling, release the inboxes, hand back what was not acknowledged (nak)."""
         if self._closed:
             return
         self._closed = True
@@ -210,7 +224,7 @@ class NatsReceiver:
         position = f"{meta.stream}:{meta.sequence.stream}"
         deliveries = meta.num_delivered
         headers = msg.headers or {}
-        key = headers.get(KEY_HEADER, "")
+        key = key_of(headers)
         if deliveries > self.transport.settings.max_deliver:
             await self._dead_letter(topic, msg, key, position, deliveries, "max_deliver")
             return None
@@ -240,7 +254,7 @@ class NatsReceiver:
         prepared = self._prepared
         if prepared is None or (prepared.done() and not prepared.cancelled() and prepared.exception()):
             if self._closed:
-                raise RuntimeError(f"receiver of group {self.group!r} is closed")
+                raise BusClosedError(f"receiver of group {self.group!r} is closed")
             prepared = self._prepared = asyncio.ensure_future(self._subscribe())
         return prepared
 
@@ -285,9 +299,12 @@ class NatsReceiver:
                 await js.add_consumer(stream, config)
                 log.info("created consumer %s on %s (%s)", name, stream, topic)
                 return
-            except nats.js.errors.APIError:
+            except nats.js.errors.APIError as error:
                 # another member created it first (with its own start): use theirs
-                await js.consumer_info(stream, name)
+                try:
+                    await js.consumer_info(stream, name)
+                except nats.js.errors.NotFoundError:
+                    raise error from None
         await self._reconcile_consumer(stream, topic)
 
     async def _reconcile_consumer(self, stream: str, topic: str) -> None:
@@ -365,7 +382,7 @@ class NatsReceiver:
     ) -> None:
         transport = self.transport
         headers = {
-            KEY_HEADER: key,
+            **key_headers(key),
             REASON_HEADER: reason,
             GROUP_HEADER: self.group,
             POSITION_HEADER: position,

@@ -3,13 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from urllib.parse import quote, unquote
 
 from nats.aio.msg import Msg
 
 KEY_HEADER = "Wow-Key"
 """The record key (the aggregate id) travels as a header, the payload stays the JSON."""
+ENCODED_KEY_HEADER = "Wow-Key-Encoded"
+"""A key that a header cannot carry as it is (spaces at its ends, control characters such
+as CR/LF that would end the header), percent-encoded."""
 TIMESTAMP_HEADER = "Wow-Timestamp"
 """The sender's timestamp (epoch milliseconds)."""
+
+
+def key_headers(key: str) -> dict[str, str]:
+    """The header that carries ``key`` unchanged through NATS."""
+    if key.isprintable() and key == key.strip():
+        return {KEY_HEADER: key}
+    return {ENCODED_KEY_HEADER: quote(key, safe="")}
+
+
+def key_of(headers: dict[str, str]) -> str:
+    """The key of a record's headers; empty when it has none (not sent by wow-py)."""
+    encoded = headers.get(ENCODED_KEY_HEADER)
+    if encoded is not None:
+        return unquote(encoded)
+    return headers.get(KEY_HEADER, "")
 
 
 class NatsRecord:

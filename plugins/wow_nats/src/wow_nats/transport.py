@@ -32,7 +32,7 @@ from wow_core.messaging import BusClosedError
 from wow_core.metrics import Metrics, NoopMetrics
 from wow_core.transport import DecodeFailureDefault, DefaultTopicNaming, TopicNaming, TransportMessage
 from wow_nats.layout import StreamLayout
-from wow_nats.record import KEY_HEADER, TIMESTAMP_HEADER
+from wow_nats.record import TIMESTAMP_HEADER, key_headers
 from wow_nats.settings import SECTION, NatsSettings
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ class NatsTransport:
         if self._closed:
             raise BusClosedError("the NATS transport is closed")
         headers = {
-            KEY_HEADER: message.key,
+            **key_headers(message.key),
             TIMESTAMP_HEADER: str(message.timestamp),
             # unique per record, reused by retries: JetStream stores a retried record once
             MSG_ID_HEADER: self._id_prefix + str(next(self._id_counter)),

@@ -92,6 +92,34 @@ class QueueReceiver:
             self.queue.put_nowait(None)
 
 
+class WatchableQueueReceiver(QueueReceiver):
+    """A queue receiver that tells when a pull would not wait (``call_when_pullable``)."""
+
+    def __init__(self, subscription: MessageSubscription) -> None:
+        super().__init__(subscription)
+        self.watchers: list[Callable[[], None]] = []
+
+    def _notify(self) -> None:
+        if self.closed or not self.queue.empty():
+            watchers, self.watchers = self.watchers, []
+            for callback in watchers:
+                callback()
+
+    def call_when_pullable(self, callback: Callable[[], None]) -> None:
+        if callback not in self.watchers:
+            self.watchers.append(callback)
+        self._notify()
+
+    def put(self, message: Any) -> SimpleExchange[Any]:
+        exchange = super().put(message)
+        self._notify()
+        return exchange
+
+    async def close(self) -> None:
+        await super().close()
+        self._notify()
+
+
 @dataclass
 class Delivery:
     message: CommandMessage[Any]

@@ -13,6 +13,7 @@ from tests.wow_core.messaging.local_first.local_first_doubles import (
     ControlledLocalBus,
     QueueReceiver,
     RecordingDistributedBus,
+    WatchableQueueReceiver,
     command,
 )
 from wow_core.messaging.contract import MessageSubscription
@@ -128,14 +129,18 @@ async def test_no_local_receiver_when_the_subscription_names_no_local_aggregate(
     await receiver.close()
 
 
-def pair() -> tuple[QueueReceiver, QueueReceiver, LocalFirstReceiver[Any]]:
-    local = QueueReceiver(SUBSCRIPTION)
+@pytest.fixture(params=["pull-task", "call-when-pullable"])
+def pair(request: pytest.FixtureRequest) -> tuple[QueueReceiver, QueueReceiver, LocalFirstReceiver[Any]]:
+    """A merged receiver over a local receiver that can or cannot tell when it is pullable."""
+    local = (
+        QueueReceiver(SUBSCRIPTION) if request.param == "pull-task" else WatchableQueueReceiver(SUBSCRIPTION)
+    )
     dist = QueueReceiver(SUBSCRIPTION)
     return local, dist, LocalFirstReceiver(local, dist, is_local=lambda _: True)
 
 
-async def test_the_local_side_is_pulled_only_while_the_consumer_waits() -> None:
-    local, dist, receiver = pair()
+async def test_the_local_side_is_pulled_only_while_the_consumer_waits(pair: Any) -> None:
+    local, dist, receiver = pair
     first = command(n=1)
     dist.put(first)
     assert (await next_of(receiver)).message.id == first.id
@@ -150,8 +155,8 @@ async def test_the_local_side_is_pulled_only_while_the_consumer_waits() -> None:
     await receiver.close()
 
 
-async def test_a_cancelled_consumer_leaves_no_local_pull_behind() -> None:
-    local, _, receiver = pair()
+async def test_a_cancelled_consumer_leaves_no_local_pull_behind(pair: Any) -> None:
+    local, _, receiver = pair
     waiting = asyncio.ensure_future(receiver.__anext__())
     await asyncio.sleep(0)
     waiting.cancel()
@@ -166,8 +171,8 @@ async def test_a_cancelled_consumer_leaves_no_local_pull_behind() -> None:
     await receiver.close()
 
 
-async def test_both_sources_ready_deliver_both_in_turn() -> None:
-    local, dist, receiver = pair()
+async def test_both_sources_ready_deliver_both_in_turn(pair: Any) -> None:
+    local, dist, receiver = pair
     a, b = command(n=1), marked("false", n=2)
     local.put(a)
     dist.put(b)
@@ -176,8 +181,8 @@ async def test_both_sources_ready_deliver_both_in_turn() -> None:
     await receiver.close()
 
 
-async def test_close_releases_a_distributed_exchange_pulled_ahead() -> None:
-    local, dist, receiver = pair()
+async def test_close_releases_a_distributed_exchange_pulled_ahead(pair: Any) -> None:
+    local, dist, receiver = pair
     a = command(n=1)
     local.put(a)
     assert (await next_of(receiver)).message.id == a.id
@@ -193,8 +198,8 @@ async def test_close_releases_a_distributed_exchange_pulled_ahead() -> None:
     assert dist.closed
 
 
-async def test_iteration_ends_when_both_sides_end() -> None:
-    local, dist, receiver = pair()
+async def test_iteration_ends_when_both_sides_end(pair: Any) -> None:
+    local, dist, receiver = pair
     message = command()
     dist.put(message)
     await local.close()
@@ -204,8 +209,8 @@ async def test_iteration_ends_when_both_sides_end() -> None:
         await next_of(receiver)
 
 
-async def test_lifecycle_is_forwarded_to_both_receivers() -> None:
-    local, dist, receiver = pair()
+async def test_lifecycle_is_forwarded_to_both_receivers(pair: Any) -> None:
+    local, dist, receiver = pair
     assert not receiver.processing_open
     await receiver.ready()
     assert local.is_ready.is_set()

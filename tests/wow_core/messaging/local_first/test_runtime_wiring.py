@@ -22,14 +22,19 @@ from wow_core.messaging.local_first import (
     LocalFirstStateEventBus,
 )
 from wow_core.messaging.local_first.copies import COPIES_CANCELLED, COPIES_SENT
-from wow_core.metrics import InMemoryMetrics
+from wow_core.metrics import InMemoryMetrics, metrics_source
 from wow_core.runtime.app import WowApp
 from wow_core.runtime.assembly import build_runtime
 from wow_core.runtime.container import create_container
 from wow_core.runtime.runtime import Lifecycle
 from wow_core.runtime.settings import SettingsError, WowSettings
 from wow_core.testing.support import wait_until
-from wow_core.transport.bus import TransportCommandBus, TransportDomainEventBus, TransportStateEventBus
+from wow_core.transport.bus import (
+    SENT_COUNTER,
+    TransportCommandBus,
+    TransportDomainEventBus,
+    TransportStateEventBus,
+)
 from wow_core.transport.in_memory import InMemoryTransport
 from wow_core.transport.spi import TransportMessage
 
@@ -188,7 +193,9 @@ async def test_only_copy_queues_registered_with_the_runtime_are_awaited() -> Non
     loop = asyncio.get_running_loop()
     never: asyncio.Future[bool] = loop.create_future()
     for copies in (registered, unregistered):
-        copies.queue(command("x")).handed_off_with(never, loop.time() + 60)
+        entry = copies.queue(command("x"), start=False)
+        entry.handed_off_with(never, loop.time() + 60)
+        copies.start(entry)
     async with asyncio.timeout(5):
         await lifecycle.stop()
     assert registered.backlog() == 0  # cancelled by the runtime's flush
@@ -197,3 +204,18 @@ async def test_only_copy_queues_registered_with_the_runtime_are_awaited() -> Non
     assert not unregistered.closed
     await unregistered.flush(0)  # stop it yourself
     assert unregistered.backlog() == 0
+
+
+async def test_copies_sent_later_keep_the_senders_metrics_source_through_the_plugin_captures() -> None:
+    metrics = InMemoryMetrics()
+    container = create_container(WowSettings.load())
+    container.metrics.override(providers.Object(metrics))
+    runtime = build_runtime(WowApp("bank", aggregates=[Account]), container=container)
+    async with runtime:
+        token = metrics_source.set("saga:welcome")
+        try:
+            await runtime.command_bus.send(runtime.aggregates.command(Open("ada")))  # handed off
+        finally:
+            metrics_source.reset(token)
+        await runtime.command_bus.copies.join()
+    assert metrics.counter_value(SENT_COUNTER, kind="command", source="saga:welcome", outcome="ok") == 1

@@ -39,7 +39,7 @@ class Waiter:
         self.last_stage: CommandStage | None = None
         # What earlier stages returned (the command's result at PROCESSED), so a wait for a
         # later stage still reports it; a later signal's own result adds to it.
-        self.results: dict[str, Any] = {}
+        self.results: dict[str, Any] | None = None
         # Deadline bookkeeping, driven by CommandGateway.send_and_wait.
         self.task: asyncio.Task[Any] | None = None
         self.sending = False
@@ -67,7 +67,10 @@ class Waiter:
         if signal.succeeded:
             self.reached(signal.stage)
             if signal.result:
-                self.results.update(signal.result)
+                if self.results is None:
+                    self.results = dict(signal.result)
+                else:
+                    self.results.update(signal.result)
         if not self.plan.ends_with(signal):
             return False
         self.future.set_result(
@@ -78,7 +81,7 @@ class Waiter:
                 wait_stage=self.plan.stage,
                 aggregate_id=signal.aggregate_id or self.command.aggregate_id,
                 aggregate_version=signal.aggregate_version,
-                result=dict(self.results) if self.results else signal.result,
+                result=self.results if self.results else signal.result,
                 error_code=signal.error_code,
                 error_msg=signal.error_msg,
                 errors=signal.errors,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from wow_core.command.coordinator import WaitCoordinator
 from wow_core.command.stages import CommandStage, ErrorCodes, WaitSignal
@@ -41,6 +41,13 @@ log = logging.getLogger(__name__)
 
 class Executor(Protocol):
     async def submit(self, key: Hashable, work: Callable[[], Awaitable[Any]]) -> None: ...
+
+
+@runtime_checkable
+class NowaitExecutor(Executor, Protocol):
+    """An executor that can also admit without awaiting when a slot is free."""
+
+    def submit_nowait(self, key: Hashable, work: Callable[[], Awaitable[Any]]) -> bool: ...
 
 
 class CommandDispatcher:
@@ -100,6 +107,8 @@ class CommandDispatcher:
         )
 
     async def _consume(self, receiver: MessageReceiver[ServerCommandExchange]) -> None:
+        executor = self.executor
+        submit_nowait = executor.submit_nowait if isinstance(executor, NowaitExecutor) else None
         async for exchange in receiver:
             command = exchange.message
             if command.is_void:
@@ -107,7 +116,9 @@ class CommandDispatcher:
                 self._metrics.increment("wow.command.void_dropped")
                 await exchange.ack()
                 continue
-            await self.executor.submit(command.aggregate_id, _Work(self, exchange))
+            work = _Work(self, exchange)
+            if submit_nowait is None or not submit_nowait(command.aggregate_id, work):
+                await executor.submit(command.aggregate_id, work)
 
     async def handle(self, exchange: ServerCommandExchange) -> None:
         """Decide one command, signal PROCESSED, settle the exchange."""

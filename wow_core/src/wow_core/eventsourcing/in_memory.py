@@ -2,7 +2,9 @@
 
 Suited to tests, the embedded default and ``wow demo``. Both keep everything they are
 given until the process ends; nothing is evicted. Messages are stored as they are
-given (streams are immutable values; their headers are marked read-only).
+given (streams are immutable values; their headers are marked read-only), and nothing
+else is allocated per append: the request-id index points at the stored stream itself,
+so a long history costs the garbage collector as few objects as it can.
 """
 
 from __future__ import annotations
@@ -28,14 +30,17 @@ class InMemoryEventStore:
 
     def __init__(self) -> None:
         self._streams: dict[AggregateId, list[DomainEventStream]] = {}
-        self._requests: dict[tuple[NamedAggregate, str], AppendedRequest] = {}
+        # Per named aggregate: request id -> the stream appended for it.
+        self._requests: dict[NamedAggregate, dict[str, DomainEventStream]] = {}
 
     async def append(self, stream: DomainEventStream) -> None:
         aggregate_id = stream.aggregate_id
         streams = self._streams.get(aggregate_id)
         current = len(streams) if streams else 0
-        request_key = (aggregate_id.named_aggregate, stream.request_id)
-        original = self._requests.get(request_key)
+        requests = self._requests.get(aggregate_id.named_aggregate)
+        if requests is None:
+            requests = self._requests[aggregate_id.named_aggregate] = {}
+        original = requests.get(stream.request_id)
         if original is not None:
             raise DuplicateRequestIdError(stream.request_id, original.aggregate_id, original.version)
         if stream.version != current + 1:
@@ -45,7 +50,7 @@ class InMemoryEventStore:
             self._streams[aggregate_id] = [stream]
         else:
             streams.append(stream)
-        self._requests[request_key] = AppendedRequest(stream.request_id, aggregate_id, stream.version)
+        requests[stream.request_id] = stream
 
     async def load(
         self, aggregate_id: AggregateId, head_version: int = 1, tail_version: int | None = None
@@ -63,7 +68,11 @@ class InMemoryEventStore:
         return len(streams) if streams else 0
 
     async def find_request(self, named_aggregate: NamedAggregate, request_id: str) -> AppendedRequest | None:
-        return self._requests.get((named_aggregate, request_id))
+        requests = self._requests.get(named_aggregate)
+        original = None if requests is None else requests.get(request_id)
+        if original is None:
+            return None
+        return AppendedRequest(request_id, original.aggregate_id, original.version)
 
     async def close(self) -> None:
         pass

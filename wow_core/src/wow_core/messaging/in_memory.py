@@ -37,7 +37,7 @@ import asyncio
 import logging
 import zlib
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Generic, TypeVar
 
 from wow_core.messaging.contract import (
@@ -108,6 +108,7 @@ class InMemoryReceiver(Generic[E]):
         "_settled",
         "_sink",
         "_waiter",
+        "_watchers",
         "subscription",
     )
 
@@ -119,6 +120,7 @@ class InMemoryReceiver(Generic[E]):
         self._exchange_type = exchange_type
         self._sink: deque[_Delivery] = deque()
         self._waiter: asyncio.Future[None] | None = None
+        self._watchers: list[Callable[[], None]] = []
         self._settled: asyncio.Event | None = None
         self._opened = False
         self._quiescing = False
@@ -141,6 +143,26 @@ class InMemoryReceiver(Generic[E]):
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        if self._watchers:
+            self._notify_watchers()
+
+    def call_when_pullable(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, synchronously, as soon as ``__anext__`` would return without
+        waiting: a message is in the sink while processing is open, or the iteration ended.
+
+        Called at once when that already holds; registering the same callback twice is one
+        registration. Nothing is taken from the sink, so nothing is admitted: the local-first
+        merged receiver waits for local and distributed messages together this way.
+        """
+        if callback not in self._watchers:
+            self._watchers.append(callback)
+        self._notify_watchers()
+
+    def _notify_watchers(self) -> None:
+        if self._closed or self._quiescing or (self._opened and self._sink):
+            watchers, self._watchers = self._watchers, []
+            for callback in watchers:
+                callback()
 
     # -- consumer side -------------------------------------------------------------------
 
@@ -174,6 +196,8 @@ class InMemoryReceiver(Generic[E]):
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        if self._watchers:
+            self._notify_watchers()
 
     async def ready(self) -> None:
         """Complete at once: the receiver is routed since it was created."""

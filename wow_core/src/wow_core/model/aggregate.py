@@ -29,10 +29,27 @@ class NamedAggregate:
 
     context_name: str
     aggregate_name: str
+    _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _check_name("context name", self.context_name)
         _check_name("aggregate name", self.aggregate_name)
+        # Named aggregates key routes, registries and stores: hash once.
+        object.__setattr__(self, "_hash", hash((self.context_name, self.aggregate_name)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (
+            self._hash == other._hash
+            and self.context_name == other.context_name
+            and self.aggregate_name == other.aggregate_name
+        )
 
     def __str__(self) -> str:
         return f"{self.context_name}.{self.aggregate_name}"
@@ -65,6 +82,18 @@ class AggregateId:
 
     def __hash__(self) -> int:
         return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (
+            self._hash == other._hash
+            and self.id == other.id
+            and self.tenant_id == other.tenant_id
+            and self.named_aggregate == other.named_aggregate
+        )
 
     @property
     def context_name(self) -> str:

@@ -48,7 +48,15 @@ from wow_core.eventsourcing.store import (
 )
 from wow_core.messaging.contract import DomainEventBus, StateEventBus
 from wow_core.metrics import Metrics, NoopMetrics
-from wow_core.model import AggregateId, CommandMessage, DomainEvent, DomainEventStream, Header, StateEvent
+from wow_core.model import (
+    AggregateId,
+    CommandMessage,
+    DomainEvent,
+    DomainEventStream,
+    Header,
+    StateEvent,
+    now_ms,
+)
 from wow_core.modeling.aggregate import AggregateMetadata, CommandFunction, DomainError, Emit
 from wow_core.modeling.registry import AggregateRegistry
 
@@ -195,7 +203,10 @@ class CommandKernel:
                 f"aggregate {metadata.named_aggregate} has no command function for "
                 f"{type(command.body).__qualname__}",
             )
-        violations = tuple(v for validator in self._validators for v in validator(command.body))
+        violations: tuple[Violation, ...] = ()
+        for validator in self._validators:
+            if found := validator(command.body):
+                violations = (*violations, *found)
         if violations:
             return self._rejected(
                 command,
@@ -326,11 +337,21 @@ class CommandKernel:
     def _stream(command: CommandMessage[Any], version: int, bodies: tuple[object, ...]) -> DomainEventStream:
         aggregate_id = command.aggregate_id
         command_id = command.id
+        created = now_ms()  # one clock reading for the stream and its events
         last = len(bodies)
         if last == 1:
             body = bodies[0]
             events: tuple[DomainEvent[Any], ...] = (
-                DomainEvent(aggregate_id, body, type(body).__name__, version, 1, True, command_id=command_id),
+                DomainEvent(
+                    aggregate_id,
+                    body,
+                    type(body).__name__,
+                    version,
+                    1,
+                    True,
+                    command_id=command_id,
+                    create_time=created,
+                ),
             )
         else:
             events = tuple(
@@ -342,6 +363,7 @@ class CommandKernel:
                     index,
                     index == last,
                     command_id=command_id,
+                    create_time=created,
                 )
                 for index, body in enumerate(bodies, start=1)
             )
@@ -358,6 +380,7 @@ class CommandKernel:
             command_id=command_id,
             request_id=command.request_id,
             header=header,
+            create_time=created,
         )
 
     async def _publish(self, stream: DomainEventStream, state: Any) -> None:
@@ -371,7 +394,9 @@ class CommandKernel:
                 )
         if self.state_event_bus is not None:
             try:
-                await self.state_event_bus.send(StateEvent(stream=stream, state=state))
+                await self.state_event_bus.send(
+                    StateEvent(stream=stream, state=state, create_time=stream.create_time)
+                )
             except Exception:
                 self._metrics.increment("wow.command.publish_failures", tags={"bus": "state"})
                 log.exception("publishing the state of %s v%d failed", stream.aggregate_id, stream.version)

@@ -23,7 +23,7 @@ import asyncio
 import functools
 import logging
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Generic, TypeVar
 
 from wow_core.messaging.contract import MessageExchange, MessageReceiver
@@ -90,6 +90,10 @@ class LocalFirstReceiver(Generic[E]):
         self._held: deque[E] = deque()
         self._closed = False
         self._quiescing = False
+        self._watch: Callable[[Callable[[], None]], None] | None = None
+        """``call_when_pullable`` of the local receiver, when it has one."""
+        self._watching = False
+        self._local_pullable = False
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -228,7 +232,21 @@ class LocalFirstReceiver(Generic[E]):
                 if self._local_it is None:
                     assert self._local is not None
                     self._local_it = self._local.__aiter__()
-                if self._local_has_pending():
+                    self._watch = getattr(self._local, "call_when_pullable", None)
+                if self._watch is not None:
+                    # The local receiver tells when a pull would not wait: nothing is taken
+                    # (admitted) before this consumer asks for it.
+                    if not self._local_pullable and not self._watching:
+                        self._watching = True
+                        self._watch(self._on_local_pullable)
+                    if self._local_pullable:
+                        self._local_pullable = False
+                        found = await _pull(self._local_it)
+                        if isinstance(found, _End):
+                            self._local_ended = True
+                            continue
+                        return found
+                elif self._local_has_pending():
                     # The local sink holds a message: the pull returns without waiting.
                     found = await _pull(self._local_it)
                     if isinstance(found, _End):
@@ -237,7 +255,7 @@ class LocalFirstReceiver(Generic[E]):
                     return found
             wake = self._wake = loop.create_future()
             local_next: asyncio.Task[E | _End] | None = None
-            if not self._local_ended:
+            if not self._local_ended and self._watch is None:
                 assert self._local_it is not None
                 local_next = loop.create_task(_pull(self._local_it))
                 local_next.add_done_callback(functools.partial(_resolve, wake))
@@ -254,6 +272,11 @@ class LocalFirstReceiver(Generic[E]):
                     self._local_ended = True
                     continue
                 return found
+
+    def _on_local_pullable(self) -> None:
+        self._watching = False
+        self._local_pullable = True
+        self._wake_consumer()
 
     def _local_has_pending(self) -> bool:
         """Whether the local receiver can yield at once (receivers that report ``pending``)."""
