@@ -79,6 +79,7 @@ def failure(payload: str | bytes, kind: TopicKind = TopicKind.COMMAND) -> Decode
         b"\xff\xfe\x00",
         '{"kind": "command"} trailing',
         '"\\ud800"',  # a lone surrogate escape
+        '{"kind": "\ud800"}',  # text with a lone surrogate, which no UTF-8 can carry
         "",
         "{",
     ],

@@ -4,6 +4,13 @@ A body is written as JSON together with its registered *type name*; a receiver r
 it only from a class that was registered in its :class:`BodyTypeRegistry` (nothing is
 imported by name, nothing is pickled or evaluated). Bodies are dataclasses or pydantic
 models; pydantic validates them on the way in.
+
+Both directions run in pydantic-core (Rust): ``encode`` builds the JSON-ready dict and
+writes it in one ``to_json`` pass; ``decode`` parses and checks the whole envelope in one
+compiled, strict validator per message kind, then rebuilds the body from its registered
+class's compiled validator. Every payload that is not a message of the asked kind is a
+:class:`DecodeError` with its :class:`DecodeFailureKind`, never another exception.
+The form and its decoding rules are documented in ``docs/transports/spi.md``.
 """
 
 from __future__ import annotations
@@ -421,7 +428,7 @@ def _envelope_error(error: ValidationError, kind: TopicKind) -> DecodeError:
     """The :class:`DecodeError` of an envelope that failed its validator."""
     details = error.errors(include_url=False, include_context=False)
     for detail in details:
-        if detail["type"] == "json_type":  # neither text nor bytes
+        if detail["type"] in ("json_type", "string_unicode"):  # not text, or not encodable text
             return DecodeError(DecodeFailureKind.NOT_JSON, detail["msg"])
         if detail["type"] == "json_invalid":
             # The parser refuses nesting deeper than its limit: valid syntax, hostile shape.
