@@ -309,56 +309,27 @@ async def measure(h: Harness, bootstrap: str) -> list[Figure]:
             "bus": lambda: consume_bus(consume_settings, count),
         },
     )
-    raw_s, fw_s, bus_s = (send[name][0] for name in ("raw", "fw", "bus"))
-    raw_c, fw_c, bus_c = (consume[name][0] for name in ("raw", "fw", "bus"))
-
-    def cpu(results: dict[str, tuple[float, float]], name: str) -> dict[str, float]:
-        return {
-            "client_cpu_us_per_record": round(results[name][1] / count * 1e6, 2),
-            "cpu_ratio": round(results["raw"][1] / results[name][1], 3),
-        }
-
     detail = {"records": count, "window": WINDOW, "payload_bytes": len(records[0].payload)}
+
+    def figure(name: str, results: dict[str, Timing], run: str, unit: str, goal: float | None) -> Figure:
+        wall, cpu = results[run]
+        extra: dict[str, Any] = {
+            "client_cpu_us_per_record": round(cpu / count * 1e6, 2),
+            "cpu_ratio": round(results["raw"][1] / cpu, 3),
+        }
+        if goal is not None:
+            extra["goal_ratio"] = goal
+        ratio = None if run == "raw" else results["raw"][0] / wall
+        return Figure(name, count / wall, unit, ratio=ratio, detail={**detail, **extra})
+
     return [
-        Figure(
-            "kafka raw aiokafka send_and_wait",
-            count / raw_s,
-            "records/s",
-            detail={**detail, **cpu(send, "raw")},
-        ),
-        Figure(
-            "kafka KafkaTransport.send",
-            count / fw_s,
-            "records/s",
-            ratio=raw_s / fw_s,
-            detail={**detail, **cpu(send, "fw"), "goal_ratio": 0.8},
-        ),
-        Figure(
-            "kafka TransportCommandBus.send (JSON encoding on top)",
-            count / bus_s,
-            "messages/s",
-            ratio=raw_s / bus_s,
-            detail={**detail, **cpu(send, "bus")},
-        ),
-        Figure(
-            "kafka raw aiokafka consume and commit",
-            count / raw_c,
-            "records/s",
-            detail={**detail, **cpu(consume, "raw")},
-        ),
-        Figure(
-            "kafka KafkaTransport receive and ack",
-            count / fw_c,
-            "records/s",
-            ratio=raw_c / fw_c,
-            detail={**detail, **cpu(consume, "fw"), "goal_ratio": 0.7},
-        ),
-        Figure(
-            "kafka TransportCommandBus receive and ack (decoding on top)",
-            count / bus_c,
-            "messages/s",
-            ratio=raw_c / bus_c,
-            detail={**detail, **cpu(consume, "bus")},
+        figure("kafka raw aiokafka send_and_wait", send, "raw", "records/s", None),
+        figure("kafka KafkaTransport.send", send, "fw", "records/s", 0.8),
+        figure("kafka TransportCommandBus.send (JSON encoding on top)", send, "bus", "messages/s", None),
+        figure("kafka raw aiokafka consume and commit", consume, "raw", "records/s", None),
+        figure("kafka KafkaTransport receive and ack", consume, "fw", "records/s", 0.7),
+        figure(
+            "kafka TransportCommandBus receive and ack (decoding on top)", consume, "bus", "messages/s", None
         ),
     ]
 

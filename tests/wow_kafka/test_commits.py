@@ -22,6 +22,22 @@ async def single_partition(kafka_bootstrap: str) -> AsyncIterator[KafkaTransport
         await transport.close()
 
 
+async def next_member_gets(
+    transport: KafkaTransport, group: str, topic: str, count: int, *, then_send: str | None = None
+) -> list[str]:
+    """Open a new member of ``group``, optionally send one record, take ``count`` records."""
+    member = transport.open(group, [topic])
+    await member.ready()
+    if then_send is not None:
+        await transport.send(message(topic, f"k{then_send}", then_send))
+    member.open_processing()
+    collector = Collector(member)
+    await collector.count(count)
+    await collector.stop()
+    await member.close()
+    return collector.payloads()
+
+
 async def test_commit_stops_below_an_unacknowledged_record(single_partition: KafkaTransport) -> None:
     transport = single_partition
     topic = f"{transport.settings.topic_prefix}commits.gap.command"
@@ -35,23 +51,9 @@ async def test_commit_stops_below_an_unacknowledged_record(single_partition: Kaf
     await collector.count(6)
     await first.close()
 
-    second = transport.open(group, [topic])
-    await second.ready()
-    second.open_processing()
-    again = Collector(second)
-    await again.count(4)
-    assert again.payloads() == ["2", "3", "4", "5"]
-    await again.stop()
-    await second.close()
-
-    third = transport.open(group, [topic])  # everything acknowledged now: nothing comes back
-    await third.ready()
-    await transport.send(message(topic, "k6", "6"))
-    third.open_processing()
-    last = Collector(third)
-    await last.count(1)
-    assert last.payloads() == ["6"]
-    await last.stop()
+    assert await next_member_gets(transport, group, topic, 4) == ["2", "3", "4", "5"]
+    # everything acknowledged now: nothing comes back
+    assert await next_member_gets(transport, group, topic, 1, then_send="6") == ["6"]
 
 
 async def test_out_of_order_acks_commit_once_contiguous(single_partition: KafkaTransport) -> None:
@@ -70,14 +72,7 @@ async def test_out_of_order_acks_commit_once_contiguous(single_partition: KafkaT
     await collector.stop()
     await receiver.close()
 
-    again = transport.open(group, [topic])
-    await again.ready()
-    await transport.send(message(topic, "k4", "4"))
-    again.open_processing()
-    after = Collector(again)
-    await after.count(1)
-    assert after.payloads() == ["4"]
-    await after.stop()
+    assert await next_member_gets(transport, group, topic, 1, then_send="4") == ["4"]
 
 
 async def test_an_ack_after_close_does_not_commit(single_partition: KafkaTransport) -> None:
@@ -94,10 +89,4 @@ async def test_an_ack_after_close_does_not_commit(single_partition: KafkaTranspo
     await receiver.close()
     await record.ack()  # too late: the record belongs to whoever owns the partition now
 
-    again = transport.open(group, [topic])
-    await again.ready()
-    again.open_processing()
-    redelivered = Collector(again)
-    await redelivered.count(1)
-    assert redelivered.payloads() == ["late"]
-    await redelivered.stop()
+    assert await next_member_gets(transport, group, topic, 1) == ["late"]

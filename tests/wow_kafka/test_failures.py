@@ -117,3 +117,21 @@ async def test_a_receiver_rejoins_and_receives_after_a_broker_restart(own_broker
     finally:
         await sender.close()
         await transport.close()
+
+
+async def test_ready_succeeds_once_the_broker_is_back(own_broker: TansuBroker) -> None:
+    # a join takes half the session timeout on tansu: the request timeout must be longer
+    settings = test_settings(own_broker.bootstrap, request_timeout_ms=5000)
+    transport = KafkaTransport(settings)
+    topic = f"{settings.topic_prefix}retry.ready.command"
+    try:
+        receiver = transport.open(unique("retry"), [topic])
+        own_broker.stop()
+        with pytest.raises(KafkaConnectError):
+            await receiver.ready()
+        own_broker.start()
+        transport.topics.forget()
+        await asyncio.wait_for(receiver.ready(), 60)  # a new attempt, not the first error again
+        assert receiver.assigned
+    finally:
+        await transport.close()

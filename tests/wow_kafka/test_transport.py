@@ -99,3 +99,22 @@ async def test_undecodable_bytes_survive_a_round_trip(transport: KafkaTransport)
     finally:
         await reader.stop()
     assert (copied.key, copied.value) == (b"\xc3\x28", b"\xff\x00payload\x80")
+
+
+async def test_a_new_iteration_continues_where_the_last_one_stopped(kafka_bootstrap: str) -> None:
+    settings = test_settings(kafka_bootstrap, partitions=1)
+    transport = KafkaTransport(settings)
+    topic = f"{settings.topic_prefix}iterate.again.command"
+    try:
+        receiver = transport.open(unique("again"), [topic])
+        await receiver.ready()
+        await transport.send_many([message(topic, f"k{i}", str(i)) for i in range(5)])
+        receiver.open_processing()
+        got = []
+        for _ in range(5):  # a fresh iterator each time, as `anext(aiter(...))` makes
+            record = await asyncio.wait_for(anext(aiter(receiver)), 30)
+            got.append(record.payload)
+            await record.ack()
+        assert got == ["0", "1", "2", "3", "4"]
+    finally:
+        await transport.close()

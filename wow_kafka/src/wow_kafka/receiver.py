@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -131,6 +131,10 @@ class KafkaTransportReceiver:
         self._batches: deque[tuple[PartitionOffsets, list[Any]]] = deque()
         self._buffered = 0
         """Records in ``_batches``, not counting the batch being handed out."""
+        self._low_mark = settings.buffered_records // 2
+        self._batch: list[Any] | None = None
+        self._batch_offsets = PartitionOffsets(0)
+        self._batch_index = 0
         self._data = asyncio.Event()
         self._anchored = asyncio.Event()
         self._processing = False
@@ -153,9 +157,11 @@ class KafkaTransportReceiver:
     async def ready(self) -> None:
         if self._closed:
             raise BusClosedError(f"Kafka receiver of group {self.group!r} is closed")
-        if self._start_task is None:
-            self._start_task = asyncio.create_task(self._start(), name=f"wow-kafka-start:{self.group}")
-        await asyncio.shield(self._start_task)
+        task = self._start_task
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            # first call, or the last attempt failed (broker down): try again
+            task = self._start_task = asyncio.create_task(self._start(), name=f"wow-kafka-start:{self.group}")
+        await asyncio.shield(task)
 
     async def _start(self) -> None:
         await self._topic_admin.ensure(self.topics)
@@ -224,34 +230,41 @@ class KafkaTransportReceiver:
             self._partitions.clear()
             self._batches.clear()
             self._buffered = 0
+            self._batch = None
             if self._on_close is not None:
                 self._on_close(self)
 
     # -- records ----------------------------------------------------------------------
 
-    def __aiter__(self) -> AsyncIterator[KafkaRecord]:
-        return self._records()
+    def __aiter__(self) -> KafkaTransportReceiver:
+        return self
 
-    async def _records(self) -> AsyncIterator[KafkaRecord]:
-        batches = self._batches
-        low_mark = self._settings.buffered_records // 2
+    async def __anext__(self) -> KafkaRecord:
+        # The position inside the current batch lives here, not in a generator: a
+        # consumer that stops iterating and starts again loses no fetched record.
         while True:
-            while not batches or not self._processing:
-                if self._closed:
-                    return
+            if self._closed:
+                raise StopAsyncIteration
+            records = self._batch
+            if records is not None:
+                offsets = self._batch_offsets
+                index = self._batch_index
+                if index < len(records) and offsets.active and not offsets.revoking:
+                    self._batch_index = index + 1
+                    record = records[index]
+                    offsets.delivered(record.offset)
+                    return KafkaRecord(self, offsets, record)
+                # done, or revoked: the next owner delivers the rest from the watermark
+                self._batch = None
+            if not self._batches or not self._processing:
                 self._data.clear()
                 await self._data.wait()
-            if self._closed:
-                return
-            offsets, records = batches.popleft()
-            self._buffered -= len(records)
-            if self._buffered <= low_mark and not self._room.is_set():
+                continue
+            self._batch_offsets, self._batch = self._batches.popleft()
+            self._batch_index = 0
+            self._buffered -= len(self._batch)
+            if self._buffered <= self._low_mark and not self._room.is_set():
                 self._room.set()
-            for record in records:
-                if offsets.revoking or not offsets.active or self._closed:
-                    break  # revoked or closed: the next owner delivers the rest
-                offsets.delivered(record.offset)
-                yield KafkaRecord(self, offsets, record)
 
     async def _fetch_loop(self) -> None:
         consumer = self._consumer

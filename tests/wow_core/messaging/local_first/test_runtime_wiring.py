@@ -193,7 +193,9 @@ async def test_only_copy_queues_registered_with_the_runtime_are_awaited() -> Non
     loop = asyncio.get_running_loop()
     never: asyncio.Future[bool] = loop.create_future()
     for copies in (registered, unregistered):
-        copies.queue(command("x")).handed_off_with(never, loop.time() + 60)
+        entry = copies.queue(command("x"), start=False)
+        entry.handed_off_with(never, loop.time() + 60)
+        copies.start(entry)
     async with asyncio.timeout(5):
         await lifecycle.stop()
     assert registered.backlog() == 0  # cancelled by the runtime's flush

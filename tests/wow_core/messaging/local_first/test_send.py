@@ -505,3 +505,48 @@ async def test_local_bus_and_distributed_bus_must_carry_the_same_kind(
 
     with pytest.raises(ValueError, match="event"):
         LocalFirstCommandBus(EventLocal(), distributed)  # type: ignore[arg-type]
+
+
+# -- the copy queue's task runs its first step at once --------------------------------
+
+
+async def test_a_refused_copy_is_sent_as_the_queue_task_in_its_own_context(
+    bus: LocalFirstCommandBus, local: ControlledLocalBus, distributed: RecordingDistributedBus
+) -> None:
+    local.route(ORDERS).mode = "refuse"
+    seen: list[tuple[asyncio.Task[Any] | None, str, str]] = []
+    send = distributed.send
+
+    async def spying(message: Any) -> None:
+        seen.append((asyncio.current_task(), request_var.get(), metrics_source.get()))
+        await send(message)
+
+    distributed.send = spying  # type: ignore[method-assign]
+    request_token = request_var.set("GET /orders")
+    source_token = metrics_source.set("gateway")
+    try:
+        await bus.send(command())
+    finally:
+        request_var.reset(request_token)
+        metrics_source.reset(source_token)
+    ((task, request, source),) = seen
+    assert task is not asyncio.current_task()  # timeouts inside the send cancel the copy's task
+    assert request == ""  # not the sender's context...
+    assert source == "gateway"  # ...only what the captures took
+    assert request_var.get() == ""
+
+
+async def test_a_timeout_inside_the_distributed_send_fails_the_copy_not_the_sender(
+    bus: LocalFirstCommandBus, local: ControlledLocalBus, distributed: RecordingDistributedBus
+) -> None:
+    local.route(ORDERS).mode = "refuse"
+    never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def slow(message: Any) -> None:
+        async with asyncio.timeout(0.05):
+            await never
+
+    distributed.send = slow  # type: ignore[method-assign]
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(bus.send(command()), 5)
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]

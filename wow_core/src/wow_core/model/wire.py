@@ -4,16 +4,28 @@ A body is written as JSON together with its registered *type name*; a receiver r
 it only from a class that was registered in its :class:`BodyTypeRegistry` (nothing is
 imported by name, nothing is pickled or evaluated). Bodies are dataclasses or pydantic
 models; pydantic validates them on the way in.
+
+Both directions run in pydantic-core (Rust): ``encode`` builds the JSON-ready dict and
+writes it in one ``to_json`` pass; ``decode`` parses and checks the whole envelope in one
+compiled, strict validator per message kind, then rebuilds the body from its registered
+class's compiled validator. Every payload that is not a message of the asked kind is a
+:class:`DecodeError` with its :class:`DecodeFailureKind`, never another exception.
+The form and its decoding rules are documented in ``docs/transports/spi.md``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import reprlib
 from collections.abc import Callable, Iterable
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any, Literal, NotRequired
 
-from pydantic import TypeAdapter, ValidationError
+from annotated_types import Ge, MinLen
+from pydantic import ConfigDict, Strict, StringConstraints, TypeAdapter, ValidationError
+from pydantic_core import SchemaValidator, to_json
+from typing_extensions import TypedDict
 
 from wow_core.model.aggregate import AggregateId, NamedAggregate
 from wow_core.model.header import Header
@@ -57,14 +69,21 @@ def default_type_name(cls: type[Any]) -> str:
 
 
 class BodyTypeRegistry:
-    """Type names to body classes, for the classes this process knows."""
+    """Type names to body classes, for the classes this process knows.
 
-    __slots__ = ("_adapters", "_by_name", "_by_type")
+    Each class gets one pydantic :class:`~pydantic.TypeAdapter`, built on first use; its
+    compiled serializer and validator are kept beside it, so dumping or loading a body
+    costs two dict lookups and one call into pydantic-core.
+    """
+
+    __slots__ = ("_adapters", "_by_name", "_by_type", "_dumpers", "_loaders")
 
     def __init__(self, types: Iterable[type[Any]] = ()) -> None:
         self._by_name: dict[str, type[Any]] = {}
         self._by_type: dict[type[Any], str] = {}
         self._adapters: dict[type[Any], TypeAdapter[Any]] = {}
+        self._dumpers: dict[type[Any], tuple[str, Callable[..., Any]]] = {}
+        self._loaders: dict[str, Callable[[Any], Any]] = {}
         for cls in types:
             self.register(cls)
 
@@ -77,6 +96,7 @@ class BodyTypeRegistry:
             )
         self._by_name[type_name] = cls
         self._by_type[cls] = type_name
+        self._dumpers.pop(cls, None)  # re-registered under another name: dump by the new one
         return type_name
 
     def __contains__(self, cls: object) -> bool:
@@ -103,16 +123,24 @@ class BodyTypeRegistry:
         return adapter
 
     def dump(self, body: object) -> tuple[str, Any]:
+        """The type name and JSON-ready data of ``body``; :class:`UnknownBodyTypeError` if unregistered."""
         cls = type(body)
-        return self.name_of(cls), self.adapter(cls).dump_python(body, mode="json")
+        dumper = self._dumpers.get(cls)
+        if dumper is None:
+            dumper = self._dumpers[cls] = (self.name_of(cls), self.adapter(cls).serializer.to_python)
+        return dumper[0], dumper[1](body, mode="json")
 
     def load(self, type_name: str, data: Any) -> Any:
+        """The body of class ``type_name`` validated from ``data``; :class:`DecodeError` otherwise."""
+        loader = self._loaders.get(type_name)
+        if loader is None:
+            try:
+                cls = self.resolve(type_name)
+            except UnknownBodyTypeError as error:
+                raise DecodeError(DecodeFailureKind.UNKNOWN_BODY_TYPE, str(error)) from None
+            loader = self._loaders[type_name] = self.adapter(cls).validator.validate_python
         try:
-            cls = self.resolve(type_name)
-        except UnknownBodyTypeError as error:
-            raise DecodeError(DecodeFailureKind.UNKNOWN_BODY_TYPE, str(error)) from None
-        try:
-            return self.adapter(cls).validate_python(data)
+            return loader(data)
         except ValidationError as error:
             raise DecodeError(
                 DecodeFailureKind.INVALID_BODY,
@@ -200,173 +228,259 @@ def to_wire(registry: BodyTypeRegistry, message: Message) -> dict[str, Any]:
 
 
 # -- decoding ---------------------------------------------------------------------------
+#
+# The envelope of every kind is one compiled pydantic-core schema: JSON text is parsed and
+# checked in one pass in Rust (strict types: a string is a string, an integer is not a
+# boolean nor a float), then the message objects are built from the checked dict. The body
+# is rebuilt afterwards by its registered class only, so an unknown type name never
+# reaches a validator.
+
+_Text = Annotated[str, StringConstraints(strict=True, min_length=1)]
+_AnyText = Annotated[str, Strict()]
+_Int = Annotated[int, Strict()]
+_Bool = Annotated[bool, Strict()]
+_Header = dict[_Text, _AnyText]
 
 
-class _Reader:
-    """Typed access to an untrusted JSON object; every miss is a WRONG_SHAPE error."""
-
-    __slots__ = ("_data", "_where")
-
-    def __init__(self, data: object, where: str) -> None:
-        if not isinstance(data, dict):
-            raise DecodeError(
-                DecodeFailureKind.WRONG_SHAPE, f"{where} must be a JSON object, got {_kind(data)}"
-            )
-        self._data: dict[str, Any] = data
-        self._where = where
-
-    def _get(self, key: str) -> Any:
-        try:
-            return self._data[key]
-        except KeyError:
-            raise DecodeError(DecodeFailureKind.WRONG_SHAPE, f"{self._where} has no {key!r}") from None
-
-    def text(self, key: str, *, empty: bool = False) -> str:
-        value = self._get(key)
-        if not isinstance(value, str) or (not empty and not value):
-            raise DecodeError(
-                DecodeFailureKind.WRONG_SHAPE, f"{self._where}.{key} must be a non-empty string"
-            )
-        return value
-
-    def integer(self, key: str, *, optional: bool = False) -> Any:
-        value = self._get(key) if not optional else self._data.get(key)
-        if optional and value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise DecodeError(DecodeFailureKind.WRONG_SHAPE, f"{self._where}.{key} must be an integer")
-        return value
-
-    def boolean(self, key: str) -> bool:
-        value = self._get(key)
-        if not isinstance(value, bool):
-            raise DecodeError(DecodeFailureKind.WRONG_SHAPE, f"{self._where}.{key} must be a boolean")
-        return value
-
-    def raw(self, key: str) -> Any:
-        return self._get(key)
-
-    def obj(self, key: str) -> _Reader:
-        return _Reader(self._get(key), f"{self._where}.{key}")
-
-    def array(self, key: str) -> list[Any]:
-        value = self._get(key)
-        if not isinstance(value, list):
-            raise DecodeError(DecodeFailureKind.WRONG_SHAPE, f"{self._where}.{key} must be a list")
-        return value
-
-    def header(self, key: str = "header") -> Header:
-        value = self._get(key)
-        if not isinstance(value, dict) or not all(
-            isinstance(k, str) and k and isinstance(v, str) for k, v in value.items()
-        ):
-            raise DecodeError(
-                DecodeFailureKind.WRONG_SHAPE,
-                f"{self._where}.{key} must map non-empty strings to strings",
-            )
-        return Header(value)
+class _AggregateWire(TypedDict):
+    context: _Text
+    aggregate: _Text
+    id: _Text
+    tenant: _Text
 
 
-def _kind(value: object) -> str:
-    return {dict: "object", list: "array", str: "string", bool: "boolean"}.get(
-        type(value), type(value).__name__
+# Keys are cached while parsing, values are not: ids are unique, caching them is waste.
+_PARSING = ConfigDict(cache_strings="keys")
+
+
+class _CommandWire(TypedDict):
+    __pydantic_config__ = _PARSING  # type: ignore[misc]
+
+    kind: Literal["command"]
+    id: _Text
+    request_id: _Text
+    aggregate: _AggregateWire
+    name: _Text
+    body_type: _Text
+    body: Any
+    header: _Header
+    is_create: _Bool
+    allow_create: _Bool
+    is_void: _Bool
+    aggregate_version: NotRequired[Annotated[int, Strict(), Ge(0)] | None]
+    create_time: _Int
+
+
+class _EventWire(TypedDict):
+    id: _Text
+    name: _Text
+    version: _Int
+    sequence: _Int
+    is_last: _Bool
+    command_id: _AnyText
+    revision: _Text
+    body_type: _Text
+    body: Any
+    header: _Header
+    create_time: _Int
+
+
+class _StreamFields(TypedDict):
+    id: _Text
+    aggregate: _AggregateWire
+    version: Annotated[int, Strict(), Ge(1)]
+    command_id: _AnyText
+    request_id: _AnyText
+    header: _Header
+    create_time: _Int
+    events: Annotated[list[_EventWire], MinLen(1)]
+
+
+class _StreamWire(_StreamFields):
+    __pydantic_config__ = _PARSING  # type: ignore[misc]
+
+    kind: Literal["event"]
+
+
+class _StateWire(TypedDict):
+    __pydantic_config__ = _PARSING  # type: ignore[misc]
+
+    kind: Literal["state"]
+    id: _Text
+    header: _Header
+    create_time: _Int
+    deleted: _Bool
+    state_type: _Text
+    state: Any
+    stream: _StreamFields
+
+
+@functools.cache
+def _envelope(kind: TopicKind) -> SchemaValidator:
+    """The compiled envelope validator of ``kind`` (built once, on first use)."""
+    shapes: dict[TopicKind, Any] = {
+        TopicKind.COMMAND: _CommandWire,
+        TopicKind.EVENT: _StreamWire,
+        TopicKind.STATE: _StateWire,
+    }
+    return TypeAdapter(shapes[kind]).validator  # type: ignore[return-value]
+
+
+_CACHE_SIZE = 4096
+_named_aggregates: dict[tuple[str, str], NamedAggregate] = {}
+_aggregate_ids: dict[tuple[str, str, str, str], AggregateId] = {}
+
+
+def _aggregate_id(data: _AggregateWire) -> AggregateId:
+    # Records mostly name aggregates seen before: each distinct id is checked and hashed
+    # once, then the same immutable value is reused. Both caches are bounded (emptied
+    # when full), so hostile records naming a new aggregate each time cannot grow them.
+    key = (data["context"], data["aggregate"], data["id"], data["tenant"])
+    aggregate_id = _aggregate_ids.get(key)
+    if aggregate_id is not None:
+        return aggregate_id
+    named = _named_aggregates.get(key[:2])
+    if named is None:
+        named = NamedAggregate(key[0], key[1])  # ValueError for a bad name
+        if len(_named_aggregates) >= _CACHE_SIZE:
+            _named_aggregates.clear()
+        _named_aggregates[key[:2]] = named
+    aggregate_id = AggregateId(named, key[2], key[3])
+    if len(_aggregate_ids) >= _CACHE_SIZE:
+        _aggregate_ids.clear()
+    _aggregate_ids[key] = aggregate_id
+    return aggregate_id
+
+
+def _stream(registry: BodyTypeRegistry, data: _StreamFields) -> DomainEventStream:
+    aggregate_id = _aggregate_id(data["aggregate"])
+    load = registry.load
+    return DomainEventStream(
+        aggregate_id=aggregate_id,
+        version=data["version"],
+        events=tuple(
+            [
+                DomainEvent(
+                    aggregate_id=aggregate_id,
+                    body=load(event["body_type"], event["body"]),
+                    name=event["name"],
+                    version=event["version"],
+                    sequence=event["sequence"],
+                    is_last=event["is_last"],
+                    id=event["id"],
+                    command_id=event["command_id"],
+                    revision=event["revision"],
+                    header=Header(event["header"]),
+                    create_time=event["create_time"],
+                )
+                for event in data["events"]
+            ]
+        ),
+        command_id=data["command_id"],
+        request_id=data["request_id"],
+        id=data["id"],
+        header=Header(data["header"]),
+        create_time=data["create_time"],
     )
 
 
-def _aggregate_from_wire(reader: _Reader) -> AggregateId:
+def _build(registry: BodyTypeRegistry, data: Any, kind: TopicKind) -> Message:
+    """The message of an envelope that passed its validator."""
     try:
-        return AggregateId(
-            NamedAggregate(reader.text("context"), reader.text("aggregate")),
-            reader.text("id"),
-            reader.text("tenant"),
-        )
-    except DecodeError:
-        raise
-    except ValueError as error:
-        raise DecodeError(DecodeFailureKind.WRONG_SHAPE, f"aggregate: {error}") from None
-
-
-def _stream_from_wire(registry: BodyTypeRegistry, reader: _Reader) -> DomainEventStream:
-    aggregate_id = _aggregate_from_wire(reader.obj("aggregate"))
-    events = []
-    for index, item in enumerate(reader.array("events")):
-        event = _Reader(item, f"events[{index}]")
-        events.append(
-            DomainEvent(
-                aggregate_id=aggregate_id,
-                body=registry.load(event.text("body_type"), event.raw("body")),
-                name=event.text("name"),
-                version=event.integer("version"),
-                sequence=event.integer("sequence"),
-                is_last=event.boolean("is_last"),
-                id=event.text("id"),
-                command_id=event.text("command_id", empty=True),
-                revision=event.text("revision"),
-                header=event.header(),
-                create_time=event.integer("create_time"),
+        if kind is TopicKind.COMMAND:
+            return CommandMessage(
+                aggregate_id=_aggregate_id(data["aggregate"]),
+                body=registry.load(data["body_type"], data["body"]),
+                name=data["name"],
+                id=data["id"],
+                request_id=data["request_id"],
+                header=Header(data["header"]),
+                is_create=data["is_create"],
+                allow_create=data["allow_create"],
+                is_void=data["is_void"],
+                aggregate_version=data.get("aggregate_version"),
+                create_time=data["create_time"],
             )
-        )
-    try:
-        return DomainEventStream(
-            aggregate_id=aggregate_id,
-            version=reader.integer("version"),
-            events=tuple(events),
-            command_id=reader.text("command_id", empty=True),
-            request_id=reader.text("request_id", empty=True),
-            id=reader.text("id"),
-            header=reader.header(),
-            create_time=reader.integer("create_time"),
+        if kind is TopicKind.EVENT:
+            return _stream(registry, data)
+        return StateEvent(
+            stream=_stream(registry, data["stream"]),
+            state=registry.load(data["state_type"], data["state"]),
+            deleted=data["deleted"],
+            id=data["id"],
+            header=Header(data["header"]),
+            create_time=data["create_time"],
         )
     except DecodeError:
         raise
-    except ValueError as error:
-        raise DecodeError(DecodeFailureKind.WRONG_SHAPE, f"event stream: {error}") from None
+    except ValueError as error:  # a rule of the model objects (a bad aggregate name...)
+        raise DecodeError(DecodeFailureKind.WRONG_SHAPE, f"{kind.value}: {error}") from None
+
+
+_SHOWN_ERRORS = 3
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    return "message" + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)
+
+
+def _envelope_error(error: ValidationError, kind: TopicKind) -> DecodeError:
+    """The :class:`DecodeError` of an envelope that failed its validator."""
+    details = error.errors(include_url=False, include_context=False)
+    for detail in details:
+        if detail["type"] in ("json_type", "string_unicode"):  # not text, or not encodable text
+            return DecodeError(DecodeFailureKind.NOT_JSON, detail["msg"])
+        if detail["type"] == "json_invalid":
+            # The parser refuses nesting deeper than its limit: valid syntax, hostile shape.
+            failure = (
+                DecodeFailureKind.WRONG_SHAPE
+                if "recursion limit" in detail["msg"]
+                else DecodeFailureKind.NOT_JSON
+            )
+            return DecodeError(failure, detail["msg"])
+        if detail["loc"] == ("kind",) and detail["type"] == "literal_error":
+            found = reprlib.repr(detail["input"])
+            return DecodeError(DecodeFailureKind.WRONG_SHAPE, f"expected a {kind.value} message, got {found}")
+    shown = "; ".join(f"{_where(d['loc'])}: {d['msg']}" for d in details[:_SHOWN_ERRORS])
+    if len(details) > _SHOWN_ERRORS:
+        shown += f" (and {len(details) - _SHOWN_ERRORS} more)"
+    return DecodeError(DecodeFailureKind.WRONG_SHAPE, shown)
 
 
 def from_wire(registry: BodyTypeRegistry, data: object, kind: TopicKind) -> Message:
     """Rebuild a message of ``kind`` from its JSON-ready dict; raises :class:`DecodeError`."""
-    reader = _Reader(data, "message")
-    found = reader.text("kind")
-    if found != kind.value:
-        raise DecodeError(DecodeFailureKind.WRONG_SHAPE, f"expected a {kind.value} message, got {found!r}")
-    if kind is TopicKind.COMMAND:
-        try:
-            return CommandMessage(
-                aggregate_id=_aggregate_from_wire(reader.obj("aggregate")),
-                body=registry.load(reader.text("body_type"), reader.raw("body")),
-                name=reader.text("name"),
-                id=reader.text("id"),
-                request_id=reader.text("request_id"),
-                header=reader.header(),
-                is_create=reader.boolean("is_create"),
-                allow_create=reader.boolean("allow_create"),
-                is_void=reader.boolean("is_void"),
-                aggregate_version=reader.integer("aggregate_version", optional=True),
-                create_time=reader.integer("create_time"),
-            )
-        except DecodeError:
-            raise
-        except ValueError as error:
-            raise DecodeError(DecodeFailureKind.WRONG_SHAPE, f"command: {error}") from None
-    if kind is TopicKind.EVENT:
-        return _stream_from_wire(registry, reader)
-    return StateEvent(
-        stream=_stream_from_wire(registry, reader.obj("stream")),
-        state=registry.load(reader.text("state_type"), reader.raw("state")),
-        deleted=reader.boolean("deleted"),
-        id=reader.text("id"),
-        header=reader.header(),
-        create_time=reader.integer("create_time"),
-    )
+    try:
+        envelope = _envelope(kind).validate_python(data, strict=True)
+    except ValidationError as error:
+        raise _envelope_error(error, kind) from None
+    return _build(registry, envelope, kind)
 
 
-_dumps: Callable[[Any], str] = json.JSONEncoder(
-    ensure_ascii=False, separators=(",", ":"), allow_nan=False
-).encode
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"out of range float values are not JSON compliant: {name}")
+
+
+def _to_json(data: dict[str, Any]) -> str:
+    """Compact JSON text (UTF-8, no ASCII escaping) of a JSON-ready dict, in one Rust pass.
+
+    Non-finite floats are refused like the standard library's ``allow_nan=False``: they
+    are written as constants first, and only a text holding such a token (a rare string
+    may too) is parsed again to tell which.
+    """
+    text = to_json(data, inf_nan_mode="constants")
+    if b"NaN" in text or b"Infinity" in text:
+        json.loads(text, parse_constant=_refuse_constant)
+    return text.decode()
 
 
 class MessageCodec:
-    """Messages to JSON text and back, for one :class:`BodyTypeRegistry`."""
+    """Messages to JSON text and back, for one :class:`BodyTypeRegistry`.
+
+    ``decode`` parses and checks the envelope in one compiled pass, then rebuilds the body
+    by its registered class. It raises :class:`DecodeError` for every payload that is not
+    a message of the asked kind, never another exception for bad input. JSON nested more
+    deeply than the parser's limit (about 200 levels) is ``WRONG_SHAPE``.
+    """
 
     __slots__ = ("registry",)
 
@@ -374,11 +488,12 @@ class MessageCodec:
         self.registry = registry
 
     def encode(self, message: Message) -> str:
-        return _dumps(to_wire(self.registry, message))
+        """The JSON text of ``message``; ``ValueError`` for a non-finite float in a body."""
+        return _to_json(to_wire(self.registry, message))
 
     def decode(self, payload: str | bytes, kind: TopicKind) -> Message:
         try:
-            data = json.loads(payload)
-        except (ValueError, UnicodeDecodeError) as error:
-            raise DecodeError(DecodeFailureKind.NOT_JSON, str(error)) from None
-        return from_wire(self.registry, data, kind)
+            envelope = _envelope(kind).validate_json(payload)
+        except ValidationError as error:
+            raise _envelope_error(error, kind) from None
+        return _build(self.registry, envelope, kind)

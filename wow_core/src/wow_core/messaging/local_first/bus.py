@@ -168,9 +168,12 @@ class LocalFirstMessageBus(Generic[M, E]):
         if self._skips_local_first(message):
             # Distributed only, but still in its turn behind the aggregate's earlier copies.
             self._count("skipped")
-            await self._wait_sent(self.copies.queue(distributed_copy))
+            skipped = self.copies.queue(distributed_copy, start=False)
+            done = skipped.completion()
+            self.copies.start(skipped)
+            await self._wait_sent(skipped, done)
             return
-        entry = self.copies.queue(distributed_copy)
+        entry = self.copies.queue(distributed_copy, start=False)
         local_copy = message.copy()
         local_copy.header[Header.LOCAL_FIRST] = "true"
         try:
@@ -187,28 +190,32 @@ class LocalFirstMessageBus(Generic[M, E]):
                 type(error).__name__,
                 error,
             )
-            await self._wait_sent(entry)
-            return
-        if receipt.accepted:
+            receipt = None
+        if receipt is not None and receipt.accepted:
             self._count("handed_off")
             entry.handed_off_with(
                 receipt.admission, asyncio.get_running_loop().time() + self.hand_off_timeout
             )
+            self.copies.start(entry)
             return
-        self._count("refused")
-        log.debug(
-            "local-first %s: hand-off of %s %s refused (%s); sending it distributed",
-            self.bus_name,
-            message.name,
-            message.aggregate_id,
-            receipt.reason or "no reason given",
-        )
-        await self._wait_sent(entry)
+        if receipt is not None:
+            self._count("refused")
+            log.debug(
+                "local-first %s: hand-off of %s %s refused (%s); sending it distributed",
+                self.bus_name,
+                message.name,
+                message.aggregate_id,
+                receipt.reason or "no reason given",
+            )
+        done = entry.completion()  # before the queue starts: it may send the copy at once
+        self.copies.start(entry)
+        await self._wait_sent(entry, done)
 
     @staticmethod
-    async def _wait_sent(entry: QueuedCopy[M]) -> None:
+    async def _wait_sent(entry: QueuedCopy[M], done: asyncio.Future[None] | None = None) -> None:
         """Wait for the copy, not with it: a cancelled sender leaves the copy to be sent once."""
-        done = entry.completion()
+        if done is None:
+            done = entry.completion()
         try:
             await asyncio.shield(done)
         except asyncio.CancelledError:

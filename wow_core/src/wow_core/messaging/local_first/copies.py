@@ -30,8 +30,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+from asyncio.tasks import _enter_task, _leave_task
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Coroutine, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -76,7 +77,17 @@ class QueuedCopy(Generic[M]):
     that waits for the copy (a refused send) waits on :meth:`completion`.
     """
 
-    __slots__ = ("_done", "abandoned", "admission", "context", "deadline", "handed_off", "message")
+    __slots__ = (
+        "_done",
+        "_error",
+        "_settled",
+        "abandoned",
+        "admission",
+        "context",
+        "deadline",
+        "handed_off",
+        "message",
+    )
 
     def __init__(self, message: M, context: CapturedContext) -> None:
         self.message = message
@@ -86,6 +97,8 @@ class QueuedCopy(Generic[M]):
         self.handed_off = False
         self.abandoned = False
         self._done: asyncio.Future[None] | None = None
+        self._settled = False
+        self._error: BaseException | None = None
 
     def handed_off_with(self, admission: asyncio.Future[bool], deadline: float) -> None:
         """The local bus accepted the hand-off; the copy waits for ``admission`` until ``deadline``."""
@@ -97,6 +110,11 @@ class QueuedCopy(Generic[M]):
         """A future resolved when this copy was sent, failed with its error, or was cancelled."""
         if self._done is None:
             self._done = asyncio.get_running_loop().create_future()
+            if self._settled:
+                if self._error is None:
+                    self._done.set_result(None)
+                else:
+                    self._done.set_exception(self._error)
         return self._done
 
     def abandon(self) -> None:
@@ -106,6 +124,10 @@ class QueuedCopy(Generic[M]):
             self._done.add_done_callback(_retrieve)
 
     def _resolve(self, error: BaseException | None) -> None:
+        if self._settled:
+            return
+        self._settled = True
+        self._error = error
         done = self._done
         if done is None or done.done():
             return
@@ -127,11 +149,91 @@ def _retrieve(future: asyncio.Future[None]) -> None:
 class _Lane:
     """The copy queue of one aggregate id and the task draining it."""
 
-    __slots__ = ("copies", "task")
+    __slots__ = ("copies", "step", "task")
 
     def __init__(self) -> None:
         self.copies: deque[QueuedCopy[Any]] = deque()
         self.task: asyncio.Task[None] | None = None
+        self.step: _EagerStep | None = None
+
+
+class _Continue:
+    """Continues, inside a task, a coroutine whose first step already ran.
+
+    The task forwards what it is sent or thrown (a wake-up, a cancellation) to the
+    coroutine, exactly as an ``await`` chain would.
+    """
+
+    __slots__ = ("awaited", "coro")
+
+    def __init__(self, coro: Coroutine[Any, Any, None], awaited: Any) -> None:
+        self.coro = coro
+        self.awaited = awaited
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        coro, awaited = self.coro, self.awaited
+        while True:
+            try:
+                sent = yield awaited
+            except BaseException as error:
+                try:
+                    awaited = coro.throw(error)
+                except StopIteration:
+                    return
+            else:
+                try:
+                    awaited = coro.send(sent)
+                except StopIteration:
+                    return
+
+
+class _EagerStep:
+    """A task whose first step runs at once, inside the caller, as that task.
+
+    asyncio of Python 3.11 has no eager tasks: the task is created (scheduled) first, then
+    its coroutine's first step runs synchronously with the task made current (so
+    ``current_task()``, and the timeouts that cancel it, see the task, not the caller) in
+    the task's own context. The scheduled step then only continues what is left.
+    """
+
+    __slots__ = ("awaited", "context", "coro", "error", "finished")
+
+    def __init__(self, coro: Coroutine[Any, Any, None], context: contextvars.Context) -> None:
+        self.coro = coro
+        self.context = context
+        self.awaited: Any = None
+        self.finished = False
+        self.error: BaseException | None = None
+
+    def first(self, task: asyncio.Task[None]) -> None:
+        loop = task.get_loop()
+        caller = asyncio.current_task(loop)
+        if caller is not None:
+            _leave_task(loop, caller)
+        _enter_task(loop, task)
+        try:
+            self.awaited = self.context.run(self.coro.send, None)
+        except StopIteration:
+            self.finished = True
+        except BaseException as error:
+            self.finished = True
+            self.error = error
+        finally:
+            _leave_task(loop, task)
+            if caller is not None:
+                _enter_task(loop, caller)
+
+    async def rest(self) -> None:
+        if self.finished:
+            if self.error is not None:
+                raise self.error
+            return
+        await _Continue(self.coro, self.awaited)
+
+    def close(self) -> None:
+        """Close a coroutine whose task was cancelled before it could continue it."""
+        if getattr(self.coro, "cr_frame", None) is not None:
+            self.context.run(self.coro.close)
 
 
 class LocalFirstDistributedCopies(Generic[M]):
@@ -178,12 +280,14 @@ class LocalFirstDistributedCopies(Generic[M]):
     def closed(self) -> bool:
         return self._closed
 
-    def queue(self, message: M) -> QueuedCopy[M]:
+    def queue(self, message: M, *, start: bool = True) -> QueuedCopy[M]:
         """Queue ``message`` (an independent copy) behind the earlier copies of its aggregate.
 
         Synchronous, so nothing can run between queueing and the hand-off that follows.
-        The copy counts as refused until :meth:`QueuedCopy.handed_off_with` is called.
-        Raises :class:`BusClosedError` once :meth:`flush` started.
+        The copy counts as refused until :meth:`QueuedCopy.handed_off_with` is called; a
+        caller that hands off after queueing passes ``start=False`` and calls :meth:`start`
+        once the copy's hand-off result is attached. Raises :class:`BusClosedError` once
+        :meth:`flush` started.
         """
         if self._closed:
             raise BusClosedError(f"local-first {self.bus_name} copies are closed")
@@ -194,14 +298,29 @@ class LocalFirstDistributedCopies(Generic[M]):
             lane = self._lanes[key] = _Lane()
         lane.copies.append(entry)
         self._add_backlog(key.named_aggregate, 1)
-        if lane.task is None:
-            # An empty context: the drain task must not keep the first sender's context.
-            lane.task = asyncio.get_running_loop().create_task(
-                self._drain(key, lane),
-                name=f"local-first {self.bus_name} copies {key}",
-                context=contextvars.Context(),
-            )
+        if start:
+            self.start(entry)
         return entry
+
+    def start(self, entry: QueuedCopy[M]) -> None:
+        """Let the queue of ``entry``'s aggregate send, if it is not sending already.
+
+        The queue's task takes its first step now, inside this call (as that task, in an
+        empty context, never the sender's), so a copy that can go out at once (refused,
+        over a transport whose send does not wait) is sent before this returns; whatever
+        has to wait continues in the task.
+        """
+        key = entry.message.aggregate_id
+        lane = self._lanes.get(key)
+        if lane is None or lane.task is not None:
+            return
+        context = contextvars.Context()
+        step = _EagerStep(self._drain(key, lane), context)
+        lane.task = asyncio.get_running_loop().create_task(
+            step.rest(), name=f"local-first {self.bus_name} copies {key}", context=context
+        )
+        lane.step = step
+        step.first(lane.task)
 
     def backlog(self, named_aggregate: NamedAggregate | None = None) -> int:
         """Copies waiting to be sent, for one aggregate type or in total."""
@@ -231,6 +350,7 @@ class LocalFirstDistributedCopies(Generic[M]):
             raise
         finally:
             lane.task = None
+            lane.step = None
             if not lane.copies and self._lanes.get(key) is lane:
                 del self._lanes[key]
 
@@ -368,19 +488,24 @@ class LocalFirstDistributedCopies(Generic[M]):
         pending: set[asyncio.Task[None]] = set()
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=timeout)
-        if not pending:
-            return FlushResult(True, 0)
-        stuck = [(key, lane) for key, lane in self._lanes.items() if lane.task in pending]
-        cancelled = sum(len(lane.copies) for _, lane in stuck)
+        cancelled = sum(len(lane.copies) for lane in self._lanes.values())
         for task in pending:
             task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        # A task cancelled before its first step never ran its own clean-up.
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        # Whatever is still queued now is cancelled; a task cancelled before its scheduled
+        # step never resumed its queue, so that queue is closed here.
+        stuck = [(key, lane) for key, lane in self._lanes.items() if lane.copies]
         for key, lane in stuck:
+            if lane.step is not None:
+                lane.step.close()
             self._cancel_all(key, lane)
             lane.task = None
+            lane.step = None
             if self._lanes.get(key) is lane:
                 del self._lanes[key]
+        if not cancelled:
+            return FlushResult(True, 0)
         log.warning(
             "local-first %s: %d distributed copies were still queued after %.3g s and were cancelled; "
             "other services will never receive them",
