@@ -19,12 +19,11 @@ both ways and the checks. A broker transport adds its own round trips on top.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks._harness import Figure, Harness
+from benchmarks._harness import Figure, Harness, round_trips, send_then_drain
 from wow_core.messaging import MessageSubscription
 from wow_core.model import AggregateId, BodyTypeRegistry, CommandMessage, MessageCodec, NamedAggregate
 from wow_core.transport.bus import TransportCommandBus
@@ -49,15 +48,6 @@ def codec() -> MessageCodec:
     return MessageCodec(BodyTypeRegistry([Deposit]))
 
 
-async def drain(receiver: Any, count: int) -> None:
-    seen = 0
-    async for item in receiver:
-        await item.ack()
-        seen += 1
-        if seen == count:
-            return
-
-
 async def raw_transport(count: int) -> float:
     transport = InMemoryTransport()
     topic = "wow.bench.account.command"
@@ -66,12 +56,11 @@ async def raw_transport(count: int) -> float:
     records = [bus.encode(message) for message in commands(count)]
     receiver = transport.open("bench.p", [topic])
     receiver.open_processing()
-    consumer = asyncio.create_task(drain(receiver, count))
-    start = time.perf_counter()
-    for record in records:
+
+    async def send(record: TransportMessage) -> None:
         await transport.send(TransportMessage(record.topic, record.key, record.payload, record.timestamp))
-    await consumer
-    elapsed = time.perf_counter() - start
+
+    elapsed = await send_then_drain(send, records, [receiver])
     await transport.close()
     return elapsed
 
@@ -82,13 +71,7 @@ async def transport_bus(count: int) -> float:
     receiver = bus.receiver(MessageSubscription.of("bench.p", [ACCOUNT]))
     await receiver.ready()
     receiver.open_processing()
-    messages = commands(count)
-    consumer = asyncio.create_task(drain(receiver, count))
-    start = time.perf_counter()
-    for message in messages:
-        await bus.send(message)
-    await consumer
-    elapsed = time.perf_counter() - start
+    elapsed = await send_then_drain(bus.send, commands(count), [receiver])
     await bus.close()
     await transport.close()
     return elapsed
@@ -112,25 +95,7 @@ async def transport_bus_round_trip(rounds: int) -> float:
     receiver = bus.receiver(MessageSubscription.of("bench.p", [ACCOUNT]))
     await receiver.ready()
     receiver.open_processing()
-    answers: asyncio.Queue[int] = asyncio.Queue()
-    messages = commands(rounds)
-
-    async def consume() -> None:
-        seen = 0
-        async for exchange in receiver:
-            await exchange.ack()
-            answers.put_nowait(seen)
-            seen += 1
-            if seen == rounds:
-                return
-
-    consumer = asyncio.create_task(consume())
-    start = time.perf_counter()
-    for message in messages:
-        await bus.send(message)
-        await answers.get()
-    elapsed = time.perf_counter() - start
-    await consumer
+    elapsed = await round_trips(bus.send, commands(rounds), receiver)
     await bus.close()
     await transport.close()
     return elapsed
