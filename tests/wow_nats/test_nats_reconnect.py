@@ -13,7 +13,9 @@ import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import nats.errors
 import pytest
+from pydantic import SecretStr
 
 from tests.wow_nats.support import message, next_record, opened
 from wow_nats import NatsSettings, NatsTransport
@@ -29,9 +31,10 @@ def free_port() -> int:
 
 
 class PrivateServer:
-    def __init__(self, binary: str, store: Path) -> None:
+    def __init__(self, binary: str, store: Path, *extra: str) -> None:
         self.binary = binary
         self.store = store
+        self.extra = extra
         self.port = free_port()
         self.process: asyncio.subprocess.Process | None = None
 
@@ -41,7 +44,7 @@ class PrivateServer:
 
     async def start(self) -> None:
         self.process = await asyncio.create_subprocess_exec(
-            self.binary, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.store),
+            self.binary, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.store), *self.extra,
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
         )  # fmt: skip
         for _ in range(200):
@@ -59,17 +62,48 @@ class PrivateServer:
             await self.process.wait()
 
 
-@pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[PrivateServer]:
+def nats_server_binary() -> str:
     binary = shutil.which("nats-server")
     if binary is None:
         if os.environ.get("CI") == "true":
             pytest.fail("nats-server is not installed")
         pytest.skip("nats-server is not installed")
-    private = PrivateServer(binary, tmp_path / "js")
+    return binary
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[PrivateServer]:
+    private = PrivateServer(nats_server_binary(), tmp_path / "js")
     await private.start()
     yield private
     await private.stop()
+
+
+@pytest.fixture
+async def guarded(tmp_path: Path) -> AsyncIterator[PrivateServer]:
+    """A server that wants a user and password."""
+    private = PrivateServer(nats_server_binary(), tmp_path / "js", "--user", "wow", "--pass", "s3cret")
+    await private.start()
+    yield private
+    await private.stop()
+
+
+async def test_user_and_password_come_from_the_settings(guarded: PrivateServer) -> None:
+    good = NatsTransport(NatsSettings(servers=[guarded.url], user="wow", password=SecretStr("s3cret")))
+    try:
+        receiver = await opened(good, "g", ["wow.auth.agg.command"])
+        await good.send(message("wow.auth.agg.command", "k"))
+        assert (await next_record(aiter(receiver))).key == "k"
+    finally:
+        await good.close()
+    bad = NatsTransport(
+        NatsSettings(servers=[guarded.url], user="wow", password=SecretStr("wrong"), connect_timeout=2.0)
+    )
+    try:
+        with pytest.raises((ConnectionError, nats.errors.Error)):
+            await bad.start()
+    finally:
+        await bad.close()
 
 
 async def test_sends_and_receivers_survive_a_server_restart(server: PrivateServer) -> None:

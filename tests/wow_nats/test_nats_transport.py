@@ -41,6 +41,20 @@ async def test_send_completes_on_the_publish_ack(
     assert stored.headers["Wow-Key"] == "k1"
 
 
+@pytest.mark.parametrize("deduplicate", [True, False])
+async def test_a_message_id_is_sent_when_deduplicating(
+    make_transport: MakeTransport, names: Names, raw_js: nats.js.JetStreamContext, deduplicate: bool
+) -> None:
+    transport = make_transport(deduplicate=deduplicate)
+    topic = names.topic()
+    await transport.send(message(topic, "k1"))
+    await transport.send(message(topic, "k1"))
+    stored = await raw_js.get_last_msg(transport.layout.stream(topic), topic)
+    assert stored.headers is not None
+    assert ("Nats-Msg-Id" in stored.headers) is deduplicate
+    assert stored.seq == 2  # two sends, two records: ids are unique per record
+
+
 async def test_a_record_sent_after_ready_is_received_with_its_fields(
     make_transport: MakeTransport, names: Names
 ) -> None:

@@ -9,6 +9,7 @@ context in ``wow-otel``) and restores only that around the deferred send.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from typing import Protocol, runtime_checkable
@@ -40,13 +41,26 @@ class MetricsSourceCapture:
     def capture(self) -> object:
         return metrics_source.get()
 
-    @contextlib.contextmanager
-    def restore(self, captured: object) -> Iterator[None]:
-        token = metrics_source.set(str(captured))
-        try:
-            yield
-        finally:
-            metrics_source.reset(token)
+    def restore(self, captured: object) -> AbstractContextManager[None]:
+        return _MetricsSourceRestored(str(captured))
+
+
+class _MetricsSourceRestored:
+    """``metrics_source`` set for a ``with`` block (a class: cheaper than a generator)."""
+
+    __slots__ = ("_token", "_value")
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+        self._token: contextvars.Token[str] | None = None
+
+    def __enter__(self) -> None:
+        self._token = metrics_source.set(self._value)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._token is not None:
+            metrics_source.reset(self._token)
+            self._token = None
 
 
 class CapturedContext:
@@ -55,11 +69,24 @@ class CapturedContext:
     __slots__ = ("_items",)
 
     def __init__(self, captures: Sequence[ContextCapture]) -> None:
-        self._items = [(capture, capture.capture()) for capture in captures]
+        self._items = tuple([(capture, capture.capture()) for capture in captures])
+
+    def restored(self) -> AbstractContextManager[None]:
+        """A context manager restoring every snapshot for its ``with`` block."""
+        items = self._items
+        if not items:
+            return _NOTHING
+        if len(items) == 1:  # the common case (metrics source only): no ExitStack
+            capture, captured = items[0]
+            return capture.restore(captured)
+        return self._restored_all()
 
     @contextlib.contextmanager
-    def restored(self) -> Iterator[None]:
+    def _restored_all(self) -> Iterator[None]:
         with ExitStack() as stack:
             for capture, captured in self._items:
                 stack.enter_context(capture.restore(captured))
             yield
+
+
+_NOTHING: AbstractContextManager[None] = contextlib.nullcontext()

@@ -7,9 +7,14 @@ over some streams. What it guarantees:
   ``MKSTREAM``, or reused): an entry added after that is delivered to the group.
 - Nothing is read before ``open_processing()``; entries not read stay in the stream
   for the other members of the group.
-- Entries are read with ``XREADGROUP ... >``; first, and again after every reconnect,
-  the consumer re-reads its own pending entries (``0``) so a restart under the same
-  consumer name, or a reply lost with the connection, does not strand them.
+- Entries are read with ``XREADGROUP ... >``. First the consumer re-reads its own
+  pending entries (``0``), so a restart under the same consumer name resumes them, and
+  claims the entries closed members handed back, so a key's order survives the
+  hand-over; after a lost connection it re-reads its pending entries past the last one
+  it read, so a reply lost on the wire strands nothing.
+- ``close()`` hands the entries it read and did not acknowledge back to the group
+  (``XCLAIM ... IDLE``): the next member to start, or any member's next recovery scan,
+  takes them.
 - Recovery (``claim_idle_time``): entries pending in any consumer of the group for
   longer than the idle time are claimed with ``XAUTOCLAIM`` and delivered again, so a
   crashed member's work is done by the living ones. An entry delivered more than
@@ -18,7 +23,11 @@ over some streams. What it guarantees:
 - An entry that is not a message (no UTF-8 ``msg`` field) is reported through the
   :class:`~wow_redis.observer.RedisMessageBusObserver` and left pending: it is never
   acknowledged as if consumed; recovery brings it back until it is dead-lettered.
-- ``record.ack()`` is an ``XACK``; concurrent acks are batched into one round trip.
+- ``record.ack()`` is an ``XACK``; acks are batched into one round trip per stream.
+  By default ``ack()`` returns once queued (flushed within a round trip and by
+  ``close()``); with ``ack_confirmed`` it waits for the reply.
+- A failure the reader does not retry (the stream key replaced by another type) ends
+  the iteration with that error, logged; it never leaves the consumer waiting.
 - Connection errors are retried with backoff, reported to the observer, and never
   drop an entry: an entry is either yielded, pending, or acknowledged.
 

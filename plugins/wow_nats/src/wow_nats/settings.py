@@ -51,6 +51,10 @@ class NatsSettings(BaseModel):
     fetch_batch: PositiveInt = Field(64, description="Records asked for by one pull request.")
     fetch_timeout: PositiveFloat = Field(1.0, description="Seconds one pull request waits for records.")
     publish_timeout: PositiveFloat = Field(5.0, description="Seconds a send waits for the publish ack.")
+    deduplicate: bool = Field(
+        True,
+        description="Send a Nats-Msg-Id so that a publish retried after a lost ack is stored once.",
+    )
     max_pending_publishes: PositiveInt = Field(
         4000, description="Publishes waiting for their ack at once; a send waits for room beyond it."
     )

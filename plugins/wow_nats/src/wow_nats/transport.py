@@ -8,7 +8,8 @@ The transport owns one NATS connection. Streams are created (or their subjects a
 the first time a topic of their context is sent to or opened; consumers are created by
 the receivers (:mod:`wow_nats.receiver`). nats-py reconnects by itself; a send that
 times out or finds no stream responder while the connection is re-established is tried
-again with the same ``Nats-Msg-Id``, so JetStream's duplicate window keeps the retry
+again with the same ``Nats-Msg-Id`` (``deduplicate``, on by default), so JetStream's
+duplicate window keeps the retry
 from storing the record twice.
 """
 
@@ -85,6 +86,7 @@ class NatsTransport:
         """Topics whose stream exists (topic -> stream): the fast path of ``send``."""
         self._id_prefix = uuid.uuid4().hex[:16] + "-"
         self._id_counter = itertools.count()
+        self._deduplicate = self.settings.deduplicate
         self._closed = False
 
     @classmethod
@@ -124,12 +126,11 @@ class NatsTransport:
         """Publish to the topic's subject; return on JetStream's publish ack."""
         if self._closed:
             raise BusClosedError("the NATS transport is closed")
-        headers = {
-            **key_headers(message.key),
-            TIMESTAMP_HEADER: str(message.timestamp),
+        headers = key_headers(message.key)
+        headers[TIMESTAMP_HEADER] = str(message.timestamp)
+        if self._deduplicate:
             # unique per record, reused by retries: JetStream stores a retried record once
-            MSG_ID_HEADER: self._id_prefix + str(next(self._id_counter)),
-        }
+            headers[MSG_ID_HEADER] = self._id_prefix + str(next(self._id_counter))
         await self.publish(message.topic, message.payload.encode("utf-8"), headers)
 
     async def send_many(self, messages: Sequence[TransportMessage]) -> None:

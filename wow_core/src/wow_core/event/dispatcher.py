@@ -168,13 +168,18 @@ class AbstractAggregateEventDispatcher(Generic[E]):
         return settled
 
     async def _consume(self, receiver: MessageReceiver[E]) -> None:
+        executor = self.executor
+        # Admit without awaiting when a slot is free (the runtime's KeyedExecutor can).
+        submit_nowait: Callable[[Hashable, Callable[[], Awaitable[None]]], bool] | None = getattr(
+            executor, "submit_nowait", None
+        )
         try:
             async for exchange in receiver:
-                message = exchange.message
+                key = (self._lane, exchange.message.aggregate_id)
+                work = _bind(self.dispatch, exchange)
                 try:
-                    await self.executor.submit(
-                        (self._lane, message.aggregate_id), _bind(self.dispatch, exchange)
-                    )
+                    if submit_nowait is None or not submit_nowait(key, work):
+                        await executor.submit(key, work)
                 except BaseException:
                     exchange.release()  # not admitted: leave it to the backend's redelivery
                     raise

@@ -8,7 +8,7 @@ before the message is emitted.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from random import getrandbits
 from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
@@ -66,6 +66,16 @@ class Message(Protocol):
     def with_read_only(self) -> Self: ...
 
 
+_FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {}
+
+
+def _field_names(cls: type[Any]) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+    return names
+
+
 class _MessageOps:
     """``copy`` and ``with_read_only`` shared by the message dataclasses."""
 
@@ -75,7 +85,14 @@ class _MessageOps:
 
     def copy(self) -> Self:
         """The same message with an independent, writable header."""
-        return replace(self, header=self.header.copy())  # type: ignore[type-var]
+        # Field by field rather than dataclasses.replace, which re-runs __init__ and
+        # __post_init__ (the values were checked when this message was made).
+        cls = type(self)
+        copied = object.__new__(cls)
+        for name in _field_names(cls):
+            object.__setattr__(copied, name, getattr(self, name))
+        object.__setattr__(copied, "header", self.header.copy())
+        return copied
 
     def with_read_only(self) -> Self:
         """Mark the header read-only (done before emission) and return ``self``."""
