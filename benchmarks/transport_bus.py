@@ -6,7 +6,8 @@
   (read-only marking, JSON encoding, decoding with key and topic checks, the exchange,
   ``ack``): throughput, as a ratio of the raw transport's, and in queue hops.
 - ``MessageCodec alone``: encoding and decoding the same commands, nothing else: the
-  share of the bus figure that is JSON and body validation.
+  share of the bus figure that is JSON and body validation; then encoding alone and
+  decoding alone (the sender's and the receiver's share).
 - ``transport command bus round trip``: one command at a time, send -> consumer ->
   answer through an ``asyncio.Queue``; the answer's hop is taken off, in queue-hop
   latencies.
@@ -89,6 +90,26 @@ async def codec_only(count: int) -> float:
     return time.perf_counter() - start
 
 
+async def codec_encode_only(count: int) -> float:
+    the_codec = codec()
+    messages = commands(count)
+    start = time.perf_counter()
+    for message in messages:
+        the_codec.encode(message)
+    return time.perf_counter() - start
+
+
+async def codec_decode_only(count: int) -> float:
+    from wow_core.model import TopicKind
+
+    the_codec = codec()
+    payloads = [the_codec.encode(message) for message in commands(count)]
+    start = time.perf_counter()
+    for payload in payloads:
+        the_codec.decode(payload, TopicKind.COMMAND)
+    return time.perf_counter() - start
+
+
 async def transport_bus_round_trip(rounds: int) -> float:
     transport = InMemoryTransport()
     bus = TransportCommandBus(transport, codec())
@@ -106,6 +127,8 @@ async def run(h: Harness) -> list[Figure]:
     raw_seconds, hop = await h.paired(lambda: raw_transport(count))
     bus_seconds, bus_hop = await h.paired(lambda: transport_bus(count))
     codec_seconds, codec_hop = await h.paired(lambda: codec_only(count))
+    encode_seconds, encode_hop = await h.paired(lambda: codec_encode_only(count))
+    decode_seconds, decode_hop = await h.paired(lambda: codec_decode_only(count))
     rounds = h.n(10_000)
     trip_seconds, hop_latency = await h.paired(lambda: transport_bus_round_trip(rounds), latency=True)
     one_way = trip_seconds / rounds - hop_latency
@@ -131,6 +154,20 @@ async def run(h: Harness) -> list[Figure]:
             "commands/s",
             hops=codec_seconds / count / codec_hop,
             detail={"commands": count, "note": "the JSON share of the bus figure above"},
+        ),
+        Figure(
+            "MessageCodec alone: encode",
+            count / encode_seconds,
+            "commands/s",
+            hops=encode_seconds / count / encode_hop,
+            detail={"commands": count, "note": "the sender's share"},
+        ),
+        Figure(
+            "MessageCodec alone: decode (envelope, body, checks)",
+            count / decode_seconds,
+            "commands/s",
+            hops=decode_seconds / count / decode_hop,
+            detail={"commands": count, "note": "the receiver's share"},
         ),
         Figure(
             "transport command bus over in-memory transport: send -> consumer latency",
