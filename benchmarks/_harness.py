@@ -30,12 +30,14 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 RESULTS = Path(__file__).parent / "results"
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -246,3 +248,58 @@ class Harness:
 
 def per_op(seconds: float, count: int) -> float:
     return seconds / count
+
+
+class Ackable(Protocol):
+    """An exchange or a transport record: what a consumer acknowledges."""
+
+    async def ack(self) -> None: ...
+
+
+async def ack_each(
+    receiver: AsyncIterable[Ackable], count: int, answers: asyncio.Queue[int] | None = None
+) -> None:
+    """Iterate ``receiver`` acknowledging every item, until ``count`` were acknowledged.
+
+    With ``answers``, the number acknowledged before each one is put on it right after
+    its ack: a round-trip benchmark's sender waits on it.
+    """
+    if count <= 0:
+        return
+    seen = 0
+    async for item in receiver:
+        await item.ack()
+        if answers is not None:
+            answers.put_nowait(seen)
+        seen += 1
+        if seen == count:
+            return
+
+
+async def send_then_drain(
+    send: Callable[[T], Awaitable[None]], items: Sequence[T], receivers: Sequence[AsyncIterable[Ackable]]
+) -> float:
+    """Seconds from the first ``send`` to the last ack: every receiver acknowledges
+    ``len(items)`` items (consumer tasks start before the clock, sends are pipelined)."""
+    consumers = [asyncio.create_task(ack_each(receiver, len(items))) for receiver in receivers]
+    start = time.perf_counter()
+    for item in items:
+        await send(item)
+    await asyncio.gather(*consumers)
+    return time.perf_counter() - start
+
+
+async def round_trips(
+    send: Callable[[T], Awaitable[None]], items: Sequence[T], receiver: AsyncIterable[Ackable]
+) -> float:
+    """Seconds for ``items`` sent one at a time, each awaiting the consumer's answer
+    (through an ``asyncio.Queue``) after its ack before the next is sent."""
+    answers: asyncio.Queue[int] = asyncio.Queue()
+    consumer = asyncio.create_task(ack_each(receiver, len(items), answers))
+    start = time.perf_counter()
+    for item in items:
+        await send(item)
+        await answers.get()
+    elapsed = time.perf_counter() - start
+    await consumer
+    return elapsed

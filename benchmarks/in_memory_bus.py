@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks._harness import Figure, Harness
+from benchmarks._harness import Figure, Harness, ack_each, round_trips, send_then_drain
 from wow_core.messaging import MessageSubscription
 from wow_core.messaging.in_memory import InMemoryCommandBus, InMemoryDomainEventBus
 from wow_core.model import AggregateId, CommandMessage, DomainEvent, DomainEventStream, NamedAggregate
@@ -52,22 +52,7 @@ async def command_throughput(count: int) -> float:
     bus = InMemoryCommandBus()
     receiver = bus.receiver(MessageSubscription.of("bench.p", [ACCOUNT]))
     receiver.open_processing()
-    messages = commands(count)
-
-    async def consume() -> None:
-        seen = 0
-        async for exchange in receiver:
-            await exchange.ack()
-            seen += 1
-            if seen == count:
-                return
-
-    consumer = asyncio.create_task(consume())
-    start = time.perf_counter()
-    for message in messages:
-        await bus.send(message)
-    await consumer
-    elapsed = time.perf_counter() - start
+    elapsed = await send_then_drain(bus.send, commands(count), [receiver])
     await bus.close()
     return elapsed
 
@@ -76,25 +61,7 @@ async def command_latency(rounds: int) -> float:
     bus = InMemoryCommandBus()
     receiver = bus.receiver(MessageSubscription.of("bench.p", [ACCOUNT]))
     receiver.open_processing()
-    answers: asyncio.Queue[int] = asyncio.Queue()
-    messages = commands(rounds)
-
-    async def consume() -> None:
-        seen = 0
-        async for exchange in receiver:
-            await exchange.ack()
-            answers.put_nowait(seen)
-            seen += 1
-            if seen == rounds:
-                return
-
-    consumer = asyncio.create_task(consume())
-    start = time.perf_counter()
-    for message in messages:
-        await bus.send(message)
-        await answers.get()
-    elapsed = time.perf_counter() - start
-    await consumer
+    elapsed = await round_trips(bus.send, commands(rounds), receiver)
     await bus.close()
     return elapsed
 
@@ -111,16 +78,7 @@ async def hand_off_admitted(count: int) -> float:
     receiver = bus.receiver(MessageSubscription.of("bench.p", [ACCOUNT], runtime_owned=True))
     receiver.open_processing()
     messages = commands(count)
-
-    async def consume() -> None:
-        seen = 0
-        async for exchange in receiver:
-            await exchange.ack()
-            seen += 1
-            if seen == count:
-                return
-
-    consumer = asyncio.create_task(consume())
+    consumer = asyncio.create_task(ack_each(receiver, count))
     start = time.perf_counter()
     window: list[asyncio.Future[bool]] = []
     for message in messages:
@@ -139,22 +97,7 @@ async def event_fan_out(count: int, groups: int = 3) -> float:
     receivers = [bus.receiver(MessageSubscription.of(f"bench.g{n}", [ACCOUNT])) for n in range(groups)]
     for receiver in receivers:
         receiver.open_processing()
-    messages = streams(count)
-
-    async def consume(receiver: Any) -> None:
-        seen = 0
-        async for exchange in receiver:
-            await exchange.ack()
-            seen += 1
-            if seen == count:
-                return
-
-    consumers = [asyncio.create_task(consume(r)) for r in receivers]
-    start = time.perf_counter()
-    for message in messages:
-        await bus.send(message)
-    await asyncio.gather(*consumers)
-    elapsed = time.perf_counter() - start
+    elapsed = await send_then_drain(bus.send, streams(count), receivers)
     await bus.close()
     return elapsed
 

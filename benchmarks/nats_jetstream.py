@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 import nats
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
-from benchmarks._harness import Figure, Harness
+from benchmarks._harness import Figure, Harness, ack_each
 from wow_core.transport import TransportMessage
 from wow_nats import NatsSettings, NatsTransport
 
@@ -111,12 +111,7 @@ async def framework_consume(transport: NatsTransport, topic: str, count: int) ->
     await receiver.ready()
     started = time.perf_counter()
     receiver.open_processing()
-    got = 0
-    async for record in receiver:
-        await record.ack()
-        got += 1
-        if got == count:
-            break
+    await ack_each(receiver, count)
     elapsed = time.perf_counter() - started
     await receiver.close()
     return elapsed

@@ -25,7 +25,7 @@ from collections.abc import Awaitable
 
 from redis.asyncio import Redis
 
-from benchmarks._harness import Figure, Harness
+from benchmarks._harness import Figure, Harness, ack_each
 from wow_core.model import AggregateId, BodyTypeRegistry, CommandMessage, MessageCodec, NamedAggregate
 from wow_core.transport import TransportMessage
 from wow_redis import RedisSettings, RedisStreamTransport
@@ -103,12 +103,7 @@ async def framework_consume(transport: RedisStreamTransport, topic: str, group: 
     await receiver.ready()
     started = time.perf_counter()
     receiver.open_processing()
-    seen = 0
-    async for record in receiver:
-        await record.ack()
-        seen += 1
-        if seen == count:
-            break
+    await ack_each(receiver, count)
     await receiver.close()  # flushes the last acks: part of the measured work
     return time.perf_counter() - started
 

@@ -6,7 +6,8 @@
   (read-only marking, JSON encoding, decoding with key and topic checks, the exchange,
   ``ack``): throughput, as a ratio of the raw transport's, and in queue hops.
 - ``MessageCodec alone``: encoding and decoding the same commands, nothing else: the
-  share of the bus figure that is JSON and body validation.
+  share of the bus figure that is JSON and body validation; then encoding alone and
+  decoding alone (the sender's and the receiver's share).
 - ``transport command bus round trip``: one command at a time, send -> consumer ->
   answer through an ``asyncio.Queue``; the answer's hop is taken off, in queue-hop
   latencies.
@@ -19,12 +20,11 @@ both ways and the checks. A broker transport adds its own round trips on top.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks._harness import Figure, Harness
+from benchmarks._harness import Figure, Harness, round_trips, send_then_drain
 from wow_core.messaging import MessageSubscription
 from wow_core.model import AggregateId, BodyTypeRegistry, CommandMessage, MessageCodec, NamedAggregate
 from wow_core.transport.bus import TransportCommandBus
@@ -49,15 +49,6 @@ def codec() -> MessageCodec:
     return MessageCodec(BodyTypeRegistry([Deposit]))
 
 
-async def drain(receiver: Any, count: int) -> None:
-    seen = 0
-    async for item in receiver:
-        await item.ack()
-        seen += 1
-        if seen == count:
-            return
-
-
 async def raw_transport(count: int) -> float:
     transport = InMemoryTransport()
     topic = "wow.bench.account.command"
@@ -66,12 +57,11 @@ async def raw_transport(count: int) -> float:
     records = [bus.encode(message) for message in commands(count)]
     receiver = transport.open("bench.p", [topic])
     receiver.open_processing()
-    consumer = asyncio.create_task(drain(receiver, count))
-    start = time.perf_counter()
-    for record in records:
+
+    async def send(record: TransportMessage) -> None:
         await transport.send(TransportMessage(record.topic, record.key, record.payload, record.timestamp))
-    await consumer
-    elapsed = time.perf_counter() - start
+
+    elapsed = await send_then_drain(send, records, [receiver])
     await transport.close()
     return elapsed
 
@@ -82,13 +72,7 @@ async def transport_bus(count: int) -> float:
     receiver = bus.receiver(MessageSubscription.of("bench.p", [ACCOUNT]))
     await receiver.ready()
     receiver.open_processing()
-    messages = commands(count)
-    consumer = asyncio.create_task(drain(receiver, count))
-    start = time.perf_counter()
-    for message in messages:
-        await bus.send(message)
-    await consumer
-    elapsed = time.perf_counter() - start
+    elapsed = await send_then_drain(bus.send, commands(count), [receiver])
     await bus.close()
     await transport.close()
     return elapsed
@@ -106,31 +90,33 @@ async def codec_only(count: int) -> float:
     return time.perf_counter() - start
 
 
+async def codec_encode_only(count: int) -> float:
+    the_codec = codec()
+    messages = commands(count)
+    start = time.perf_counter()
+    for message in messages:
+        the_codec.encode(message)
+    return time.perf_counter() - start
+
+
+async def codec_decode_only(count: int) -> float:
+    from wow_core.model import TopicKind
+
+    the_codec = codec()
+    payloads = [the_codec.encode(message) for message in commands(count)]
+    start = time.perf_counter()
+    for payload in payloads:
+        the_codec.decode(payload, TopicKind.COMMAND)
+    return time.perf_counter() - start
+
+
 async def transport_bus_round_trip(rounds: int) -> float:
     transport = InMemoryTransport()
     bus = TransportCommandBus(transport, codec())
     receiver = bus.receiver(MessageSubscription.of("bench.p", [ACCOUNT]))
     await receiver.ready()
     receiver.open_processing()
-    answers: asyncio.Queue[int] = asyncio.Queue()
-    messages = commands(rounds)
-
-    async def consume() -> None:
-        seen = 0
-        async for exchange in receiver:
-            await exchange.ack()
-            answers.put_nowait(seen)
-            seen += 1
-            if seen == rounds:
-                return
-
-    consumer = asyncio.create_task(consume())
-    start = time.perf_counter()
-    for message in messages:
-        await bus.send(message)
-        await answers.get()
-    elapsed = time.perf_counter() - start
-    await consumer
+    elapsed = await round_trips(bus.send, commands(rounds), receiver)
     await bus.close()
     await transport.close()
     return elapsed
@@ -141,6 +127,8 @@ async def run(h: Harness) -> list[Figure]:
     raw_seconds, hop = await h.paired(lambda: raw_transport(count))
     bus_seconds, bus_hop = await h.paired(lambda: transport_bus(count))
     codec_seconds, codec_hop = await h.paired(lambda: codec_only(count))
+    encode_seconds, encode_hop = await h.paired(lambda: codec_encode_only(count))
+    decode_seconds, decode_hop = await h.paired(lambda: codec_decode_only(count))
     rounds = h.n(10_000)
     trip_seconds, hop_latency = await h.paired(lambda: transport_bus_round_trip(rounds), latency=True)
     one_way = trip_seconds / rounds - hop_latency
@@ -166,6 +154,20 @@ async def run(h: Harness) -> list[Figure]:
             "commands/s",
             hops=codec_seconds / count / codec_hop,
             detail={"commands": count, "note": "the JSON share of the bus figure above"},
+        ),
+        Figure(
+            "MessageCodec alone: encode",
+            count / encode_seconds,
+            "commands/s",
+            hops=encode_seconds / count / encode_hop,
+            detail={"commands": count, "note": "the sender's share"},
+        ),
+        Figure(
+            "MessageCodec alone: decode (envelope, body, checks)",
+            count / decode_seconds,
+            "commands/s",
+            hops=decode_seconds / count / decode_hop,
+            detail={"commands": count, "note": "the receiver's share"},
         ),
         Figure(
             "transport command bus over in-memory transport: send -> consumer latency",

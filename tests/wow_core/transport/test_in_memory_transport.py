@@ -167,6 +167,14 @@ def test_the_default_naming() -> None:
     )
 
 
+def test_the_default_naming_takes_a_kind_separator_and_aliases() -> None:
+    from wow_core.transport import DefaultTopicNaming
+
+    naming = DefaultTopicNaming("p-", {"bank": "b"}, kind_separator=":")
+    assert naming.topic(NamedAggregate("bank", "account"), TopicKind.EVENT) == "p-b.account:event"
+    assert naming.topic(NamedAggregate("shop", "order"), TopicKind.STATE) == "p-shop.order:state"
+
+
 async def test_a_second_concurrent_pull_is_a_clear_error(rig: Rig) -> None:
     import asyncio
 

@@ -10,29 +10,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from wow_core.model import NamedAggregate, TopicKind
+from wow_core.transport import DefaultTopicNaming
 
 DEAD_LETTER_SUFFIX = ".dlq"
 
 
-class RedisTopicNaming:
-    """``<key_prefix><context-or-alias>.<aggregate>:<command|event|state>``."""
+class RedisTopicNaming(DefaultTopicNaming):
+    """``<key_prefix><context-or-alias>.<aggregate>:<command|event|state>``: the core's
+    :class:`~wow_core.transport.DefaultTopicNaming` with ``:`` before the kind."""
 
-    __slots__ = ("_memo", "context_aliases", "key_prefix")
+    __slots__ = ()
 
     def __init__(self, key_prefix: str = "", context_aliases: Mapping[str, str] | None = None) -> None:
-        self.key_prefix = key_prefix
-        self.context_aliases = dict(context_aliases or {})
-        self._memo: dict[tuple[NamedAggregate, TopicKind], str] = {}
+        super().__init__(key_prefix, context_aliases, kind_separator=":")
 
-    def topic(self, named_aggregate: NamedAggregate, kind: TopicKind) -> str:
-        key = (named_aggregate, kind)
-        name = self._memo.get(key)
-        if name is None:
-            context = self.context_aliases.get(named_aggregate.context_name, named_aggregate.context_name)
-            name = f"{self.key_prefix}{context}.{named_aggregate.aggregate_name}:{kind.value}"
-            self._memo[key] = name
-        return name
+    @property
+    def key_prefix(self) -> str:
+        """The prefix of every stream name (``WOW_REDIS__KEY_PREFIX``)."""
+        return self.prefix
 
 
 def dead_letter_stream(topic: str) -> str:

@@ -10,7 +10,7 @@ new broker is one class and its semantics can be proven by one conformance suite
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
@@ -81,16 +81,27 @@ class TopicNaming(Protocol):
 
 
 class DefaultTopicNaming:
-    """``<prefix><context>.<aggregate>.<kind>``, the prefix defaulting to ``wow.``.
+    """``<prefix><context>.<aggregate><kind_separator><kind>``, the prefix defaulting to
+    ``wow.`` and the separator to ``.``.
 
-    ``context_aliases`` replaces a context name (a renamed or shared context).
+    ``context_aliases`` replaces a context name (a renamed or shared context). A
+    transport with its own layout passes its prefix and separator (the Redis transport
+    names streams ``<key_prefix><context>.<aggregate>:<kind>``). Names are memoised per
+    named aggregate and kind.
     """
 
-    __slots__ = ("_memo", "context_aliases", "prefix")
+    __slots__ = ("_memo", "context_aliases", "kind_separator", "prefix")
 
-    def __init__(self, prefix: str = "wow.", context_aliases: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        prefix: str = "wow.",
+        context_aliases: Mapping[str, str] | None = None,
+        *,
+        kind_separator: str = ".",
+    ) -> None:
         self.prefix = prefix
         self.context_aliases = dict(context_aliases or {})
+        self.kind_separator = kind_separator
         self._memo: dict[tuple[NamedAggregate, TopicKind], str] = {}
 
     def topic(self, named_aggregate: NamedAggregate, kind: TopicKind) -> str:
@@ -98,7 +109,9 @@ class DefaultTopicNaming:
         name = self._memo.get(key)
         if name is None:
             context = self.context_aliases.get(named_aggregate.context_name, named_aggregate.context_name)
-            name = self._memo[key] = f"{self.prefix}{context}.{named_aggregate.aggregate_name}.{kind.value}"
+            name = self._memo[key] = (
+                f"{self.prefix}{context}.{named_aggregate.aggregate_name}{self.kind_separator}{kind.value}"
+            )
         return name
 
 
