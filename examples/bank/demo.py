@@ -42,9 +42,19 @@ from examples.bank.domain import (
     Withdraw,
 )
 
-from wow_core.command import CommandResult, CommandValidationError, CommandWait, CommandWaitTimeoutError
+from wow_core.command import (
+    CommandResult,
+    CommandStage,
+    CommandValidationError,
+    CommandWait,
+    CommandWaitTimeoutError,
+)
 from wow_core.model import AggregateId, CommandMessage, NamedAggregate
 from wow_core.runtime.runtime import WowRuntime
+
+
+class DemoAborted(RuntimeError):
+    """The batch cannot go on (no account could be opened); the message says why."""
 
 
 @dataclass
@@ -150,6 +160,13 @@ async def run_demo(
             report.expected_total += initial[index]
 
     await _bounded(concurrency, [lambda i=i: open_account(i) for i in range(accounts)])  # type: ignore[misc]
+    if len(ids) < 3:
+        failed = [o for o in report.outcomes if o.status != "ok"]
+        why = f"{failed[0].code}: {failed[0].message}" if failed else "no answer"
+        raise DemoAborted(
+            f"only {len(ids)} of {accounts} accounts could be opened (the demo needs 3); "
+            f"{len(failed)} openings failed, the first with {why}"
+        )
 
     # 2. deposits and withdrawals, some beyond the balance
     async def move(account_id: str, deposit: bool, amount: int, wait: Any = None) -> None:
@@ -251,7 +268,8 @@ def print_report(report: DemoReport, runtime: WowRuntime, out: TextIO) -> None:
     for outcome in outcomes:
         by_stage[outcome.stage].append(outcome)
     rows = [["STAGE", "COMMANDS", "OK", "REJECTED", "DUPLICATE", "INVALID", "TIMEOUT", "P50 MS", "P99 MS"]]
-    for stage, items in sorted(by_stage.items()):
+    order = {stage.value: rank for rank, stage in enumerate(CommandStage)}
+    for stage, items in sorted(by_stage.items(), key=lambda item: order.get(item[0], len(order))):
         counts = Counter(o.status for o in items)
         latencies = [o.latency * 1000 for o in items]
         rows.append(
@@ -273,7 +291,7 @@ def print_report(report: DemoReport, runtime: WowRuntime, out: TextIO) -> None:
     by_name: dict[str, Counter[str]] = defaultdict(Counter)
     for outcome in outcomes:
         by_name[outcome.name][outcome.status] += 1
-    rows = [["COMMAND", "SENT", "OK", "REJECTED", "DUPLICATE", "INVALID"]]
+    rows = [["COMMAND", "SENT", "OK", "REJECTED", "DUPLICATE", "INVALID", "TIMEOUT"]]
     for name, counts in sorted(by_name.items()):
         rows.append(
             [
@@ -283,6 +301,7 @@ def print_report(report: DemoReport, runtime: WowRuntime, out: TextIO) -> None:
                 str(counts["rejected"]),
                 str(counts["duplicate"]),
                 str(counts["invalid"]),
+                str(counts["timeout"]),
             ]
         )
     _table(rows, out)

@@ -50,6 +50,41 @@ def test_every_copy_gets_its_own_writable_header() -> None:
     assert one.header.read_only is False
 
 
+def test_a_copy_of_every_message_kind_equals_the_original_but_for_its_header() -> None:
+    stream = _stream()
+    messages = (
+        CommandMessage(aggregate_id=AGG, body=1, name="N", header=Header({"a": "1"}), aggregate_version=3),
+        stream,
+        StateEvent(stream=stream, state={"s": 1}),
+    )
+    for message in messages:
+        message.with_read_only()
+        copied = message.copy()
+        assert type(copied) is type(message)
+        assert copied == message  # headers compare by content
+        assert copied.header is not message.header
+        assert copied.header.read_only is False
+        copied.header["k"] = "v"
+        assert "k" not in message.header
+        with pytest.raises(FrozenInstanceError):
+            copied.id = "x"  # type: ignore[misc]
+
+
+def test_ids_compare_and_hash_by_value() -> None:
+    twin = AggregateId(NamedAggregate("bank", "account"), "a-1")
+    assert twin == AGG
+    assert hash(twin) == hash(AGG)
+    assert {AGG: 1}[twin] == 1
+    assert AggregateId(ACCOUNT, "a-2") != AGG
+    assert AggregateId(ACCOUNT, "a-1", "t-1") != AGG
+    assert AggregateId(NamedAggregate("bank", "other"), "a-1") != AGG
+    assert NamedAggregate("bank", "account") == ACCOUNT
+    assert hash(NamedAggregate("bank", "account")) == hash(ACCOUNT)
+    assert NamedAggregate("bank", "other") != ACCOUNT
+    assert AGG != "bank.account@a-1"
+    assert ACCOUNT != ("bank", "account")
+
+
 def test_header_keys_and_values_are_strings() -> None:
     with pytest.raises(TypeError):
         Header({"a": 1})  # type: ignore[dict-item]

@@ -107,6 +107,13 @@ class _RedisStore:
             self._client = create_client(self.settings)
         return self._client
 
+    async def start(self) -> None:
+        """Check the server answers (PING). The runtime calls it at start, so a Redis that
+        is down stops the process at once rather than failing its first command. It
+        proves the server answered then, not that it will answer later."""
+        async with deadline(self._timeout, "PING"):
+            await self.client.ping()
+
     async def close(self) -> None:
         if self._client is not None and self._owns_client:
             await self._client.aclose()

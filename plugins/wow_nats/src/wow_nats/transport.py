@@ -259,9 +259,11 @@ class NatsTransport:
 
     async def _connect(self) -> NatsClient:
         settings = self.settings
+        connected = False
 
         async def on_error(error: Exception) -> None:
-            log.warning("NATS connection error: %r", error)
+            # Before the first connection the failure is start()'s ConnectionError, once.
+            log.log(logging.WARNING if connected else logging.DEBUG, "NATS connection error: %r", error)
 
         async def on_disconnected() -> None:
             if not self._closed:
@@ -292,7 +294,9 @@ class NatsTransport:
         # bound it, so a wrong URL fails instead of hanging.
         try:
             async with asyncio.timeout(settings.connect_timeout):
-                return await nats.connect(**options)  # type: ignore[arg-type]
+                client = await nats.connect(**options)  # type: ignore[arg-type]
+            connected = True
+            return client
         except TimeoutError:
             raise ConnectionError(
                 f"no NATS server answered at {', '.join(settings.servers)} within "

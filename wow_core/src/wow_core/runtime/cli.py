@@ -5,14 +5,16 @@ hook calls ``register(name, Command(...))``; the core registers its own
 (``plugins``, ``settings``, ``demo``) in :mod:`wow_core.plugins.builtin` the same way.
 
 A wrong setting or a broken plugin is reported as one clear message on stderr with exit
-status 2, never as a traceback. ``main`` returns the exit status; the console script
-passes it to ``sys.exit``.
+status 2, never as a traceback; a runtime that cannot start (a broker or a store that does
+not answer) likewise, with exit status 1. ``main`` returns the exit status; the console
+script passes it to ``sys.exit``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -24,9 +26,11 @@ from pydantic_core import to_jsonable_python
 import wow_core
 from wow_core.plugins import PluginError, PluginRegistry, load_plugins
 from wow_core.runtime.container import WowContainer, create_container
+from wow_core.runtime.runtime import StartError
 from wow_core.runtime.settings import ENV_PREFIX, NESTED, SettingsError, WowSettings
 
 USAGE_ERROR = 2
+START_FAILED = 1
 
 
 def _no_arguments(parser: argparse.ArgumentParser) -> None:
@@ -275,5 +279,21 @@ def main(argv: Sequence[str] | None = None, *, plugins: PluginRegistry | None = 
     except PluginError as error:
         print(f"wow {args.command}: {error}", file=sys.stderr)
         return USAGE_ERROR
+    except StartError as error:
+        print(f"wow {args.command}: {error} (`wow settings` shows the settings in effect)", file=sys.stderr)
+        return START_FAILED
+    except BrokenPipeError:
+        # `wow settings | head`: the reader left; say nothing more on the closed pipe.
+        _silence_stdout()
+        return 0
     except KeyboardInterrupt:
         return 130
+
+
+def _silence_stdout() -> None:
+    """Point stdout at devnull so the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

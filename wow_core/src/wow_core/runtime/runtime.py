@@ -17,6 +17,11 @@ Stop, in order, within ``settings.runtime.shutdown_timeout``:
 3. **closeables** close in reverse registration order: buses, then transports and
    stores (registered first, closed last).
 
+A failure while starting stops what started and raises :class:`StartError`, one message
+naming the part that did not start (the transport, a store, a dispatcher's receivers) and
+the cause; the original exception is its ``__cause__``. A broker that is down is reported
+this way, not retried: start-up does not wait for a broker to come up.
+
 A second ``stop`` waits for the first. ``stop`` returns True when every step finished
 in time. Not guaranteed: anything past the shutdown timeout (copies cancelled past it are
 lost, see the local-first page).
@@ -60,6 +65,19 @@ class Dispatcher(Protocol):
     async def stop(self, timeout: float | None = None) -> bool: ...
 
 
+class StartError(RuntimeError):
+    """A part of the runtime did not start; the message names it and the cause.
+
+    Raised by :meth:`Lifecycle.start` after it stopped what had started. ``part`` is the
+    label of what failed (``"transport 'redis'"``, ``"event store"``...).
+    """
+
+    def __init__(self, part: str, cause: BaseException) -> None:
+        reason = (str(cause) or type(cause).__name__).rstrip(". ")
+        super().__init__(f"the {part} did not start: {reason}")
+        self.part = part
+
+
 class Startable(Protocol):
     async def start(self) -> None: ...
 
@@ -82,6 +100,7 @@ class Lifecycle:
     def __init__(self, shutdown_timeout: float = 30.0) -> None:
         self.shutdown_timeout = shutdown_timeout
         self.transports: list[Startable] = []
+        self._stores: list[tuple[str, Startable]] = []
         self.dispatchers: list[Dispatcher] = []
         self._flushes: list[tuple[str, Flush]] = []
         self._closeables: list[tuple[str, Closeable]] = []
@@ -92,6 +111,13 @@ class Lifecycle:
 
     def add_transport(self, transport: Startable) -> None:
         self.transports.append(transport)
+
+    def add_store(self, store: object, name: str) -> None:
+        """Start ``store`` before the transports when it has an ``async start()`` (a store
+        that checks its server answers); a store without one is not started."""
+        start = getattr(store, "start", None)
+        if start is not None and asyncio.iscoroutinefunction(start):
+            self._stores.append((name, store))  # type: ignore[arg-type]
 
     def add_dispatcher(self, dispatcher: Dispatcher) -> None:
         if self.state is not RuntimeState.NEW:
@@ -115,17 +141,30 @@ class Lifecycle:
         if self.state is not RuntimeState.NEW:
             raise RuntimeError(f"the runtime is {self.state.value}; it starts once")
         self.state = RuntimeState.STARTING
+        part = ""
         try:
+            for label, store in self._stores:
+                part = label
+                await store.start()
             for transport in self.transports:
+                part = f"transport {getattr(transport, 'name', type(transport).__name__)!r}"
                 await transport.start()
             for dispatcher in self.dispatchers:
                 prepare = getattr(dispatcher, "prepare", None)
                 if prepare is not None:
+                    part = f"receivers of {_name(dispatcher)}"
                     await prepare()
             for dispatcher in self.dispatchers:
+                part = f"dispatcher {_name(dispatcher)}"
                 await dispatcher.start()
+        except Exception as error:
+            # No traceback and not an error here: the caller gets the StartError (its
+            # cause chained) and reports it; the CLI prints it as its one message.
+            log.info("start failed (%s: %s); stopping what started", part, error)
+            self.state = RuntimeState.RUNNING
+            await self.stop()
+            raise StartError(part, error) from error
         except BaseException:
-            log.exception("start failed; stopping what started")
             self.state = RuntimeState.RUNNING
             await self.stop()
             raise
@@ -221,6 +260,9 @@ class WowRuntime(Lifecycle):
         # Closed last to first: stores and the transport after the buses.
         self.add_closeable(event_store, "event store")
         self.add_closeable(snapshot_repository, "snapshot repository")
+        self.add_store(event_store, "event store")
+        if id(snapshot_repository) != id(event_store):  # one object may be both
+            self.add_store(snapshot_repository, "snapshot repository")
         if transport is not None:
             self.add_transport(transport)
             self.add_closeable(transport, f"transport {transport.name}")

@@ -160,7 +160,7 @@ def demo_command(invocation: Any) -> int:
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
     from examples.bank.app import app
-    from examples.bank.demo import print_report, run_demo
+    from examples.bank.demo import DemoAborted, print_report, run_demo
 
     container = invocation.container()
     runtime = build_runtime(app, container=container)
@@ -183,6 +183,16 @@ def demo_command(invocation: Any) -> int:
                 timeout=args.timeout,
             )
 
-    report = asyncio.run(main())
+    try:
+        report = asyncio.run(main())
+    except DemoAborted as error:
+        print(f"wow demo: {error}", file=sys.stderr)
+        return 1
     print_report(report, runtime, out)
-    return 0 if report.conserved and not report.unexpected else 1
+    if report.conserved and not report.unexpected:
+        return 0
+    problems = [f"{report.unexpected} commands timed out"] if report.unexpected else []
+    if not report.conserved:
+        problems.append("the money was not conserved")
+    print(f"wow demo: {' and '.join(problems)} (exit status 1)", file=sys.stderr)
+    return 1
