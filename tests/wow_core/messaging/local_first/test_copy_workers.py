@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -19,11 +20,39 @@ from wow_core.messaging.local_first import CopyCancelledError, LocalFirstCommand
 from wow_core.messaging.local_first.copies import COPIES_CANCELLED, COPIES_SENT
 from wow_core.metrics import InMemoryMetrics
 from wow_core.model import CommandMessage
-
+from wow_core.runtime.settings import LocalFirstSettings
 
 
 def copy_tasks() -> list[asyncio.Task[object]]:
     return [task for task in asyncio.all_tasks() if task.get_name().startswith("local-first command copies")]
+
+
+class Arrivals:
+    """Wakes the test whenever a send reaches the distributed bus (started, not done)."""
+
+    def __init__(self, distributed: RecordingDistributedBus) -> None:
+        self.distributed = distributed
+        self.event = asyncio.Event()
+        send = distributed.send
+
+        async def signalling(message: CommandMessage[object]) -> None:
+            self.event.set()
+            await send(message)
+
+        distributed.send = signalling  # type: ignore[method-assign]
+
+    async def until(self, predicate: Callable[[], bool]) -> None:
+        async with asyncio.timeout(5):
+            while not predicate():
+                self.event.clear()
+                await self.event.wait()
+
+
+async def until_completed(distributed: RecordingDistributedBus, message_id: str) -> None:
+    async with asyncio.timeout(5):
+        while message_id not in distributed.completed:
+            distributed.sent_event.clear()
+            await distributed.sent_event.wait()
 
 
 async def test_copies_waiting_for_their_hand_off_result_hold_no_task(
@@ -50,6 +79,7 @@ async def test_idle_workers_beyond_the_limit_end(
 ) -> None:
     bus = LocalFirstCommandBus(local, distributed)  # type: ignore[arg-type]
     bus.copies.max_idle_workers = 2
+    arrivals = Arrivals(distributed)
     gate = asyncio.Event()
     messages = [command(f"a{n}") for n in range(12)]
     for message in messages:
@@ -57,16 +87,14 @@ async def test_idle_workers_beyond_the_limit_end(
         await bus.send(message)
     for delivery in local.deliveries:
         local.admit(delivery)
-    await asyncio.sleep(0)
-    async with asyncio.timeout(5):
-        while len(distributed.arrivals) < len(messages):
-            await asyncio.sleep(0)
+    await arrivals.until(lambda: len(distributed.arrivals) == len(messages))
     assert bus.copies.workers >= 2  # suspended sends of different aggregates ran side by side
     gate.set()
     async with asyncio.timeout(5):
         await bus.copies.join()
-        while bus.copies.workers > 2:
-            await asyncio.sleep(0)
+        while len(alive := [task for task in copy_tasks() if not task.done()]) > 2:
+            await asyncio.wait(alive, return_when=asyncio.FIRST_COMPLETED)
+    assert bus.copies.workers <= 2
     assert len(distributed.completed) == len(messages)
 
 
@@ -83,9 +111,7 @@ async def test_a_send_that_suspends_delays_neither_other_aggregates_nor_reorders
     for delivery in local.deliveries:
         local.admit(delivery)
     async with asyncio.timeout(5):
-        await distributed.wait_for(1)  # the fast aggregate went out past the stuck send
-        while fast.id not in distributed.completed:
-            await asyncio.sleep(0)
+        await until_completed(distributed, fast.id)  # it went out past the stuck send
     assert slow_second.id not in distributed.ids()  # behind its aggregate's stuck copy
     gate.set()
     async with asyncio.timeout(5):
@@ -166,6 +192,7 @@ async def test_flush_cancels_a_copy_stuck_in_its_send_and_everything_left_and_co
     metrics: InMemoryMetrics,
 ) -> None:
     stuck = command("a1", n=1)
+    arrivals = Arrivals(distributed)
     distributed.gate[stuck.id] = asyncio.Event()  # never set
     await bus.send(stuck)
     behind = command("a1", n=2)
@@ -175,9 +202,7 @@ async def test_flush_cancels_a_copy_stuck_in_its_send_and_everything_left_and_co
     local.route(ORDERS).mode = "refuse"
     waiting_sender = asyncio.ensure_future(bus.send(command("a1", n=3)))
     local.admit(local.deliveries[0])
-    async with asyncio.timeout(5):
-        while stuck.id not in distributed.ids():
-            await asyncio.sleep(0)
+    await arrivals.until(lambda: stuck.id in distributed.ids())
 
     result = await bus.copies.flush(timeout=0.05)
 
@@ -214,13 +239,12 @@ async def test_a_worker_cancelled_outside_a_flush_cancels_and_counts_its_lane_an
     metrics: InMemoryMetrics,
 ) -> None:
     stuck = command("a1", n=1)
+    arrivals = Arrivals(distributed)
     distributed.gate[stuck.id] = asyncio.Event()
     await bus.send(stuck)
     await bus.send(command("a1", n=2))
     local.admit(local.deliveries[0])
-    async with asyncio.timeout(5):
-        while stuck.id not in distributed.ids():
-            await asyncio.sleep(0)
+    await arrivals.until(lambda: stuck.id in distributed.ids())
     (worker,) = [task for task in copy_tasks() if not task.done()]
     worker.cancel()
     await asyncio.gather(worker, return_exceptions=True)
@@ -239,8 +263,6 @@ async def test_a_worker_cancelled_outside_a_flush_cancels_and_counts_its_lane_an
 async def test_a_late_hand_off_result_after_the_deadline_is_ignored(
     local: ControlledLocalBus, distributed: RecordingDistributedBus
 ) -> None:
-    from wow_core.runtime.settings import LocalFirstSettings
-
     bus = LocalFirstCommandBus(
         local,  # type: ignore[arg-type]
         distributed,  # type: ignore[arg-type]
