@@ -1,5 +1,6 @@
 """The Transport SPI, TransportMessageBus with its three buses, and the in-memory transport."""
 
+from wow_core.transport.base import TransportBase
 from wow_core.transport.bus import (
     TransportCommandBus,
     TransportDomainEventBus,
@@ -36,6 +37,7 @@ __all__ = [
     "TopicNaming",
     "Transport",
     "TransportCommandBus",
+    "TransportBase",
     "TransportDecodeFailureHandler",
     "TransportDomainEventBus",
     "TransportMessage",

@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
 
 from wow_core.messaging.contract import BusClosedError
+from wow_core.transport.base import TransportBase
 from wow_core.transport.spi import (
     DecodeFailureDefault,
     DefaultTopicNaming,
@@ -322,14 +323,14 @@ class InMemoryTransportReceiver:
                 partition.give_back(self)
             view.rebalance()
         self._views.clear()
-        self.transport._receivers.discard(self)
+        self.transport.receiver_closed(self)
         self._wake()
 
     def __repr__(self) -> str:
         return f"InMemoryTransportReceiver({self.group!r}, {list(self.topics)})"
 
 
-class InMemoryTransport:
+class InMemoryTransport(TransportBase["InMemoryTransportReceiver"]):
     """The embedded default transport (see the module docstring for its guarantees).
 
     ``send`` proves the record entered the partition queue of every group of its topic
@@ -339,6 +340,7 @@ class InMemoryTransport:
     """
 
     name = "in_memory"
+    label = "in-memory"
 
     def __init__(
         self,
@@ -348,11 +350,8 @@ class InMemoryTransport:
         partitions: int = DEFAULT_PARTITIONS,
         decode_failure_default: DecodeFailureDefault = DecodeFailureDefault.DEAD_LETTER,
     ) -> None:
-        self._naming: TopicNaming = naming if naming is not None else DefaultTopicNaming()
-        self._decode_failure_default = decode_failure_default
+        super().__init__(naming if naming is not None else DefaultTopicNaming(), decode_failure_default)
         self.broker = broker if broker is not None else InMemoryBroker(partitions)
-        self._receivers: set[InMemoryTransportReceiver] = set()
-        self._closed = False
 
     @classmethod
     def from_settings(cls, settings: WowSettings) -> InMemoryTransport:
@@ -360,47 +359,31 @@ class InMemoryTransport:
         messaging = settings.messaging
         return cls(DefaultTopicNaming(messaging.topic_prefix, messaging.context_aliases))
 
-    @property
-    def naming(self) -> TopicNaming:
-        return self._naming
-
-    @property
-    def decode_failure_default(self) -> DecodeFailureDefault:
-        return self._decode_failure_default
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     async def start(self) -> None:
-        if self._closed:
-            raise BusClosedError("InMemoryTransport is closed")
+        self._check_open()
 
     async def send(self, message: TransportMessage) -> None:
         if self._closed:
-            raise BusClosedError(f"InMemoryTransport is closed; cannot send to {message.topic!r}")
+            raise self._closed_error(message.topic)
         self.broker.publish(message)
 
     async def send_many(self, messages: Sequence[TransportMessage]) -> None:
-        if self._closed:
-            raise BusClosedError("InMemoryTransport is closed")
+        self._check_open()
         for message in messages:
             self.broker.publish(message)
 
     def open(self, group: str, topics: Sequence[str]) -> InMemoryTransportReceiver:
-        if self._closed:
-            raise BusClosedError("InMemoryTransport is closed")
+        self._check_open()
         if not group:
             raise ValueError("a receiver needs a group name")
         if not topics or not all(isinstance(topic, str) and topic for topic in topics):
             raise ValueError(f"receiver of {group!r} needs non-empty topic names, got {list(topics)!r}")
         receiver = InMemoryTransportReceiver(self, group, topics)
         receiver._join(self.broker)
-        self._receivers.add(receiver)
-        return receiver
+        return self._track(receiver)
 
     async def close(self) -> None:
         """Close every receiver of this client, then refuse sends and opens."""
-        self._closed = True
-        for receiver in list(self._receivers):
+        self._mark_closed()
+        for receiver in self._open_receivers():
             receiver._leave()
