@@ -237,3 +237,19 @@ def test_every_wrong_selection_is_reported_at_once(
         "accepted: none",
         "  WOW_METRICS='otel' is not accepted: no metrics plugin has that name; accepted: in_memory, noop",
     ]
+
+
+@pytest.mark.parametrize(
+    ("target", "hint"),
+    [
+        ("examples/bank/app.py:app", "examples.bank.app:app"),
+        ("./examples/bank/app:app", "examples.bank.app:app"),
+        ("app.py:app", "app:app"),
+    ],
+)
+def test_a_file_path_for_wow_run_names_the_dotted_module(
+    target: str, hint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", target]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("wow run: ") and "is a file path; name the module with dots: " + hint in line
