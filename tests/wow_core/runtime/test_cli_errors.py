@@ -252,4 +252,5 @@ def test_a_file_path_for_wow_run_names_the_dotted_module(
 ) -> None:
     assert main(["run", target]) == 2
     (line,) = capsys.readouterr().err.splitlines()
-    assert line.startswith("wow run: ") and "is a file path; name the module with dots: " + hint in line
+    assert line.startswith("wow run: ")
+    assert "is a file path; name the module with dots: " + hint in line
