@@ -222,3 +222,35 @@ def test_a_closed_pipe_on_stdout_ends_quietly(tmp_path: Path) -> None:
         os.close(write_end)
     assert result.stderr == ""
     assert result.returncode == 0
+
+
+def test_every_wrong_selection_is_reported_at_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("WOW_METRICS", "otel")
+    monkeypatch.setenv("WOW_FAILURE_RECORDER", "bogus")
+    assert main(["settings"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "wow settings: invalid settings:",
+        "  WOW_FAILURE_RECORDER='bogus' is not accepted: no failure recorder plugin has that name; "
+        "accepted: none",
+        "  WOW_METRICS='otel' is not accepted: no metrics plugin has that name; accepted: in_memory, noop",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("target", "hint"),
+    [
+        ("examples/bank/app.py:app", "examples.bank.app:app"),
+        ("./examples/bank/app:app", "examples.bank.app:app"),
+        ("app.py:app", "app:app"),
+    ],
+)
+def test_a_file_path_for_wow_run_names_the_dotted_module(
+    target: str, hint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", target]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("wow run: ")
+    assert "is a file path; name the module with dots: " + hint in line

@@ -130,7 +130,11 @@ class WowSettings(BaseSettings):
     transport: str = Field("in_memory", description="Transport of the distributed buses, by plugin name.")
     failure_recorder: str = Field("none", description="FailureRecorder, by plugin name.")
     metrics: str = Field("noop", description="Metrics backend, by plugin name (`noop`, `in_memory`, ...).")
-    service_name: str = Field("wow-service", description="Name of this service in logs and metrics.")
+    service_name: str = Field(
+        "wow-service",
+        description="Name of the service when its WowApp has none (an app's own name wins): it names the "
+        "dispatchers and the consumer groups, <name>.command for commands.",
+    )
     command: CommandSettings = Field(default_factory=CommandSettings)
     event: EventSettings = Field(default_factory=EventSettings)
     eventsourcing: EventSourcingSettings = Field(default_factory=EventSourcingSettings)
