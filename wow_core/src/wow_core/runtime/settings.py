@@ -111,17 +111,21 @@ class RuntimeSettings(_Section):
     max_in_flight: PositiveInt = Field(1024, description="Bound on commands and events processed at once.")
 
 
+_SOURCES = SettingsConfigDict(
+    env_prefix=ENV_PREFIX,
+    env_nested_delimiter=NESTED,
+    env_file=".env",
+    env_file_encoding="utf-8",
+    extra="ignore",
+)
+"""Where settings come from: ``WOW_``-prefixed variables (``__`` nesting) and ``.env``.
+:class:`WowSettings` and every plugin section read the same sources alike."""
+
+
 class WowSettings(BaseSettings):
     """The settings of one wow-py process."""
 
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX,
-        env_nested_delimiter=NESTED,
-        env_file=".env",
-        env_file_encoding="utf-8",
-        extra="ignore",
-        frozen=True,
-    )
+    model_config = SettingsConfigDict(**_SOURCES, frozen=True)
 
     transport: str = Field("in_memory", description="Transport of the distributed buses, by plugin name.")
     failure_recorder: str = Field("none", description="FailureRecorder, by plugin name.")
@@ -161,13 +165,7 @@ class WowSettings(BaseSettings):
 class _SectionHolder(BaseSettings):
     """Reads one plugin section; every other ``WOW_*`` variable is someone else's."""
 
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX,
-        env_nested_delimiter=NESTED,
-        env_file=".env",
-        env_file_encoding="utf-8",
-        extra="ignore",
-    )
+    model_config = SettingsConfigDict(**_SOURCES)
 
 
 def load_section(name: str, model: type[T]) -> T:
