@@ -32,7 +32,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from benchmarks._harness import Figure, Harness
+from benchmarks._harness import Figure, Harness, ack_each
 from wow_core.messaging import MessageSubscription
 from wow_core.model import (
     AggregateId,
@@ -205,12 +205,7 @@ async def consume_transport(settings: KafkaSettings, topic: str, count: int) -> 
         await receiver.ready()  # joins the group: not timed
         clock = Clock()
         receiver.open_processing()
-        seen = 0
-        async for record in receiver:
-            await record.ack()
-            seen += 1
-            if seen == count:
-                break
+        await ack_each(receiver, count)
         await receiver.commit()  # the final commit of the watermark is part of the work
         return clock.stop()
     finally:
@@ -225,12 +220,7 @@ async def consume_bus(settings: KafkaSettings, count: int) -> Timing:
         await receiver.ready()
         clock = Clock()
         receiver.open_processing()
-        seen = 0
-        async for exchange in receiver:
-            await exchange.ack()
-            seen += 1
-            if seen == count:
-                break
+        await ack_each(receiver, count)
         await receiver.transport_receiver.commit()  # type: ignore[attr-defined]
         return clock.stop()
     finally:
