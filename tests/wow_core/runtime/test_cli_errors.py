@@ -254,3 +254,20 @@ def test_a_file_path_for_wow_run_names_the_dotted_module(
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("wow run: ")
     assert "is a file path; name the module with dots: " + hint in line
+
+
+async def test_the_demo_runs_twice_on_one_event_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A durable store keeps request ids: a second run must not meet the first run's."""
+    monkeypatch.syspath_prepend(str(REPO))
+    from examples.bank.app import app
+    from examples.bank.demo import run_demo
+
+    from wow_core.runtime.settings import WowSettings
+
+    runtime = app.runtime(WowSettings())
+    async with runtime:
+        for _ in range(2):
+            report = await run_demo(runtime, accounts=4, transfers=3, concurrency=4)
+            assert report.conserved, (report.expected_total, report.actual_total)
+            assert "first -> version " in report.duplicate_line
+            assert "second -> duplicate of version" in report.duplicate_line
