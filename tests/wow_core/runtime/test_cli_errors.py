@@ -271,3 +271,16 @@ async def test_the_demo_runs_twice_on_one_event_store(monkeypatch: pytest.Monkey
             assert report.conserved, (report.expected_total, report.actual_total)
             assert "first -> version " in report.duplicate_line
             assert "second -> duplicate of version" in report.duplicate_line
+
+
+def test_the_output_of_wow_settings_reads_back_as_a_dotenv_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``wow settings > .env`` is a valid start: unset optional values print as null."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["settings"]) == 0
+    first = capsys.readouterr().out
+    assert "=null\n" in first  # optional values that are unset (the plugin sections have some)
+    (tmp_path / ".env").write_text(first)
+    assert main(["settings"]) == 0
+    assert capsys.readouterr().out == first
