@@ -254,3 +254,33 @@ def test_a_file_path_for_wow_run_names_the_dotted_module(
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("wow run: ")
     assert "is a file path; name the module with dots: " + hint in line
+
+
+async def test_the_demo_runs_twice_on_one_event_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A durable store keeps request ids: a second run must not meet the first run's."""
+    monkeypatch.syspath_prepend(str(REPO))
+    from examples.bank.app import app
+    from examples.bank.demo import run_demo
+
+    from wow_core.runtime.settings import WowSettings
+
+    runtime = app.runtime(WowSettings())
+    async with runtime:
+        for _ in range(2):
+            report = await run_demo(runtime, accounts=4, transfers=3, concurrency=4)
+            assert report.conserved, (report.expected_total, report.actual_total)
+            assert "first -> version " in report.duplicate_line
+            assert "second -> duplicate of version" in report.duplicate_line
+
+
+def test_the_output_of_wow_settings_reads_back_as_a_dotenv_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``wow settings > .env`` is a valid start: unset optional values print as null."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["settings"]) == 0
+    first = capsys.readouterr().out
+    assert "=null\n" in first  # optional values that are unset (the plugin sections have some)
+    (tmp_path / ".env").write_text(first)
+    assert main(["settings"]) == 0
+    assert capsys.readouterr().out == first

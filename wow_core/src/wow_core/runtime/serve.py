@@ -159,6 +159,11 @@ def demo_command(invocation: Any) -> int:
     args = invocation.args
     if args.accounts < 3 or args.transfers < 0 or args.concurrency < 1:
         raise SettingsError("wow demo needs --accounts >= 3, --transfers >= 0 and --concurrency >= 1")
+    # Warnings of the framework and the broker clients, each naming its origin.
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
+        )
     root = _examples_root()
     if root is None:
         raise SettingsError(

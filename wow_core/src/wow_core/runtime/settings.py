@@ -116,10 +116,12 @@ _SOURCES = SettingsConfigDict(
     env_nested_delimiter=NESTED,
     env_file=".env",
     env_file_encoding="utf-8",
+    env_parse_none_str="null",
     extra="ignore",
 )
 """Where settings come from: ``WOW_``-prefixed variables (``__`` nesting) and ``.env``.
-:class:`WowSettings` and every plugin section read the same sources alike."""
+:class:`WowSettings` and every plugin section read the same sources alike. ``null`` is
+an unset optional value, as ``wow settings`` prints it, so its output reads back."""
 
 
 class WowSettings(BaseSettings):
