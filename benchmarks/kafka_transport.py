@@ -27,44 +27,20 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from benchmarks._harness import Figure, Harness, ack_each
+from benchmarks._harness import ACCOUNT, Figure, Harness, ack_each, codec, commands
 from wow_core.messaging import MessageSubscription
-from wow_core.model import (
-    AggregateId,
-    BodyTypeRegistry,
-    CommandMessage,
-    MessageCodec,
-    NamedAggregate,
-    TopicKind,
-)
+from wow_core.model import CommandMessage, TopicKind
 from wow_core.transport.bus import TransportCommandBus
 from wow_core.transport.spi import TransportMessage
 from wow_kafka import KafkaSettings, KafkaTransport
 from wow_kafka.client import common_config, producer_config
 from wow_kafka.topics import KafkaTopics
 
-ACCOUNT = NamedAggregate("bench", "account")
 WINDOW = 256
-
-
-@dataclass
-class Deposit:
-    amount: int
-    note: str
-
-
-def codec() -> MessageCodec:
-    return MessageCodec(BodyTypeRegistry([Deposit]))
-
-
-def commands(count: int) -> list[CommandMessage[Any]]:
-    ids = [AggregateId(ACCOUNT, f"a-{n}") for n in range(64)]
-    return [CommandMessage(ids[n % 64], Deposit(n, "benchmark deposit"), "deposit") for n in range(count)]
 
 
 def settings_for(bootstrap: str, **overrides: Any) -> KafkaSettings:
@@ -269,7 +245,7 @@ async def run(h: Harness) -> list[Figure]:
 async def measure(h: Harness, bootstrap: str) -> list[Figure]:
     count = h.n(20_000)
     settings = settings_for(bootstrap)
-    messages = commands(count)
+    messages = commands(count, note="benchmark deposit")  # about 200-byte payloads
     bus = TransportCommandBus(KafkaTransport(settings), codec())
     records = [bus.encode(message) for message in messages]
     await h.queue_hop()
