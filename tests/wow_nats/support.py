@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from wow_core.testing.support import eventually, opened
+from wow_core.testing import eventually, opened
 from wow_core.transport import TransportMessage
 from wow_nats import NatsRecord
 

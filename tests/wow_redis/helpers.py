@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-from wow_core.testing.support import eventually, opened
+from wow_core.testing import eventually, opened
 from wow_core.transport import TransportMessage, TransportRecord
 from wow_redis import RedisStreamReceiver
 
