@@ -35,6 +35,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from wow_core.model import AggregateId, BodyTypeRegistry, CommandMessage, MessageCodec, NamedAggregate
+
 RESULTS = Path(__file__).parent / "results"
 
 T = TypeVar("T")
@@ -303,3 +305,28 @@ async def round_trips(
     elapsed = time.perf_counter() - start
     await consumer
     return elapsed
+
+
+# -- the workload of the bus benchmarks --------------------------------------------------
+
+ACCOUNT = NamedAggregate("bench", "account")
+"""The one aggregate type the bus benchmarks send to."""
+
+
+@dataclass
+class Deposit:
+    """The command (and event) body of the bus benchmarks."""
+
+    amount: int
+    note: str = "bench"
+
+
+def commands(count: int, note: str = "bench") -> list[CommandMessage[Any]]:
+    """``count`` deposit commands spread round-robin over 64 aggregate ids."""
+    ids = [AggregateId(ACCOUNT, f"a-{n}") for n in range(64)]
+    return [CommandMessage(ids[n % 64], Deposit(n, note), "deposit") for n in range(count)]
+
+
+def codec() -> MessageCodec:
+    """A codec that knows :class:`Deposit`."""
+    return MessageCodec(BodyTypeRegistry([Deposit]))

@@ -17,26 +17,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
-from typing import Any
 
-from benchmarks._harness import Figure, Harness, ack_each, round_trips, send_then_drain
+from benchmarks._harness import (
+    ACCOUNT,
+    Deposit,
+    Figure,
+    Harness,
+    ack_each,
+    commands,
+    round_trips,
+    send_then_drain,
+)
 from wow_core.messaging import MessageSubscription
 from wow_core.messaging.in_memory import InMemoryCommandBus, InMemoryDomainEventBus
-from wow_core.model import AggregateId, CommandMessage, DomainEvent, DomainEventStream, NamedAggregate
+from wow_core.model import AggregateId, DomainEvent, DomainEventStream
 
-ACCOUNT = NamedAggregate("bench", "account")
 GOAL_HOPS = 5.0
-
-
-@dataclass
-class Deposit:
-    amount: int
-
-
-def commands(count: int) -> list[CommandMessage[Any]]:
-    ids = [AggregateId(ACCOUNT, f"a-{n}") for n in range(64)]
-    return [CommandMessage(ids[n % 64], Deposit(n), "deposit") for n in range(count)]
 
 
 def streams(count: int) -> list[DomainEventStream]:

@@ -27,44 +27,20 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from benchmarks._harness import Figure, Harness
+from benchmarks._harness import ACCOUNT, Figure, Harness, ack_each, codec, commands
 from wow_core.messaging import MessageSubscription
-from wow_core.model import (
-    AggregateId,
-    BodyTypeRegistry,
-    CommandMessage,
-    MessageCodec,
-    NamedAggregate,
-    TopicKind,
-)
+from wow_core.model import CommandMessage, TopicKind
 from wow_core.transport.bus import TransportCommandBus
 from wow_core.transport.spi import TransportMessage
 from wow_kafka import KafkaSettings, KafkaTransport
 from wow_kafka.client import common_config, producer_config
 from wow_kafka.topics import KafkaTopics
 
-ACCOUNT = NamedAggregate("bench", "account")
 WINDOW = 256
-
-
-@dataclass
-class Deposit:
-    amount: int
-    note: str
-
-
-def codec() -> MessageCodec:
-    return MessageCodec(BodyTypeRegistry([Deposit]))
-
-
-def commands(count: int) -> list[CommandMessage[Any]]:
-    ids = [AggregateId(ACCOUNT, f"a-{n}") for n in range(64)]
-    return [CommandMessage(ids[n % 64], Deposit(n, "benchmark deposit"), "deposit") for n in range(count)]
 
 
 def settings_for(bootstrap: str, **overrides: Any) -> KafkaSettings:
@@ -205,12 +181,7 @@ async def consume_transport(settings: KafkaSettings, topic: str, count: int) -> 
         await receiver.ready()  # joins the group: not timed
         clock = Clock()
         receiver.open_processing()
-        seen = 0
-        async for record in receiver:
-            await record.ack()
-            seen += 1
-            if seen == count:
-                break
+        await ack_each(receiver, count)
         await receiver.commit()  # the final commit of the watermark is part of the work
         return clock.stop()
     finally:
@@ -225,12 +196,7 @@ async def consume_bus(settings: KafkaSettings, count: int) -> Timing:
         await receiver.ready()
         clock = Clock()
         receiver.open_processing()
-        seen = 0
-        async for exchange in receiver:
-            await exchange.ack()
-            seen += 1
-            if seen == count:
-                break
+        await ack_each(receiver, count)
         await receiver.transport_receiver.commit()  # type: ignore[attr-defined]
         return clock.stop()
     finally:
@@ -279,7 +245,7 @@ async def run(h: Harness) -> list[Figure]:
 async def measure(h: Harness, bootstrap: str) -> list[Figure]:
     count = h.n(20_000)
     settings = settings_for(bootstrap)
-    messages = commands(count)
+    messages = commands(count, note="benchmark deposit")  # about 200-byte payloads
     bus = TransportCommandBus(KafkaTransport(settings), codec())
     records = [bus.encode(message) for message in messages]
     await h.queue_hop()

@@ -21,32 +21,20 @@ both ways and the checks. A broker transport adds its own round trips on top.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any
 
-from benchmarks._harness import Figure, Harness, round_trips, send_then_drain
+from benchmarks._harness import (
+    ACCOUNT,
+    Figure,
+    Harness,
+    codec,
+    commands,
+    round_trips,
+    send_then_drain,
+)
 from wow_core.messaging import MessageSubscription
-from wow_core.model import AggregateId, BodyTypeRegistry, CommandMessage, MessageCodec, NamedAggregate
 from wow_core.transport.bus import TransportCommandBus
 from wow_core.transport.in_memory import InMemoryTransport
 from wow_core.transport.spi import TransportMessage
-
-ACCOUNT = NamedAggregate("bench", "account")
-
-
-@dataclass
-class Deposit:
-    amount: int
-    note: str
-
-
-def commands(count: int) -> list[CommandMessage[Any]]:
-    ids = [AggregateId(ACCOUNT, f"a-{n}") for n in range(64)]
-    return [CommandMessage(ids[n % 64], Deposit(n, "bench"), "deposit") for n in range(count)]
-
-
-def codec() -> MessageCodec:
-    return MessageCodec(BodyTypeRegistry([Deposit]))
 
 
 async def raw_transport(count: int) -> float:

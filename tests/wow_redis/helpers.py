@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
+from wow_core.testing import eventually, opened
 from wow_core.transport import TransportMessage, TransportRecord
 from wow_redis import RedisStreamReceiver
 
@@ -38,12 +39,4 @@ def next_record(iterator: AsyncIterator[TransportRecord]) -> asyncio.Task[Transp
     return asyncio.ensure_future(get())
 
 
-async def eventually(
-    check: Callable[[], Awaitable[bool]], timeout: float = 10.0, every: float = 0.02
-) -> None:
-    """Poll ``check`` until it holds; fail with TimeoutError after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition did not hold in time")
-        await asyncio.sleep(every)
+__all__ = ["eventually", "message", "next_record", "opened", "take"]

@@ -12,7 +12,7 @@ import pytest
 from redis.asyncio import Redis
 
 from tests.wow_redis.conftest import REDIS_URL
-from tests.wow_redis.helpers import eventually, message
+from tests.wow_redis.helpers import eventually, message, opened
 from wow_redis import RedisStreamTransport
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
@@ -56,9 +56,7 @@ async def test_a_killed_consumers_pending_entries_are_taken_over_and_nothing_is_
     assert len(processed_by_victim) < TOTAL, "the victim was killed mid-stream"
 
     survivor = make_transport(claim_idle_time=0.3)
-    receiver = survivor.open(group, [topic])
-    await receiver.ready()
-    receiver.open_processing()
+    receiver = await opened(survivor, group, [topic])
     processed_by_survivor: set[int] = set()
 
     async def consume() -> None:

@@ -9,7 +9,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from tests.wow_redis.helpers import eventually, message, next_record, take
+from tests.wow_redis.helpers import eventually, message, next_record, opened, take
 from wow_core.messaging import BusClosedError
 from wow_core.metrics import InMemoryMetrics
 from wow_core.model import NamedAggregate, TopicKind
@@ -166,16 +166,12 @@ async def test_ready_creates_the_group_on_every_stream(
 async def test_an_existing_group_is_reused_not_reset(make_transport: Make, redis: Redis) -> None:
     transport = make_transport()
     topic = topic_of(transport)
-    first = transport.open("g1", [topic])
-    await first.ready()
-    first.open_processing()
+    first = await opened(transport, "g1", [topic])
     await transport.send(message(topic, payload="1"))
     [record] = await take(first, 1)
     await record.ack()
     await first.close()
-    again = transport.open("g1", [topic])
-    await again.ready()
-    again.open_processing()
+    again = await opened(transport, "g1", [topic])
     await transport.send(message(topic, payload="2"))
     [record] = await take(again, 1)
     assert record.payload == "2"
@@ -197,9 +193,7 @@ async def test_group_start_earliest_reads_what_the_stream_holds(make_transport: 
     transport = make_transport(group_start="earliest")
     topic = topic_of(transport)
     await transport.send(message(topic, payload="before"))
-    receiver = transport.open("g1", [topic])
-    await receiver.ready()
-    receiver.open_processing()
+    receiver = await opened(transport, "g1", [topic])
     [record] = await take(receiver, 1)
     assert record.payload == "before"
 
@@ -262,9 +256,7 @@ async def test_members_of_a_group_share_entries_and_groups_each_get_all(
 async def test_ack_removes_the_entry_from_the_pending_list(make_transport: Make, redis: Redis) -> None:
     transport = make_transport(ack_confirmed=True)
     topic = topic_of(transport)
-    receiver = transport.open("g1", [topic])
-    await receiver.ready()
-    receiver.open_processing()
+    receiver = await opened(transport, "g1", [topic])
     await transport.send_many([message(topic, payload=str(n)) for n in range(20)])
     records = await take(receiver, 20)
     assert await pending_count(redis, topic, "g1") == 20
@@ -275,9 +267,7 @@ async def test_ack_removes_the_entry_from_the_pending_list(make_transport: Make,
 async def test_queued_acks_are_flushed_by_close(make_transport: Make, redis: Redis) -> None:
     transport = make_transport()
     topic = topic_of(transport)
-    receiver = transport.open("g1", [topic])
-    await receiver.ready()
-    receiver.open_processing()
+    receiver = await opened(transport, "g1", [topic])
     await transport.send_many([message(topic, payload=str(n)) for n in range(30)])
     for record in await take(receiver, 30):
         await record.ack()
@@ -288,16 +278,12 @@ async def test_queued_acks_are_flushed_by_close(make_transport: Make, redis: Red
 async def test_an_unacked_entry_comes_back_to_the_reopened_receiver(make_transport: Make) -> None:
     transport = make_transport(claim_idle_time=None)
     topic = topic_of(transport)
-    receiver = transport.open("g1", [topic])
-    await receiver.ready()
-    receiver.open_processing()
+    receiver = await opened(transport, "g1", [topic])
     await transport.send_many([message(topic, payload="1"), message(topic, payload="2")])
     first, _ = await take(receiver, 2)
     await first.ack()
     await receiver.close()
-    again = transport.open("g1", [topic])
-    await again.ready()
-    again.open_processing()
+    again = await opened(transport, "g1", [topic])
     [back] = await take(again, 1)
     assert back.payload == "2"
     assert back.delivery_count == 2
@@ -308,16 +294,12 @@ async def test_a_restart_under_the_same_consumer_name_rereads_its_pending_entrie
 ) -> None:
     first = make_transport(consumer_name="stable", claim_idle_time=None)
     topic = topic_of(first)
-    receiver = first.open("g1", [topic])
-    await receiver.ready()
-    receiver.open_processing()
+    receiver = await opened(first, "g1", [topic])
     await first.send_many([message(topic, payload=str(n)) for n in range(3)])
     await take(receiver, 3)
     await first.close()
     restarted = make_transport(consumer_name="stable", claim_idle_time=None)
-    again = restarted.open("g1", [topic])
-    await again.ready()
-    again.open_processing()
+    again = await opened(restarted, "g1", [topic])
     records = await take(again, 3)
     assert [r.payload for r in records] == ["0", "1", "2"]
     assert all(r.delivery_count == 2 for r in records)
@@ -348,16 +330,12 @@ async def test_entries_of_a_dead_consumer_are_claimed_by_a_living_one(
     metrics = InMemoryMetrics()
     dead = make_transport(claim_idle_time=None)
     topic = topic_of(dead)
-    victim = dead.open("g1", [topic])
-    await victim.ready()
-    victim.open_processing()
+    victim = await opened(dead, "g1", [topic])
     await dead.send_many([message(topic, payload=str(n)) for n in range(10)])
     await take(victim, 10)
     await dead.close()  # left pending under the dead consumer's name
     living = make_transport(claim_idle_time=0.2, metrics=metrics)
-    receiver = living.open("g1", [topic])
-    await receiver.ready()
-    receiver.open_processing()
+    receiver = await opened(living, "g1", [topic])
     records = await take(receiver, 10)
     assert sorted(int(r.payload) for r in records) == list(range(10))
     assert all(r.delivery_count == 2 for r in records)
@@ -374,9 +352,7 @@ async def test_an_entry_past_max_deliveries_goes_to_the_dead_letter_stream(
     metrics = InMemoryMetrics()
     transport = make_transport(claim_idle_time=0.1, max_deliveries=3, metrics=metrics)
     topic = topic_of(transport)
-    receiver = transport.open("g1", [topic])
-    await receiver.ready()
-    receiver.open_processing()
+    receiver = await opened(transport, "g1", [topic])
     await transport.send(message(topic, key="poison", payload="boom"))
     deliveries = [r.delivery_count for r in await take(receiver, 3)]  # never acked
     assert deliveries == [1, 2, 3]
@@ -417,9 +393,7 @@ async def test_an_entry_that_is_not_a_message_is_reported_and_left_pending(
     metrics = InMemoryMetrics()
     transport = make_transport(claim_idle_time=None, metrics=metrics)
     topic = topic_of(transport)
-    receiver = transport.open("g1", [topic])
-    await receiver.ready()
-    receiver.open_processing()
+    receiver = await opened(transport, "g1", [topic])
     bad_id = (await redis.xadd(topic, fields)).decode()  # type: ignore[arg-type]
     await transport.send(message(topic, payload="good"))
     [record] = await take(receiver, 1)
@@ -442,9 +416,7 @@ async def test_an_entry_that_is_not_a_message_ends_in_the_dead_letter_stream(
 ) -> None:
     transport = make_transport(claim_idle_time=0.1, max_deliveries=2)
     topic = topic_of(transport)
-    receiver = transport.open("g1", [topic])
-    await receiver.ready()
-    receiver.open_processing()
+    await opened(transport, "g1", [topic])  # the group reads; the test watches the server
     await redis.xadd(topic, {"garbage": "1"})
 
     async def dead_lettered() -> bool:
@@ -460,9 +432,7 @@ async def test_a_pending_entry_trimmed_away_is_reported_and_acknowledged(
     metrics = InMemoryMetrics()
     transport = make_transport(claim_idle_time=0.1, observer=RedisMessageBusObserver(metrics))
     topic = topic_of(transport)
-    receiver = transport.open("g1", [topic])
-    await receiver.ready()
-    receiver.open_processing()
+    receiver = await opened(transport, "g1", [topic])
     await transport.send(message(topic, payload="soon gone"))
     [record] = await take(receiver, 1)
     await redis.xdel(topic, record.position.rsplit("/", 1)[1])
@@ -484,9 +454,7 @@ async def test_a_reader_whose_connection_is_killed_goes_on_reading(
     metrics = InMemoryMetrics()
     transport = make_transport(reconnect_backoff=0.01, block_time=5.0, metrics=metrics)
     topic = topic_of(transport)
-    receiver = transport.open("g1", [topic])
-    await receiver.ready()
-    receiver.open_processing()
+    receiver = await opened(transport, "g1", [topic])
     await transport.send(message(topic, payload="1"))
     [first] = await take(receiver, 1)
     await first.ack()
@@ -532,9 +500,7 @@ async def test_close_right_after_reading_does_not_wait_for_the_blocking_read(mak
     transport = make_transport(block_time=10.0)
     topic = topic_of(transport)
     for round_no in range(5):
-        receiver = transport.open(f"g{round_no}", [topic])
-        await receiver.ready()
-        receiver.open_processing()
+        receiver = await opened(transport, f"g{round_no}", [topic])
         await transport.send_many([message(topic, payload=str(n)) for n in range(300)])
         for record in await take(receiver, 300):
             await record.ack()
@@ -596,9 +562,7 @@ async def test_a_payload_that_is_not_encodable_fails_only_its_send(
 async def test_a_group_destroyed_while_reading_is_created_again(make_transport: Make, redis: Redis) -> None:
     transport = make_transport(block_time=0.1)
     topic = topic_of(transport)
-    receiver = transport.open("g1", [topic])
-    await receiver.ready()
-    receiver.open_processing()
+    receiver = await opened(transport, "g1", [topic])
     await transport.send(message(topic, payload="1"))
     [first] = await take(receiver, 1)
     await first.ack()

@@ -252,10 +252,3 @@ def state_event(s: DomainEventStream, state: object) -> StateEvent[Any]:
 
 def names(items: Sequence[Any]) -> list[str]:
     return [type(i).__name__ for i in items]
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 5.0) -> None:
-    """Await ``check()`` each loop turn until it is true, up to ``timeout``."""
-    async with asyncio.timeout(timeout):
-        while not await check():  # noqa: ASYNC110 - polled state
-            await asyncio.sleep(0.001)

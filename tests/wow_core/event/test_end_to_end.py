@@ -29,7 +29,7 @@ from examples.bank.processor import LargeMovementAudit
 from examples.bank.projection import BankSummary
 from examples.bank.saga import NOTICE
 
-from tests.wow_core.event.support import ScriptedRecorder, eventually, wait_until
+from tests.wow_core.event.support import ScriptedRecorder, wait_until
 from wow_core.command import CommandWait
 from wow_core.command.stages import ErrorCodes
 from wow_core.event import OUTCOMES_METRIC, EventDispatchOptions, RecordResult, on_event, projection
@@ -43,6 +43,7 @@ from wow_core.runtime.assembly import build_runtime
 from wow_core.runtime.container import create_container
 from wow_core.runtime.runtime import WowRuntime
 from wow_core.runtime.settings import EventSettings, WowSettings
+from wow_core.testing import eventually
 from wow_core.transport.bus import TransportDomainEventBus, TransportStateEventBus
 from wow_core.transport.in_memory import InMemoryBroker, InMemoryTransport
 from wow_core.transport.spi import DefaultTopicNaming, Transport

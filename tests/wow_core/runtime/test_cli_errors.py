@@ -222,3 +222,65 @@ def test_a_closed_pipe_on_stdout_ends_quietly(tmp_path: Path) -> None:
         os.close(write_end)
     assert result.stderr == ""
     assert result.returncode == 0
+
+
+def test_every_wrong_selection_is_reported_at_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("WOW_METRICS", "otel")
+    monkeypatch.setenv("WOW_FAILURE_RECORDER", "bogus")
+    assert main(["settings"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "wow settings: invalid settings:",
+        "  WOW_FAILURE_RECORDER='bogus' is not accepted: no failure recorder plugin has that name; "
+        "accepted: none",
+        "  WOW_METRICS='otel' is not accepted: no metrics plugin has that name; accepted: in_memory, noop",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("target", "hint"),
+    [
+        ("examples/bank/app.py:app", "examples.bank.app:app"),
+        ("./examples/bank/app:app", "examples.bank.app:app"),
+        ("app.py:app", "app:app"),
+    ],
+)
+def test_a_file_path_for_wow_run_names_the_dotted_module(
+    target: str, hint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", target]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("wow run: ")
+    assert "is a file path; name the module with dots: " + hint in line
+
+
+async def test_the_demo_runs_twice_on_one_event_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A durable store keeps request ids: a second run must not meet the first run's."""
+    monkeypatch.syspath_prepend(str(REPO))
+    from examples.bank.app import app
+    from examples.bank.demo import run_demo
+
+    from wow_core.runtime.settings import WowSettings
+
+    runtime = app.runtime(WowSettings())
+    async with runtime:
+        for _ in range(2):
+            report = await run_demo(runtime, accounts=4, transfers=3, concurrency=4)
+            assert report.conserved, (report.expected_total, report.actual_total)
+            assert "first -> version " in report.duplicate_line
+            assert "second -> duplicate of version" in report.duplicate_line
+
+
+def test_the_output_of_wow_settings_reads_back_as_a_dotenv_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``wow settings > .env`` is a valid start: unset optional values print as null."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["settings"]) == 0
+    first = capsys.readouterr().out
+    assert "=null\n" in first  # optional values that are unset (the plugin sections have some)
+    (tmp_path / ".env").write_text(first)
+    assert main(["settings"]) == 0
+    assert capsys.readouterr().out == first

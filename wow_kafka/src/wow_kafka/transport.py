@@ -24,8 +24,13 @@ from typing import TYPE_CHECKING, Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from wow_core.messaging import BusClosedError
-from wow_core.transport import DecodeFailureDefault, DefaultTopicNaming, TopicNaming, TransportMessage
+from wow_core.transport import (
+    DecodeFailureDefault,
+    DefaultTopicNaming,
+    TopicNaming,
+    TransportBase,
+    TransportMessage,
+)
 from wow_kafka.client import common_config, consumer_config, producer_config
 from wow_kafka.errors import KafkaConnectError, KafkaSendError, KafkaTopicError
 from wow_kafka.receiver import KafkaTransportReceiver
@@ -45,10 +50,11 @@ def _bytes(text: str) -> bytes:
     return text.encode("utf-8", "surrogateescape")
 
 
-class KafkaTransport:
+class KafkaTransport(TransportBase[KafkaTransportReceiver]):
     """Moves strings through Kafka; see the module docstring for what SENT means."""
 
     name = "kafka"
+    label = "Kafka"
 
     def __init__(
         self,
@@ -58,16 +64,14 @@ class KafkaTransport:
         decode_failure_default: DecodeFailureDefault = DecodeFailureDefault.DEAD_LETTER,
     ) -> None:
         self.settings = settings if settings is not None else KafkaSettings()
-        self._naming: TopicNaming = (
-            naming if naming is not None else DefaultTopicNaming(self.settings.topic_prefix or "wow.")
+        super().__init__(
+            naming if naming is not None else DefaultTopicNaming(self.settings.topic_prefix or "wow."),
+            decode_failure_default,
         )
-        self._decode_failure_default = decode_failure_default
         self._common = common_config(self.settings)
         self.topics = KafkaTopics(self.settings, self._common)
         self._producer: AIOKafkaProducer | None = None
         self._start_lock = asyncio.Lock()
-        self._receivers: set[KafkaTransportReceiver] = set()
-        self._closed = False
 
     @classmethod
     def from_settings(cls, settings: WowSettings) -> KafkaTransport:
@@ -77,30 +81,20 @@ class KafkaTransport:
         naming = DefaultTopicNaming(prefix, settings.messaging.context_aliases)
         return cls(kafka, naming=naming)
 
-    @property
-    def naming(self) -> TopicNaming:
-        return self._naming
-
-    @property
-    def decode_failure_default(self) -> DecodeFailureDefault:
-        return self._decode_failure_default
-
     # -- lifecycle --------------------------------------------------------------------
 
     async def start(self) -> None:
         await self._started()
 
     async def _started(self) -> AIOKafkaProducer:
-        if self._closed:
-            raise BusClosedError("the Kafka transport is closed")
+        self._check_open()
         producer = self._producer
         if producer is not None:
             return producer
         async with self._start_lock:
             if self._producer is not None:
                 return self._producer
-            if self._closed:
-                raise BusClosedError("the Kafka transport is closed")
+            self._check_open()
             producer = AIOKafkaProducer(**producer_config(self.settings, self._common))
             try:
                 await producer.start()
@@ -123,10 +117,9 @@ class KafkaTransport:
 
     async def close(self) -> None:
         """Close every receiver, flush the producer, release the connections; idempotent."""
-        if self._closed:
+        if not self._mark_closed():
             return
-        self._closed = True
-        for receiver in list(self._receivers):
+        for receiver in self._open_receivers():
             await receiver.close()
         async with self._start_lock:
             producer, self._producer = self._producer, None
@@ -201,18 +194,16 @@ class KafkaTransport:
 
     def open(self, group: str, topics: Sequence[str]) -> KafkaTransportReceiver:
         """A new member of consumer group ``group`` for ``topics``; it connects on ``ready()``."""
-        if self._closed:
-            raise BusClosedError("the Kafka transport is closed")
+        self._check_open()
         receiver = KafkaTransportReceiver(
             group,
             topics,
             self.settings,
             consumer_config(self.settings, self._common, group),
             self.topics,
-            on_close=self._receivers.discard,
+            on_close=self.receiver_closed,
         )
-        self._receivers.add(receiver)
-        return receiver
+        return self._track(receiver)
 
     def __repr__(self) -> str:
         return f"KafkaTransport({self.settings.bootstrap_servers})"

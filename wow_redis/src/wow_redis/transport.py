@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
 
-from wow_core.messaging import BusClosedError
 from wow_core.metrics import Metrics
 from wow_core.transport import (
     DecodeFailure,
     DecodeFailureAction,
     DecodeFailureDefault,
     TopicNaming,
+    TransportBase,
     TransportMessage,
 )
 from wow_redis.connection import create_client, deadline
@@ -47,8 +47,10 @@ if TYPE_CHECKING:
     from wow_core.runtime.settings import WowSettings
 
 
-class RedisStreamTransport:
+class RedisStreamTransport(TransportBase[RedisStreamReceiver]):
     """Redis Streams as a :class:`~wow_core.transport.Transport`; see the module docstring."""
+
+    label = "Redis"
 
     def __init__(
         self,
@@ -60,15 +62,15 @@ class RedisStreamTransport:
         client: Redis | None = None,
     ) -> None:
         self.settings = settings or RedisSettings()
-        self._naming = naming or RedisTopicNaming(self.settings.key_prefix)
+        super().__init__(
+            naming or RedisTopicNaming(self.settings.key_prefix), DecodeFailureDefault.LEAVE_PENDING
+        )
         self.observer = observer or RedisMessageBusObserver(metrics)
         self.consumer_name = self.settings.resolved_consumer_name()
         self._client = client
         self._owns_client = client is None
         self._writer: StreamWriter | None = None
-        self._receivers: set[RedisStreamReceiver] = set()
         self._slots: dict[str, set[int]] = {}
-        self._closed = False
 
     @classmethod
     def from_settings(cls, settings: WowSettings, *, metrics: Metrics | None = None) -> RedisStreamTransport:
@@ -82,14 +84,6 @@ class RedisStreamTransport:
     @property
     def name(self) -> str:
         return "redis"
-
-    @property
-    def naming(self) -> TopicNaming:
-        return self._naming
-
-    @property
-    def decode_failure_default(self) -> DecodeFailureDefault:
-        return DecodeFailureDefault.LEAVE_PENDING
 
     @property
     def client(self) -> Redis:
@@ -128,7 +122,7 @@ class RedisStreamTransport:
         consumer = self.consumer_name if slot == 0 else f"{self.consumer_name}-{slot}"
 
         def release(receiver: RedisStreamReceiver) -> None:
-            self._receivers.discard(receiver)
+            self.receiver_closed(receiver)
             slots.discard(slot)
 
         receiver = RedisStreamReceiver(
@@ -141,15 +135,13 @@ class RedisStreamTransport:
             create_groups=self._stream_writer().create_groups,
             on_close=release,
         )
-        self._receivers.add(receiver)
-        return receiver
+        return self._track(receiver)
 
     async def close(self) -> None:
         """Close every receiver, wait for queued sends, close the connections; idempotent."""
-        if self._closed:
+        if not self._mark_closed():
             return
-        self._closed = True
-        receivers = list(self._receivers)
+        receivers = self._open_receivers()
         if receivers:
             await asyncio.gather(*(r.close() for r in receivers), return_exceptions=True)
         if self._writer is not None:
@@ -171,10 +163,6 @@ class RedisStreamTransport:
             self.observer.undecodable(failure.topic, failure.group, entry_id, str(failure.error))
 
     # -- helpers ----------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise BusClosedError("the Redis transport is closed")
 
     def _stream_writer(self) -> StreamWriter:
         writer = self._writer

@@ -31,7 +31,13 @@ from nats.js.api import PubAck, StorageType, StreamConfig
 
 from wow_core.messaging import BusClosedError
 from wow_core.metrics import Metrics, NoopMetrics
-from wow_core.transport import DecodeFailureDefault, DefaultTopicNaming, TopicNaming, TransportMessage
+from wow_core.transport import (
+    DecodeFailureDefault,
+    DefaultTopicNaming,
+    TopicNaming,
+    TransportBase,
+    TransportMessage,
+)
 from wow_nats.layout import StreamLayout
 from wow_nats.record import TIMESTAMP_HEADER, key_headers
 from wow_nats.settings import SECTION, NatsSettings
@@ -52,7 +58,7 @@ def _expire(future: asyncio.Future[PubAck]) -> None:
         future.set_exception(nats.errors.TimeoutError())
 
 
-class NatsTransport:
+class NatsTransport(TransportBase["NatsReceiver"]):
     """A stream per bounded context, a subject per topic, a durable pull consumer per group.
 
     Guarantees: a completed ``send`` is stored by JetStream; a record reaches every group
@@ -61,6 +67,8 @@ class NatsTransport:
     Not guaranteed: order between records of two concurrent ``send`` calls (the caller
     decides order by awaiting), order across topics.
     """
+
+    label = "NATS"
 
     def __init__(
         self,
@@ -71,23 +79,20 @@ class NatsTransport:
         decode_failure_default: DecodeFailureDefault = DecodeFailureDefault.DEAD_LETTER,
         metrics: Metrics | None = None,
     ) -> None:
+        super().__init__(naming or DefaultTopicNaming(), decode_failure_default)
         self.settings = settings or NatsSettings()
-        self._naming: TopicNaming = naming or DefaultTopicNaming()
         prefix = topic_prefix if topic_prefix is not None else getattr(self._naming, "prefix", "wow.")
         self.layout = StreamLayout(str(prefix), self.settings.stream_prefix)
-        self._decode_failure_default = decode_failure_default
         self.metrics: Metrics = metrics or NoopMetrics()
         self._nc: NatsClient | None = None
         self._js: JetStreamContext | None = None
         self._connect_lock = asyncio.Lock()
         self._streams: dict[str, asyncio.Future[None]] = {}
-        self._receivers: set[NatsReceiver] = set()
         self._ready: dict[str, str] = {}
         """Topics whose stream exists (topic -> stream): the fast path of ``send``."""
         self._id_prefix = uuid.uuid4().hex[:16] + "-"
         self._id_counter = itertools.count()
         self._deduplicate = self.settings.deduplicate
-        self._closed = False
 
     @classmethod
     def from_settings(cls, settings: WowSettings, *, metrics: Metrics | None = None) -> NatsTransport:
@@ -106,26 +111,12 @@ class NatsTransport:
     def name(self) -> str:
         return "nats"
 
-    @property
-    def naming(self) -> TopicNaming:
-        return self._naming
-
-    @property
-    def decode_failure_default(self) -> DecodeFailureDefault:
-        """DEAD_LETTER: see the README, "Decode failures"."""
-        return self._decode_failure_default
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     async def start(self) -> None:
         await self.jetstream()
 
     async def send(self, message: TransportMessage) -> None:
         """Publish to the topic's subject; return on JetStream's publish ack."""
-        if self._closed:
-            raise BusClosedError("the NATS transport is closed")
+        self._check_open()
         headers = key_headers(message.key)
         headers[TIMESTAMP_HEADER] = str(message.timestamp)
         if self._deduplicate:
@@ -149,16 +140,13 @@ class NatsTransport:
         self._check_open()
         if not topics:
             raise ValueError(f"group {group!r} opens no topic")
-        receiver = NatsReceiver(self, group, [self.layout.subject(topic) for topic in topics])
-        self._receivers.add(receiver)
-        return receiver
+        return self._track(NatsReceiver(self, group, [self.layout.subject(topic) for topic in topics]))
 
     async def close(self) -> None:
         """Close every receiver, flush what is buffered, close the connection."""
-        if self._closed:
+        if not self._mark_closed():
             return
-        self._closed = True
-        for receiver in list(self._receivers):
+        for receiver in self._open_receivers():
             await receiver.close()
         for future in self._streams.values():
             future.cancel()
@@ -248,14 +236,7 @@ class NatsTransport:
         finally:
             timer.cancel()
 
-    def receiver_closed(self, receiver: NatsReceiver) -> None:
-        self._receivers.discard(receiver)
-
     # -- internals ----------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise BusClosedError("the NATS transport is closed")
 
     async def _connect(self) -> NatsClient:
         settings = self.settings

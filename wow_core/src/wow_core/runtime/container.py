@@ -197,11 +197,20 @@ class WowContainer(containers.DeclarativeContainer):
 
 
 def check(container: WowContainer) -> None:
-    """Validate the selections and plugin sections without building any implementation."""
+    """Validate the selections and plugin sections without building any implementation.
+
+    Every wrong selection is reported at once, one line each, in one ``SettingsError``.
+    """
     settings = container.settings()
     plugins = container.plugins()
+    problems: list[str] = []
     for kind in SELECTIONS:
-        select(plugins, settings, kind)
+        try:
+            select(plugins, settings, kind)
+        except SettingsError as error:
+            problems.append(str(error).removeprefix("invalid settings:\n"))
+    if problems:
+        raise SettingsError("invalid settings:\n" + "\n".join(problems))
     container.plugin_sections()
 
 

@@ -41,6 +41,13 @@ def load_app(target: str) -> WowApp:
     module_name, sep, attribute = target.partition(":")
     if not sep or not module_name or not attribute:
         raise AppImportError(f"{target!r} is not 'module:app' (for example examples.bank.app:app)")
+    if "/" in module_name or "\\" in module_name or module_name.endswith(".py"):
+        parts = module_name.removesuffix(".py").replace("\\", "/").split("/")
+        dotted = ".".join(part for part in parts if part not in ("", "."))
+        raise AppImportError(
+            f"{module_name!r} is a file path; name the module with dots: {dotted}:{attribute} "
+            "(run from the directory it is imported from)"
+        )
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -152,6 +159,11 @@ def demo_command(invocation: Any) -> int:
     args = invocation.args
     if args.accounts < 3 or args.transfers < 0 or args.concurrency < 1:
         raise SettingsError("wow demo needs --accounts >= 3, --transfers >= 0 and --concurrency >= 1")
+    # Warnings of the framework and the broker clients, each naming its origin.
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
+        )
     root = _examples_root()
     if root is None:
         raise SettingsError(
@@ -170,7 +182,10 @@ def demo_command(invocation: Any) -> int:
         f"wow demo: the bank service ({described['aggregates']})\n"
         f"  transport {described['transport']}, command bus {described['command bus']}, "
         f"event store {described['event store']}\n"
+        f"  running {args.accounts} accounts, {args.transfers} transfers, {args.concurrency} commands "
+        "at once...\n"
     )
+    out.flush()
 
     async def main() -> Any:
         async with runtime:

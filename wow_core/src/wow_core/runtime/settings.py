@@ -111,22 +111,32 @@ class RuntimeSettings(_Section):
     max_in_flight: PositiveInt = Field(1024, description="Bound on commands and events processed at once.")
 
 
+_SOURCES = SettingsConfigDict(
+    env_prefix=ENV_PREFIX,
+    env_nested_delimiter=NESTED,
+    env_file=".env",
+    env_file_encoding="utf-8",
+    env_parse_none_str="null",
+    extra="ignore",
+)
+"""Where settings come from: ``WOW_``-prefixed variables (``__`` nesting) and ``.env``.
+:class:`WowSettings` and every plugin section read the same sources alike. ``null`` is
+an unset optional value, as ``wow settings`` prints it, so its output reads back."""
+
+
 class WowSettings(BaseSettings):
     """The settings of one wow-py process."""
 
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX,
-        env_nested_delimiter=NESTED,
-        env_file=".env",
-        env_file_encoding="utf-8",
-        extra="ignore",
-        frozen=True,
-    )
+    model_config = SettingsConfigDict(**_SOURCES, frozen=True)
 
     transport: str = Field("in_memory", description="Transport of the distributed buses, by plugin name.")
     failure_recorder: str = Field("none", description="FailureRecorder, by plugin name.")
     metrics: str = Field("noop", description="Metrics backend, by plugin name (`noop`, `in_memory`, ...).")
-    service_name: str = Field("wow-service", description="Name of this service in logs and metrics.")
+    service_name: str = Field(
+        "wow-service",
+        description="Name of the service when its WowApp has none (an app's own name wins): it names the "
+        "dispatchers and the consumer groups, <name>.command for commands.",
+    )
     command: CommandSettings = Field(default_factory=CommandSettings)
     event: EventSettings = Field(default_factory=EventSettings)
     eventsourcing: EventSourcingSettings = Field(default_factory=EventSourcingSettings)
@@ -157,13 +167,7 @@ class WowSettings(BaseSettings):
 class _SectionHolder(BaseSettings):
     """Reads one plugin section; every other ``WOW_*`` variable is someone else's."""
 
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX,
-        env_nested_delimiter=NESTED,
-        env_file=".env",
-        env_file_encoding="utf-8",
-        extra="ignore",
-    )
+    model_config = SettingsConfigDict(**_SOURCES)
 
 
 def load_section(name: str, model: type[T]) -> T:

@@ -12,6 +12,8 @@ from wow_core.testing.support import (
     InMemoryBusFactory,
     Rig,
     TransportBusFactory,
+    eventually,
+    opened,
     wait_until,
     within,
 )
@@ -24,6 +26,8 @@ __all__ = [
     "Rig",
     "TransportBusFactory",
     "TransportConformance",
+    "eventually",
+    "opened",
     "wait_until",
     "within",
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import uuid
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -42,6 +42,7 @@ from wow_core.transport.decode_failure import (
 from wow_core.transport.spi import Transport, TransportReceiver, TransportRecord
 
 T = TypeVar("T")
+R_co = TypeVar("R_co", bound=TransportReceiver, covariant=True)
 
 TransportFactory = Callable[[], "Transport | Awaitable[Transport]"]
 """What ``wow_transport_factory`` returns: a fresh transport per call (sync or async)."""
@@ -66,6 +67,41 @@ async def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -
         # Back off from yielding to short waits: a condition check, not a fixed sleep.
         await asyncio.sleep(delay)
         delay = min(0.05, delay * 2 or 0.001)
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]],
+    timeout: float = 10.0,
+    what: str = "the condition to hold",
+    every: float = 0.02,
+) -> None:
+    """Await ``check()`` every ``every`` seconds until it is true.
+
+    For state only a query shows (a broker's pending list, a stream's length). Fails
+    with :class:`ConformanceTimeout` naming ``what`` after ``timeout`` seconds.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await check():
+        if loop.time() >= deadline:
+            raise ConformanceTimeout(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(every)
+
+
+class OpensReceivers(Protocol[R_co]):
+    """What :func:`opened` needs of a transport: ``open(group, topics)``."""
+
+    def open(self, group: str, topics: Sequence[str], /) -> R_co: ...
+
+
+async def opened(
+    transport: OpensReceivers[R_co], group: str, topics: Iterable[str], timeout: float = 10.0
+) -> R_co:
+    """A receiver of ``group`` on ``topics``: ready (within ``timeout``), processing open."""
+    receiver = transport.open(group, list(topics))
+    await within(receiver.ready(), timeout, f"receiver of {group} to be ready")
+    receiver.open_processing()
+    return receiver
 
 
 async def within(awaitable: Awaitable[T], timeout: float, what: str) -> T:
