@@ -78,7 +78,11 @@ def test_a_wrong_value_is_one_message_and_exit_2_for_every_command(
 @pytest.mark.parametrize(
     ("settings", "part", "detail"),
     [
-        ({"WOW_TRANSPORT": "redis", "WOW_REDIS__URL": "redis://127.0.0.1:{port}"}, "transport 'redis'", ""),
+        (
+            {"WOW_TRANSPORT": "redis", "WOW_REDIS__URL": "redis://127.0.0.1:{port}"},
+            "transport 'redis'",
+            "(WOW_REDIS__URL, WOW_REDIS__SOCKET_TIMEOUT)",
+        ),
         (
             {
                 "WOW_TRANSPORT": "nats",
@@ -96,7 +100,7 @@ def test_a_wrong_value_is_one_message_and_exit_2_for_every_command(
         (
             {"WOW_EVENTSOURCING__STORE": "redis", "WOW_REDIS__URL": "redis://127.0.0.1:{port}"},
             "event store",
-            "",
+            "Redis did not answer",
         ),
     ],
     ids=["redis", "nats", "kafka", "redis-event-store"],

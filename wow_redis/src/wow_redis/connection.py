@@ -86,6 +86,20 @@ async def deadline(seconds: float, what: str) -> AsyncIterator[None]:
         raise RedisTimeoutError(f"{what} took longer than {seconds}s") from error
 
 
+async def ping(client: Redis, timeout: float) -> None:
+    """PING within ``timeout`` seconds; a server that does not answer is a builtin
+    ``ConnectionError`` whose message names the settings to check (the runtime reports it
+    as the part that did not start). Proves the server answered now, nothing later."""
+    try:
+        async with deadline(timeout, "PING"):
+            await client.ping()
+    except (RedisConnectionError, RedisTimeoutError) as error:
+        reason = str(error).rstrip(". ") or type(error).__name__
+        raise ConnectionError(
+            f"Redis did not answer: {reason} (WOW_REDIS__URL, WOW_REDIS__SOCKET_TIMEOUT)"
+        ) from error
+
+
 async def command(client: Redis, *args: Any, timeout: float, **options: Any) -> Any:
     """``client.execute_command`` (untyped in redis-py) bounded by ``timeout`` seconds."""
     async with deadline(timeout, str(args[0])):

@@ -46,7 +46,7 @@ from wow_core.model import (
     NamedAggregate,
     TopicKind,
 )
-from wow_redis.connection import command, create_client, deadline
+from wow_redis.connection import command, create_client, deadline, ping
 from wow_redis.scripts import APPEND_SCRIPT, SAVE_SNAPSHOT_SCRIPT
 from wow_redis.settings import SECTION, RedisSettings
 
@@ -111,8 +111,7 @@ class _RedisStore:
         """Check the server answers (PING). The runtime calls it at start, so a Redis that
         is down stops the process at once rather than failing its first command. It
         proves the server answered then, not that it will answer later."""
-        async with deadline(self._timeout, "PING"):
-            await self.client.ping()
+        await ping(self.client, self._timeout)
 
     async def close(self) -> None:
         if self._client is not None and self._owns_client:

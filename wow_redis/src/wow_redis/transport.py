@@ -36,7 +36,7 @@ from wow_core.transport import (
     TransportBase,
     TransportMessage,
 )
-from wow_redis.connection import create_client, deadline
+from wow_redis.connection import create_client, ping
 from wow_redis.naming import RedisTopicNaming
 from wow_redis.observer import RedisMessageBusObserver
 from wow_redis.receiver import RedisRecord, RedisStreamReceiver
@@ -95,8 +95,7 @@ class RedisStreamTransport(TransportBase[RedisStreamReceiver]):
     async def start(self) -> None:
         """Check the server answers (PING); idempotent."""
         self._check_open()
-        async with deadline(self.settings.socket_timeout, "PING"):
-            await self.client.ping()
+        await ping(self.client, self.settings.socket_timeout)
 
     async def send(self, message: TransportMessage) -> None:
         self._check_open()

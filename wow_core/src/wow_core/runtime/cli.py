@@ -156,7 +156,7 @@ def _run_settings(invocation: Invocation) -> int:
         document["plugin_sections"] = {name: to_jsonable_python(model) for name, model in sections.items()}
         out.write(json.dumps(document, indent=2) + "\n")
         return 0
-    out.write("# effective settings (environment and .env); secrets are masked\n")
+    out.write("# effective settings (environment and .env); secrets are masked, null is unset\n")
     for line in settings_lines(settings, ENV_PREFIX):
         out.write(line + "\n")
     for name, section in sections.items():
