@@ -4,7 +4,10 @@ lanes are drained by a few long-lived workers, in order per aggregate, once per 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import gc
 import random
+import weakref
 from collections.abc import Callable
 
 import pytest
@@ -277,3 +280,27 @@ async def test_a_late_hand_off_result_after_the_deadline_is_ignored(
     await asyncio.sleep(0)
     await asyncio.sleep(0)
     assert len(distributed.arrivals) == 1
+
+
+async def test_a_copy_waiting_for_its_hand_off_result_keeps_nothing_of_the_senders_context(
+    bus: LocalFirstCommandBus, local: ControlledLocalBus, distributed: RecordingDistributedBus
+) -> None:
+    class Request:
+        pass
+
+    held: contextvars.ContextVar[Request | None] = contextvars.ContextVar("held", default=None)
+    request = Request()
+    alive = weakref.ref(request)
+    context = contextvars.copy_context()
+    context.run(held.set, request)  # the sender's context holds a web request
+    sender = asyncio.get_running_loop().create_task(bus.send(command()), context=context)
+    await sender
+    del sender, context, request
+    await asyncio.sleep(0)  # the loop's handle that resumed this test still holds the sender task
+    gc.collect()
+    assert bus.copies.backlog() == 1  # still waiting for the admission
+    assert alive() is None  # the waiting copy did not keep the request
+    local.admit(local.deliveries[0])
+    async with asyncio.timeout(5):
+        await bus.copies.join()
+    assert len(distributed.completed) == 1

@@ -429,8 +429,11 @@ class LocalFirstDistributedCopies(Generic[M]):
             if loop.time() < entry.deadline:
                 lane.state = _WAITING
                 lane.admission = admission
-                admission.add_done_callback(lane.decided)
-                lane.timer = loop.call_at(entry.deadline, lane.decided)
+                # In an empty context: a callback registered in the sender's context would
+                # keep that whole context (a web request...) alive while the copy waits.
+                empty = contextvars.Context()
+                admission.add_done_callback(lane.decided, context=empty)
+                lane.timer = loop.call_at(entry.deadline, lane.decided, context=empty)
                 return
         lane.state = _READY
         self._ready.append(lane.key)
