@@ -18,7 +18,7 @@ Guarantees and limits:
   aggregates. Nothing orders copies of *different* aggregates, topics or buses.
 - A queued copy keeps only what the registered :class:`~wow_core.context.ContextCapture`
   implementations capture (metrics source, trace context), never the sender's whole
-  ``contextvars`` context; the drain tasks run in an empty context.
+  ``contextvars`` context; the workers that send copies run in an empty context.
 - The backlog (copies waiting, per aggregate type) is the gauge ``wow.local_first.backlog``;
   reaching the high-water mark logs one warning per crossing, not one per copy.
 - :meth:`flush` sends what is queued within a timeout and cancels (and counts) the rest.
@@ -28,9 +28,10 @@ Guarantees and limits:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
-from asyncio.tasks import _enter_task, _leave_task
+import sys
 from collections import deque
 from collections.abc import Coroutine, Generator, Sequence
 from dataclasses import dataclass
@@ -87,6 +88,7 @@ class QueuedCopy(Generic[M]):
         "deadline",
         "handed_off",
         "message",
+        "started",
     )
 
     def __init__(self, message: M, context: CapturedContext) -> None:
@@ -96,6 +98,7 @@ class QueuedCopy(Generic[M]):
         self.deadline = 0.0
         self.handed_off = False
         self.abandoned = False
+        self.started = False
         self._done: asyncio.Future[None] | None = None
         self._settled = False
         self._error: BaseException | None = None
@@ -146,94 +149,140 @@ def _retrieve(future: asyncio.Future[None]) -> None:
         future.exception()
 
 
+_IDLE = 0
+"""No copy of the lane can go out yet: the lane is empty or its first copy was queued
+without being started."""
+_WAITING = 1
+"""The first copy waits for its hand-off result (a callback and a deadline timer armed)."""
+_READY = 2
+"""The lane's key is in the ready queue."""
+_RUNNING = 3
+"""A worker owns the lane and is sending its first copy."""
+
+
 class _Lane:
-    """The copy queue of one aggregate id and the task draining it."""
+    """The copy queue of one aggregate id and its state (see ``_IDLE`` ... ``_RUNNING``).
 
-    __slots__ = ("copies", "step", "task")
+    A lane is in the ready queue, owned by one worker, or waiting on one callback, never
+    two of those at once: its copies go out one at a time, in queue order.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("admission", "copies", "key", "owner", "state", "timer")
+
+    def __init__(self, key: AggregateId, owner: LocalFirstDistributedCopies[Any]) -> None:
+        self.key = key
+        self.owner = owner
         self.copies: deque[QueuedCopy[Any]] = deque()
-        self.task: asyncio.Task[None] | None = None
-        self.step: _EagerStep | None = None
+        self.state = _IDLE
+        self.admission: asyncio.Future[bool] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+
+    def decided(self, _: object = None) -> None:
+        """The awaited hand-off result arrived, or its deadline passed."""
+        self.owner._decided(self)
+
+    def disarm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.admission is not None:
+            self.admission.remove_done_callback(self.decided)
+            self.admission = None
 
 
-class _Continue:
-    """Continues, inside a task, a coroutine whose first step already ran.
+if sys.version_info >= (3, 12):
 
-    The task forwards what it is sent or thrown (a wake-up, a cancellation) to the
-    coroutine, exactly as an ``await`` chain would.
-    """
+    def _start_eagerly(
+        loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None], name: str
+    ) -> asyncio.Task[None]:
+        """A task in an empty context whose first step runs now, inside the caller."""
+        return asyncio.Task(coro, loop=loop, name=name, context=contextvars.Context(), eager_start=True)
 
-    __slots__ = ("awaited", "coro")
+else:
+    from asyncio.tasks import _enter_task, _leave_task
 
-    def __init__(self, coro: Coroutine[Any, Any, None], awaited: Any) -> None:
-        self.coro = coro
-        self.awaited = awaited
+    class _Continue:
+        """Continues, inside a task, a coroutine whose first step already ran: the task
+        forwards what it is sent or thrown (a wake-up, a cancellation), as ``await`` would."""
 
-    def __await__(self) -> Generator[Any, Any, None]:
-        coro, awaited = self.coro, self.awaited
-        while True:
-            try:
-                sent = yield awaited
-            except BaseException as error:
+        __slots__ = ("awaited", "coro")
+
+        def __init__(self, coro: Coroutine[Any, Any, None], awaited: Any) -> None:
+            self.coro = coro
+            self.awaited = awaited
+
+        def __await__(self) -> Generator[Any, Any, None]:
+            coro, awaited = self.coro, self.awaited
+            while True:
                 try:
-                    awaited = coro.throw(error)
-                except StopIteration:
-                    return
-            else:
-                try:
-                    awaited = coro.send(sent)
-                except StopIteration:
-                    return
+                    sent = yield awaited
+                except BaseException as error:
+                    try:
+                        awaited = coro.throw(error)
+                    except StopIteration:
+                        return
+                else:
+                    try:
+                        awaited = coro.send(sent)
+                    except StopIteration:
+                        return
 
+    class _EagerStep:
+        """Python 3.11 has no eager tasks: the task is created (scheduled) first, then its
+        coroutine's first step runs at once with the task made current (so
+        ``current_task()``, and the timeouts that cancel it, see the task, not the caller)
+        in the task's own context. The scheduled step only continues what is left."""
 
-class _EagerStep:
-    """A task whose first step runs at once, inside the caller, as that task.
+        __slots__ = ("awaited", "context", "coro", "error", "finished")
 
-    asyncio of Python 3.11 has no eager tasks: the task is created (scheduled) first, then
-    its coroutine's first step runs synchronously with the task made current (so
-    ``current_task()``, and the timeouts that cancel it, see the task, not the caller) in
-    the task's own context. The scheduled step then only continues what is left.
-    """
+        def __init__(self, coro: Coroutine[Any, Any, None], context: contextvars.Context) -> None:
+            self.coro = coro
+            self.context = context
+            self.awaited: Any = None
+            self.finished = False
+            self.error: BaseException | None = None
 
-    __slots__ = ("awaited", "context", "coro", "error", "finished")
-
-    def __init__(self, coro: Coroutine[Any, Any, None], context: contextvars.Context) -> None:
-        self.coro = coro
-        self.context = context
-        self.awaited: Any = None
-        self.finished = False
-        self.error: BaseException | None = None
-
-    def first(self, task: asyncio.Task[None]) -> None:
-        loop = task.get_loop()
-        caller = asyncio.current_task(loop)
-        if caller is not None:
-            _leave_task(loop, caller)
-        _enter_task(loop, task)
-        try:
-            self.awaited = self.context.run(self.coro.send, None)
-        except StopIteration:
-            self.finished = True
-        except BaseException as error:
-            self.finished = True
-            self.error = error
-        finally:
-            _leave_task(loop, task)
+        def first(self, task: asyncio.Task[None]) -> None:
+            loop = task.get_loop()
+            caller = asyncio.current_task(loop)
             if caller is not None:
-                _enter_task(loop, caller)
+                _leave_task(loop, caller)
+            _enter_task(loop, task)
+            try:
+                self.awaited = self.context.run(self.coro.send, None)
+            except StopIteration:
+                self.finished = True
+            except BaseException as error:
+                self.finished = True
+                self.error = error
+            finally:
+                _leave_task(loop, task)
+                if caller is not None:
+                    _enter_task(loop, caller)
 
-    async def rest(self) -> None:
-        if self.finished:
-            if self.error is not None:
-                raise self.error
-            return
-        await _Continue(self.coro, self.awaited)
+        async def rest(self) -> None:
+            if self.finished:
+                if self.error is not None:
+                    raise self.error
+                return
+            await _Continue(self.coro, self.awaited)
 
-    def close(self) -> None:
-        """Close a coroutine whose task was cancelled before it could continue it."""
-        if getattr(self.coro, "cr_frame", None) is not None:
-            self.context.run(self.coro.close)
+        def close(self, _: object = None) -> None:
+            """Close a coroutine whose task was cancelled before it could continue it."""
+            if getattr(self.coro, "cr_frame", None) is not None:
+                self.context.run(self.coro.close)
+
+    def _start_eagerly(
+        loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None], name: str
+    ) -> asyncio.Task[None]:
+        """A task in an empty context whose first step runs now, inside the caller."""
+        context = contextvars.Context()
+        step = _EagerStep(coro, context)
+        task = loop.create_task(step.rest(), name=name, context=context)
+        step.first(task)
+        if not step.finished:
+            task.add_done_callback(step.close)
+        return task
 
 
 class LocalFirstDistributedCopies(Generic[M]):
@@ -241,6 +290,15 @@ class LocalFirstDistributedCopies(Generic[M]):
 
     ``bus_name`` is ``command``, ``event`` or ``state`` (the tag of every metric);
     ``settings_key`` names the settings of the bus in log messages.
+
+    How the queues are drained: a lane whose first copy can go out (its hand-off result is
+    known, or its deadline passed) puts its key in a ready queue; a pool of long-lived
+    worker tasks takes keys from it and sends one copy per turn, then puts the key back at
+    the end when the lane's next copy can go out (fairness between aggregates). A lane
+    whose first copy waits for its hand-off result holds no worker: a callback on the
+    admission (and one deadline timer) makes it ready. Before a worker sends while other
+    keys are ready, it wakes one more worker, so a send that suspends (I/O) does not delay
+    other aggregates. Idle workers beyond ``max_idle_workers`` end.
     """
 
     def __init__(
@@ -253,11 +311,14 @@ class LocalFirstDistributedCopies(Generic[M]):
         captures: Sequence[ContextCapture] = (),
         backlog_high_water_mark: int = 10000,
         hand_off_timeout: float = 30.0,
+        max_idle_workers: int = 8,
     ) -> None:
         if backlog_high_water_mark < 1:
             raise ValueError("backlog_high_water_mark must be >= 1")
         if hand_off_timeout <= 0:
             raise ValueError("hand_off_timeout must be > 0")
+        if max_idle_workers < 1:
+            raise ValueError("max_idle_workers must be >= 1")
         self._distributed = distributed
         self.bus_name = bus_name
         self._settings_key = settings_key or f"WOW_{bus_name.upper()}__BUS__LOCAL_FIRST"
@@ -266,7 +327,19 @@ class LocalFirstDistributedCopies(Generic[M]):
         self.backlog_high_water_mark = backlog_high_water_mark
         self._rearm_below = max(1, int(backlog_high_water_mark * REARM_RATIO))
         self.hand_off_timeout = hand_off_timeout
+        self.max_idle_workers = max_idle_workers
         self._lanes: dict[AggregateId, _Lane] = {}
+        # Keys whose lane is ready; the lane state is _READY exactly while its key is here.
+        self._ready: deque[AggregateId] = deque()
+        self._parked: deque[asyncio.Future[None]] = deque()
+        self._workers: set[asyncio.Task[None]] = set()
+        # Workers woken (or created) that have not looked at the ready queue yet.
+        self._waking = 0
+        # Lanes not idle (waiting, ready or running); join and flush wait for 0.
+        self._active = 0
+        self._quiet = asyncio.Event()
+        self._quiet.set()
+        self._stopping = False
         self._backlog: dict[NamedAggregate, int] = {}
         self._above_mark: set[NamedAggregate] = set()
         self._tag_cache: dict[NamedAggregate, dict[str, str]] = {}
@@ -279,6 +352,11 @@ class LocalFirstDistributedCopies(Generic[M]):
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def workers(self) -> int:
+        """Worker tasks alive (sending, parked or about to start)."""
+        return len(self._workers)
 
     def queue(self, message: M, *, start: bool = True) -> QueuedCopy[M]:
         """Queue ``message`` (an independent copy) behind the earlier copies of its aggregate.
@@ -295,7 +373,7 @@ class LocalFirstDistributedCopies(Generic[M]):
         key = message.aggregate_id
         lane = self._lanes.get(key)
         if lane is None:
-            lane = self._lanes[key] = _Lane()
+            lane = self._lanes[key] = _Lane(key, self)
         lane.copies.append(entry)
         self._add_backlog(key.named_aggregate, 1)
         if start:
@@ -303,24 +381,31 @@ class LocalFirstDistributedCopies(Generic[M]):
         return entry
 
     def start(self, entry: QueuedCopy[M]) -> None:
-        """Let the queue of ``entry``'s aggregate send, if it is not sending already.
+        """Let ``entry`` go out in its turn: once every earlier copy of its aggregate was
+        sent and its hand-off result is known (or its deadline passed), a worker sends it.
 
-        The queue's task takes its first step now, inside this call (as that task, in an
-        empty context, never the sender's), so a copy that can go out at once (refused,
-        over a transport whose send does not wait) is sent before this returns; whatever
-        has to wait continues in the task.
+        Never sends inside this call and never runs in the sender's context: the worker
+        sends in its own (empty) context with only what the captures took restored.
         """
-        key = entry.message.aggregate_id
-        lane = self._lanes.get(key)
-        if lane is None or lane.task is not None:
+        entry.started = True
+        lane = self._lanes.get(entry.message.aggregate_id)
+        if lane is None or lane.state != _IDLE or lane.copies[0] is not entry:
+            return  # an earlier copy is in its lane; this one follows in its turn
+        self._active += 1
+        self._quiet.clear()
+        admission = entry.admission
+        if admission is None or admission.done():
+            # It can go out now and nothing is ahead of it: send it in a task whose first
+            # step runs inside this call, so a send that does not wait completes before
+            # this returns (a refused sender then waits for no loop turn).
+            lane.state = _RUNNING
+            loop = asyncio.get_running_loop()
+            task = _start_eagerly(loop, self._send_first(lane), f"local-first {self.bus_name} copy")
+            if not task.done():
+                self._workers.add(task)
+                task.add_done_callback(self._workers.discard)
             return
-        context = contextvars.Context()
-        step = _EagerStep(self._drain(key, lane), context)
-        lane.task = asyncio.get_running_loop().create_task(
-            step.rest(), name=f"local-first {self.bus_name} copies {key}", context=context
-        )
-        lane.step = step
-        step.first(lane.task)
+        self._arm(lane)
 
     def backlog(self, named_aggregate: NamedAggregate | None = None) -> int:
         """Copies waiting to be sent, for one aggregate type or in total."""
@@ -329,32 +414,134 @@ class LocalFirstDistributedCopies(Generic[M]):
         return sum(self._backlog.values())
 
     async def join(self) -> None:
-        """Wait until every queued copy (including ones queued meanwhile) was sent or failed."""
-        while True:
-            tasks = {lane.task for lane in self._lanes.values() if lane.task is not None}
-            if not tasks:
-                return
-            await asyncio.wait(tasks)
+        """Wait until every started copy (including ones queued meanwhile) was sent or failed."""
+        while self._active:
+            await self._quiet.wait()
 
     # -- draining -----------------------------------------------------------------------
 
-    async def _drain(self, key: AggregateId, lane: _Lane) -> None:
-        try:
-            while lane.copies:
-                entry = lane.copies[0]
-                await self._send_in_turn(entry)
-                lane.copies.popleft()
-                self._add_backlog(key.named_aggregate, -1)
-        except asyncio.CancelledError:
-            self._cancel_all(key, lane)
-            raise
-        finally:
-            lane.task = None
-            lane.step = None
-            if not lane.copies and self._lanes.get(key) is lane:
-                del self._lanes[key]
+    def _arm(self, lane: _Lane) -> None:
+        """Make a lane whose first copy was started ready, or wait for its hand-off result."""
+        entry = lane.copies[0]
+        admission = entry.admission
+        if admission is not None and not admission.done():
+            loop = asyncio.get_running_loop()
+            if loop.time() < entry.deadline:
+                lane.state = _WAITING
+                lane.admission = admission
+                admission.add_done_callback(lane.decided)
+                lane.timer = loop.call_at(entry.deadline, lane.decided)
+                return
+        lane.state = _READY
+        self._ready.append(lane.key)
+        if not self._waking:
+            self._wake()
 
-    def _cancel_all(self, key: AggregateId, lane: _Lane) -> None:
+    def _decided(self, lane: _Lane) -> None:
+        if lane.state != _WAITING:
+            return
+        lane.disarm()
+        lane.state = _READY
+        self._ready.append(lane.key)
+        if not self._waking:
+            self._wake()
+
+    def _wake(self) -> None:
+        """Get one more worker looking at the ready queue: a parked one, else a new one."""
+        if self._stopping:
+            return
+        self._waking += 1
+        parked = self._parked
+        while parked:
+            park = parked.popleft()
+            if not park.done():
+                park.set_result(None)
+                return
+        task = asyncio.get_running_loop().create_task(
+            self._work(), name=f"local-first {self.bus_name} copies", context=contextvars.Context()
+        )
+        self._workers.add(task)
+
+    async def _work(self) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        ready = self._ready
+        lanes = self._lanes
+        self._waking -= 1
+        lane: _Lane | None = None
+        try:
+            while True:
+                if not ready:
+                    if self._stopping or len(self._parked) >= self.max_idle_workers:
+                        return
+                    park: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                    self._parked.append(park)
+                    try:
+                        await park
+                    except asyncio.CancelledError:
+                        if park.done() and not park.cancelled():
+                            self._waking -= 1
+                        else:
+                            self._parked.remove(park)
+                        raise
+                    self._waking -= 1
+                    continue
+                lane = lanes[ready.popleft()]
+                lane.state = _RUNNING
+                if ready and not self._waking:
+                    self._wake()  # others wait: a helper takes them if this send suspends
+                entry = lane.copies[0]
+                await self._send_in_turn(entry, task)
+                lane.copies.popleft()
+                self._add_backlog(lane.key.named_aggregate, -1)
+                self._advance(lane)
+                lane = None
+        finally:
+            self._workers.discard(task)
+            if lane is not None and lane.state == _RUNNING:
+                # Stopped while sending (flush timeout, loop shutdown): the lane's copies,
+                # the one being sent included, are cancelled and counted.
+                self._cancel_all(lane)
+                self._retire(lane)
+            if ready and not self._waking:
+                self._wake()
+
+    async def _send_first(self, lane: _Lane) -> None:
+        """Send a lane's first copy (the lane is owned by this task), then let the pool
+        take the lane's next copy."""
+        task = asyncio.current_task()
+        assert task is not None
+        try:
+            await self._send_in_turn(lane.copies[0], task)
+        except BaseException:
+            # Stopped while sending (flush timeout, loop shutdown): cancelled and counted.
+            if lane.state == _RUNNING:
+                self._cancel_all(lane)
+                self._retire(lane)
+            raise
+        lane.copies.popleft()
+        self._add_backlog(lane.key.named_aggregate, -1)
+        self._advance(lane)
+
+    def _advance(self, lane: _Lane) -> None:
+        """After a worker sent a lane's first copy: the next one, or the lane goes idle."""
+        copies = lane.copies
+        if copies and copies[0].started:
+            self._arm(lane)
+            return
+        self._retire(lane)
+
+    def _retire(self, lane: _Lane) -> None:
+        """An active lane goes idle (and is forgotten when it has no copies)."""
+        lane.state = _IDLE
+        if not lane.copies and self._lanes.get(lane.key) is lane:
+            del self._lanes[lane.key]
+        self._active -= 1
+        if not self._active:
+            self._quiet.set()
+
+    def _cancel_all(self, lane: _Lane) -> None:
+        key = lane.key
         count = len(lane.copies)
         if not count:
             return
@@ -364,15 +551,18 @@ class LocalFirstDistributedCopies(Generic[M]):
         self._add_backlog(key.named_aggregate, -count)
         self._metrics.increment(COPIES_CANCELLED, count, self._tags(key.named_aggregate))
 
-    async def _send_in_turn(self, entry: QueuedCopy[M]) -> None:
-        local_first = await self._decide(entry)
+    async def _send_in_turn(self, entry: QueuedCopy[M], worker: asyncio.Task[None]) -> None:
+        """Send one copy; raises only when the worker itself is cancelled."""
+        local_first = self._decide(entry)
         message = entry.message
         message.header[Header.LOCAL_FIRST] = "true" if local_first else "false"
         tags = self._tags(message.aggregate_id.named_aggregate)
         try:
             with entry.context.restored():
                 await self._distributed.send(message)
-        except Exception as error:
+        except (Exception, asyncio.CancelledError) as error:
+            if isinstance(error, asyncio.CancelledError) and worker.cancelling():
+                raise
             self._metrics.increment(COPY_FAILED, 1.0, {**tags, "handed_off": _flag(entry.handed_off)})
             if not entry.awaited:
                 log.error(
@@ -395,28 +585,27 @@ class LocalFirstDistributedCopies(Generic[M]):
         self._metrics.increment(COPIES_SENT, 1.0, sent_tags)
         entry._resolve(None)
 
-    async def _decide(self, entry: QueuedCopy[M]) -> bool:
-        """The hand-off result: true only when every routed receiver admitted the message."""
+    def _decide(self, entry: QueuedCopy[M]) -> bool:
+        """The hand-off result: true only when every routed receiver admitted the message.
+
+        Called once the result is known or its deadline passed (the lane was made ready).
+        """
         admission = entry.admission
         if admission is None:
             return False
         if not admission.done():
-            await _wait_until(admission, entry.deadline)
-            if not admission.done():
-                message = entry.message
-                self._metrics.increment(
-                    HAND_OFF_TIMEOUTS, 1.0, self._tags(message.aggregate_id.named_aggregate)
-                )
-                log.warning(
-                    "local-first %s: no hand-off result for %s %s (id %s) within %.3g s; "
-                    "counted as refused, the distributed copy goes out unmarked",
-                    self.bus_name,
-                    message.name,
-                    message.aggregate_id,
-                    message.id,
-                    self.hand_off_timeout,
-                )
-                return False
+            message = entry.message
+            self._metrics.increment(HAND_OFF_TIMEOUTS, 1.0, self._tags(message.aggregate_id.named_aggregate))
+            log.warning(
+                "local-first %s: no hand-off result for %s %s (id %s) within %.3g s; "
+                "counted as refused, the distributed copy goes out unmarked",
+                self.bus_name,
+                message.name,
+                message.aggregate_id,
+                message.id,
+                self.hand_off_timeout,
+            )
+            return False
         if admission.cancelled():
             return False
         error = admission.exception()
@@ -484,26 +673,26 @@ class LocalFirstDistributedCopies(Generic[M]):
         return await asyncio.shield(self._flushing)
 
     async def _flush(self, timeout: float | None) -> FlushResult:
-        tasks = {lane.task for lane in self._lanes.values() if lane.task is not None}
-        pending: set[asyncio.Task[None]] = set()
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=timeout)
+        if self._active:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.join(), timeout)
         cancelled = sum(len(lane.copies) for lane in self._lanes.values())
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
-        # Whatever is still queued now is cancelled; a task cancelled before its scheduled
-        # step never resumed its queue, so that queue is closed here.
-        stuck = [(key, lane) for key, lane in self._lanes.items() if lane.copies]
-        for key, lane in stuck:
-            if lane.step is not None:
-                lane.step.close()
-            self._cancel_all(key, lane)
-            lane.task = None
-            lane.step = None
-            if self._lanes.get(key) is lane:
-                del self._lanes[key]
+        self._stopping = True
+        workers = list(self._workers)
+        for worker in workers:
+            worker.cancel()
+        if workers:
+            await asyncio.gather(*workers, return_exceptions=True)
+        # Whatever is still queued now (waiting for a hand-off result, ready but not taken,
+        # or never started) is cancelled.
+        self._ready.clear()
+        for lane in list(self._lanes.values()):
+            lane.disarm()
+            self._cancel_all(lane)
+            if lane.state != _IDLE:
+                self._retire(lane)
+            elif self._lanes.get(lane.key) is lane:
+                del self._lanes[lane.key]
         if not cancelled:
             return FlushResult(True, 0)
         log.warning(
@@ -516,25 +705,6 @@ class LocalFirstDistributedCopies(Generic[M]):
         return FlushResult(False, cancelled)
 
     stop = flush
-
-
-async def _wait_until(future: asyncio.Future[bool], deadline: float) -> None:
-    """Wait until ``future`` is done or the loop clock reaches ``deadline``; never raises
-    for the future's outcome and never cancels it."""
-    loop = asyncio.get_running_loop()
-    waiter: asyncio.Future[None] = loop.create_future()
-
-    def wake(_: object = None) -> None:
-        if not waiter.done():
-            waiter.set_result(None)
-
-    future.add_done_callback(wake)
-    timer = loop.call_at(deadline, wake)
-    try:
-        await waiter
-    finally:
-        timer.cancel()
-        future.remove_done_callback(wake)
 
 
 def _flag(value: bool) -> str:
