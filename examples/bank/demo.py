@@ -294,7 +294,7 @@ def print_report(report: DemoReport, runtime: WowRuntime, out: TextIO) -> None:
     by_name: dict[str, Counter[str]] = defaultdict(Counter)
     for outcome in outcomes:
         by_name[outcome.name][outcome.status] += 1
-    rows = [["COMMAND", "SENT", "OK", "REJECTED", "DUPLICATE", "INVALID", "TIMEOUT"]]
+    rows = [["COMMAND", "COMMANDS", "OK", "REJECTED", "DUPLICATE", "INVALID", "TIMEOUT"]]
     for name, counts in sorted(by_name.items()):
         rows.append(
             [
