@@ -108,8 +108,8 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
                     else ""
                 )
                 raise KafkaConnectError(
-                    f"the Kafka producer could not start against {self.settings.bootstrap_servers}: "
-                    f"{error}{hint}",
+                    f"the Kafka producer could not start against {self.settings.bootstrap_servers} "
+                    f"(WOW_KAFKA__BOOTSTRAP_SERVERS, WOW_KAFKA__REQUEST_TIMEOUT_MS): {error}{hint}",
                     error,
                 ) from error
             self._producer = producer

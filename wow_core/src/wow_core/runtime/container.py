@@ -21,6 +21,7 @@ Extending: later pieces (buses, kernel, gateway, runtime) add providers to
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,9 +37,11 @@ from wow_core.model import BodyTypeRegistry, MessageCodec
 from wow_core.modeling.registry import AggregateRegistry
 from wow_core.plugins import PluginError, PluginRegistry, Registration, UnknownPluginError, load_plugins
 from wow_core.runtime import assembly
-from wow_core.runtime.settings import SettingsError, WowSettings, env_name
+from wow_core.runtime.settings import SettingsError, WowSettings, env_name, unknown_variables
 from wow_core.transport.decode_failure import TransportDecodeFailureHandler
 from wow_core.transport.spi import Transport
+
+log = logging.getLogger("wow.settings")
 
 SELECTIONS: Mapping[str, tuple[str, ...]] = {
     "transport": ("transport",),
@@ -212,6 +215,8 @@ def check(container: WowContainer) -> None:
     if problems:
         raise SettingsError("invalid settings:\n" + "\n".join(problems))
     container.plugin_sections()
+    for problem in unknown_variables(registration.name for registration in plugins.all("settings")):
+        log.warning("%s", problem)
 
 
 def create_container(

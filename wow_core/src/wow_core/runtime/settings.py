@@ -10,11 +10,13 @@ names the variable, the value and what is accepted.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
 import types
 import typing
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -308,3 +310,29 @@ def describe_undecodable(error: _SourceError, model: type[BaseModel], prefix: tu
     if not lines:
         lines.append(f"{head}: {error}")
     return "invalid settings:\n  " + "\n  ".join(lines)
+
+
+NOT_SETTINGS = ("WOW_TEST_", "WOW_BENCH_", "WOW_CONFORMANCE_")
+"""Prefixes of ``WOW_*`` variables that belong to the test suite and benchmarks, not to a process."""
+
+
+def unknown_variables(sections: Iterable[str], environ: Mapping[str, str] | None = None) -> list[str]:
+    """``WOW_*`` variables that name neither a setting nor a plugin section, each with a hint.
+
+    A misspelt variable (``WOW_TRANSPROT=redis``) would otherwise be ignored and the process
+    would quietly run on the default; the runtime logs these at start-up.
+    """
+    env = os.environ if environ is None else environ
+    known = {name.upper() for name in WowSettings.model_fields} | {name.upper() for name in sections}
+    candidates = sorted(ENV_PREFIX + name for name in known)
+    found: list[str] = []
+    for variable in sorted(env):
+        if not variable.startswith(ENV_PREFIX) or variable.startswith(NOT_SETTINGS):
+            continue
+        head = variable[len(ENV_PREFIX) :].split(NESTED, 1)[0]
+        if head in known:
+            continue
+        close = difflib.get_close_matches(ENV_PREFIX + head, candidates, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        found.append(f"{variable} is not a wow-py setting and is ignored{hint}")
+    return found
