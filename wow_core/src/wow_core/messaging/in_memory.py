@@ -51,6 +51,7 @@ from wow_core.messaging.contract import (
     SimpleExchange,
     StateEventExchange,
 )
+from wow_core.messaging.in_flight import InFlight
 from wow_core.model import CommandMessage, DomainEventStream, Message, NamedAggregate, StateEvent, TopicKind
 
 _log = logging.getLogger(__name__)
@@ -105,7 +106,6 @@ class InMemoryReceiver(Generic[E]):
         "_in_flight",
         "_opened",
         "_quiescing",
-        "_settled",
         "_sink",
         "_waiter",
         "_watchers",
@@ -121,11 +121,10 @@ class InMemoryReceiver(Generic[E]):
         self._sink: deque[_Delivery] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._watchers: list[Callable[[], None]] = []
-        self._settled: asyncio.Event | None = None
         self._opened = False
         self._quiescing = False
         self._closed = False
-        self._in_flight = 0
+        self._in_flight = InFlight()
 
     # -- routing side (called by the bus, synchronously) ---------------------------------
 
@@ -177,7 +176,7 @@ class InMemoryReceiver(Generic[E]):
                 delivery = self._sink.popleft()
                 if delivery.admission is not None:
                     delivery.admission.confirm()
-                self._in_flight += 1
+                self._in_flight.enter()
                 return self._exchange_type(delivery.message, None, self._on_settle)
             if self._waiter is not None:
                 raise RuntimeError(f"{self!r} is already being iterated by another task")
@@ -188,9 +187,7 @@ class InMemoryReceiver(Generic[E]):
                 self._waiter = None
 
     def _on_settle(self) -> None:
-        self._in_flight -= 1
-        if self._in_flight == 0 and self._settled is not None:
-            self._settled.set()
+        self._in_flight.leave()
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -216,7 +213,7 @@ class InMemoryReceiver(Generic[E]):
 
     @property
     def in_flight(self) -> int:
-        return self._in_flight
+        return self._in_flight.count
 
     @property
     def pending(self) -> int:
@@ -226,16 +223,7 @@ class InMemoryReceiver(Generic[E]):
     async def quiesce(self, timeout: float | None = None) -> bool:
         self._quiescing = True
         self._wake()
-        if self._in_flight == 0:
-            return True
-        if self._settled is None:
-            self._settled = asyncio.Event()
-        try:
-            async with asyncio.timeout(timeout):
-                await self._settled.wait()
-        except TimeoutError:
-            return self._in_flight == 0
-        return True
+        return await self._in_flight.settled(timeout)
 
     async def close(self) -> None:
         self._close()

@@ -30,6 +30,7 @@ from wow_core.messaging.contract import (
     ServerCommandExchange,
     StateEventExchange,
 )
+from wow_core.messaging.in_flight import InFlight
 from wow_core.metrics import Metrics, NoopMetrics, metrics_source
 from wow_core.model import (
     CommandMessage,
@@ -250,8 +251,7 @@ class TransportBusReceiver(Generic[E]):
         self._opened = False
         self._quiescing = False
         self._closed = False
-        self._in_flight = 0
-        self._settled: asyncio.Event | None = None
+        self._in_flight = InFlight()
 
     @property
     def transport_receiver(self) -> TransportReceiver:
@@ -274,7 +274,7 @@ class TransportBusReceiver(Generic[E]):
             except DecodeError as error:
                 await self._decode_failed(record, error)
                 continue
-            self._in_flight += 1
+            self._in_flight.enter()
             if self.bus._counting:
                 self.bus.metrics.increment(
                     RECEIVED_COUNTER,
@@ -313,9 +313,7 @@ class TransportBusReceiver(Generic[E]):
                 )
 
     def _on_settle(self) -> None:
-        self._in_flight -= 1
-        if self._in_flight == 0 and self._settled is not None:
-            self._settled.set()
+        self._in_flight.leave()
 
     async def ready(self) -> None:
         await self._receiver.ready()
@@ -332,20 +330,11 @@ class TransportBusReceiver(Generic[E]):
 
     @property
     def in_flight(self) -> int:
-        return self._in_flight
+        return self._in_flight.count
 
     async def quiesce(self, timeout: float | None = None) -> bool:
         self._quiescing = True
-        if self._in_flight == 0:
-            return True
-        if self._settled is None:
-            self._settled = asyncio.Event()
-        try:
-            async with asyncio.timeout(timeout):
-                await self._settled.wait()
-        except TimeoutError:
-            return self._in_flight == 0
-        return True
+        return await self._in_flight.settled(timeout)
 
     async def close(self) -> None:
         if self._closed:
