@@ -167,7 +167,8 @@ def demo_command(invocation: Any) -> int:
     root = _examples_root()
     if root is None:
         raise SettingsError(
-            "wow demo runs examples/bank from a source checkout of wow-py; run it from the repository"
+            "it runs examples/bank, which is not part of the installed packages; run it from the root of "
+            "a source checkout of wow-py"
         )
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
