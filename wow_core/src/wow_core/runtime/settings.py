@@ -499,7 +499,7 @@ def describe(error: ValidationError, prefix: tuple[str, ...], model: type[BaseMo
             continue
         value = item.get("input")
         secret = model is not None and _is_secret(_field_at(model, list(fields)))
-        inside = "".join(f"[{part!r}]" for part in rest)
+        inside = "".join(f"[{_shown(part)[1:]}]" for part in rest)
         shown = "" if isinstance(value, dict) else "=**********" if secret else _shown(value)
         source = sources.get(variable)
         where = source.where if source is not None else ""
