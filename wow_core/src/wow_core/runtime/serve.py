@@ -8,6 +8,11 @@ order (dispatchers stop taking work and finish what they hold, queued copies are
 flushed within ``WOW_RUNTIME__SHUTDOWN_TIMEOUT``, transports close) and exits 0, or 1
 when the stop was not clean. A second SIGINT (or SIGTERM) during the stop forces it:
 the process exits at once with status 130.
+
+The log handler ``wow run`` and ``wow demo`` install masks the credentials of every URL
+in a record (:class:`MaskCredentials`), whoever logged it: a broker client that logs its
+connection URL does not leak its password. A handler the application configured itself
+is left alone.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from typing import Any
 from wow_core.runtime.app import WowApp
 from wow_core.runtime.assembly import build_runtime
 from wow_core.runtime.runtime import WowRuntime
-from wow_core.runtime.settings import ENV_PREFIX, NESTED, SettingsError
+from wow_core.runtime.settings import ENV_PREFIX, NESTED, SettingsError, mask_userinfo
 
 log = logging.getLogger("wow.run")
 
@@ -65,12 +70,24 @@ def load_app(target: str) -> WowApp:
     return value
 
 
-def _configure_logging(level: str) -> None:
+class MaskCredentials(logging.Filter):
+    """Masks URL credentials (:func:`~wow_core.runtime.settings.mask_userinfo`) in the
+    message of every record that passes the handler it is attached to."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = mask_userinfo(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
+
+
+def _configure_logging(level: str, format: str = "%(asctime)s %(levelname)s %(name)s: %(message)s") -> None:
     root = logging.getLogger()
     if not root.handlers:
-        logging.basicConfig(
-            level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-        )
+        logging.basicConfig(level=level.upper(), format=format, stream=sys.stderr)
+        for handler in root.handlers:
+            handler.addFilter(MaskCredentials())
 
 
 def log_startup(runtime: WowRuntime, plugins: Any, sections: dict[str, Any] | None = None) -> None:
@@ -160,10 +177,7 @@ def demo_command(invocation: Any) -> int:
     if args.accounts < 3 or args.transfers < 0 or args.concurrency < 1:
         raise SettingsError("wow demo needs --accounts >= 3, --transfers >= 0 and --concurrency >= 1")
     # Warnings of the framework and the broker clients, each naming its origin.
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
-        )
+    _configure_logging("WARNING", format="%(levelname)s %(name)s: %(message)s")
     root = _examples_root()
     if root is None:
         raise SettingsError(

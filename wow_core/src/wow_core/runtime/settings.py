@@ -310,15 +310,19 @@ def _reason(item: Any) -> str:
     return str(item["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
 
 
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)?(?P<userinfo>[^\s,]*)@(?=[^\s,@])")
+_USERINFO = re.compile(
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+._-]*://)(?P<userinfo>[^\s,]*)@(?=[^\s,@])"
+    r"|(?<![^\s,\[\"'=(])(?P<plain>[^\s,/@\"'\[\]=(]*:[^\s,]*)@(?=[^\s,@])"
+)
+"""``scheme://userinfo@`` anywhere, or ``user:password@`` at the start of an entry."""
 
 
 def _mask_token(match: re.Match[str]) -> str:
-    scheme, userinfo = match.group("scheme"), match.group("userinfo")
-    user, colon, _ = userinfo.partition(":")
+    scheme = match.group("scheme")
     if scheme is None:
         # Without a scheme only ``user:password@host`` is taken for credentials (not an e-mail address).
-        return f"{user}:***@" if colon else match.group(0)
+        return match.group("plain").partition(":")[0] + ":***@"
+    user, colon, _ = match.group("userinfo").partition(":")
     return f"{scheme}{user}:***@" if colon else f"{scheme}***@"
 
 
@@ -332,7 +336,7 @@ def mask_userinfo(value: Any) -> Any:
     whitespace. Guaranteed: no text between ``://`` (or a separator) and the last ``@``
     of an entry survives, except a user name. Not guaranteed: that a password holding a
     comma or whitespace is recognised whole, nor that credentials outside the URL's
-    userinfo (a query parameter) are found.
+    userinfo (a query parameter) are found. Masking a masked text changes nothing.
     """
     if isinstance(value, str):
         return _USERINFO.sub(_mask_token, value) if "@" in value else value
