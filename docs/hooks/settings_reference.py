@@ -3,7 +3,9 @@
 A page containing the marker ``<!-- wow:settings-reference -->`` gets, in its place, one
 table for :class:`~wow_core.runtime.settings.WowSettings` and one per settings section a
 discovered plugin registers. Every row is read from the model (variable, specification
-key, type, default, description), so the page cannot drift from the code.
+key, type and bounds, default, description), so the page cannot drift from the code.
+Under each table, the bounds its model applies to every value (finite numbers, the
+longest text).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ MARKER = "<!-- wow:settings-reference -->"
 
 def _type_name(annotation: Any) -> str:
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _type_name(typing.get_args(annotation)[0])
     if origin in (typing.Union, types.UnionType):
         return " | ".join(_type_name(arg) for arg in typing.get_args(annotation))
     if origin is typing.Literal:
@@ -38,14 +42,54 @@ def _type_name(annotation: Any) -> str:
     return getattr(annotation, "__name__", str(annotation))
 
 
-def _constraints(field: FieldInfo) -> str:
+def _number(value: Any) -> str:
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def _bounds(metadata: list[Any], unit: str) -> list[str]:
     words = []
-    for item in field.metadata:
+    shortest = longest = None
+    for item in metadata:
         for attribute, symbol in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
             value = getattr(item, attribute, None)
             if value is not None:
-                words.append(f"{symbol} {value}")
+                words.append(f"{symbol} {_number(value)}")
+        shortest = getattr(item, "min_length", None) or shortest
+        longest = getattr(item, "max_length", None) or longest
+    if shortest is not None and longest is not None:
+        words.append(f"{shortest} to {longest} {unit}")
+    elif longest is not None:
+        words.append(f"at most {longest} {unit}")
+    elif shortest is not None:
+        words.append(f"at least {shortest} {unit}")
+    return words
+
+
+def _constraints(field: FieldInfo) -> str:
+    annotation = field.annotation
+    candidates = [annotation]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        candidates = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+    base = typing.get_origin(candidates[0]) or candidates[0]
+    unit = "items" if base in (list, set, tuple, dict) else "characters"
+    words = _bounds(field.metadata, unit)
+    for arg in candidates:
+        if typing.get_origin(arg) is typing.Annotated:
+            for item in arg.__metadata__:
+                words += _bounds(item.metadata if isinstance(item, FieldInfo) else [item], unit)
     return f" ({', '.join(words)})" if words else ""
+
+
+def _model_bounds(model: type[BaseModel]) -> str:
+    """What the model's configuration bounds for every value, as a sentence (or nothing)."""
+    config = model.model_config
+    words = []
+    if config.get("allow_inf_nan") is False:
+        words.append("every number is finite (`inf` and `nan` are refused)")
+    longest = config.get("str_max_length")
+    if longest is not None:
+        words.append(f"every text value is at most {longest} characters long unless its row says less")
+    return ("Bounds: " + "; ".join(words) + ".") if words else ""
 
 
 def _default(field: FieldInfo) -> str:
@@ -80,7 +124,9 @@ def _rows(model: type[BaseModel], variable: str, key: str) -> Iterator[str]:
 
 def _table(model: type[BaseModel], variable: str, key: str) -> str:
     header = "| Variable | Specification key | Type | Default | Description |"
-    return "\n".join([header, "| --- | --- | --- | --- | --- |", *_rows(model, variable, key)])
+    bounds = _model_bounds(model)
+    table = [header, "| --- | --- | --- | --- | --- |", *_rows(model, variable, key)]
+    return "\n".join([*table, "", bounds] if bounds else table)
 
 
 def render() -> str:

@@ -50,7 +50,33 @@ def test_every_setting_has_a_row(hook: ModuleType) -> None:
         "| `WOW_EVENT__ACK_ON_UNRECORDED_FAILURE` | `wow.event.ack-on-unrecorded-failure` | `bool` | `true` |"
         in (rendered)
     )
-    assert "`wow.command.bus.local-first.backlog-high-water-mark` | `int` (> 0) | `10000` |" in rendered
+    assert (
+        "`wow.command.bus.local-first.backlog-high-water-mark` | `int` (> 0, <= 2147483647) | `10000` |"
+        in rendered
+    )
+
+
+def test_the_bounds_of_every_setting_are_in_the_reference(hook: ModuleType) -> None:
+    rendered = hook.render()
+    assert (
+        "| `WOW_RUNTIME__SHUTDOWN_TIMEOUT` | `wow.runtime.shutdown-timeout` | `float` (> 0, <= 86400) |"
+        in rendered
+    )
+    assert (
+        "| `WOW_RUNTIME__MAX_IN_FLIGHT` | `wow.runtime.max-in-flight` | `int` (> 0, <= 1000000) |" in rendered
+    )
+    assert "| `WOW_SERVICE_NAME` | `wow.service-name` | `str` (1 to 100 characters) |" in rendered
+    assert "| `WOW_REDIS__KEY_PREFIX` | `wow.redis.key-prefix` | `str` (at most 100 characters) |" in rendered
+    assert (
+        "| `WOW_REDIS__CLAIM_INTERVAL` | `wow.redis.claim-interval` | `float | None` (> 0, <= 86400) |"
+        in rendered
+    )
+    assert "| `WOW_NATS__MAX_AGE` | `wow.nats.max-age` | `float` (>= 0, <= 3153600000) |" in rendered
+    assert "| `WOW_KAFKA__LINGER_MS` | `wow.kafka.linger-ms` | `int` (>= 0, <= 2147483647) |" in rendered
+    assert (
+        rendered.count("Bounds: every number is finite (`inf` and `nan` are refused); every text value is")
+        >= 4
+    )
 
 
 def test_the_marker_is_replaced_and_other_pages_are_untouched(hook: ModuleType) -> None:
@@ -63,5 +89,7 @@ def test_the_marker_is_replaced_and_other_pages_are_untouched(hook: ModuleType) 
 def test_plugin_sections_are_rendered_with_their_origin(hook: ModuleType) -> None:
     table = hook._table(probe_plugin.ProbeSettings, "WOW_PROBE__", "wow.probe.")
     assert "| `WOW_PROBE__PORT` | `wow.probe.port` | `int` (>= 1, <= 65535) | `7000` | A port. |" in table
-    assert "| `WOW_PROBE__TOKEN` | `wow.probe.token` | `SecretStr` | *secret* |" in table
+    assert (
+        "| `WOW_PROBE__TOKEN` | `wow.probe.token` | `SecretStr` (at least 4 characters) | *secret* |" in table
+    )
     assert "`list[str]`" in table

@@ -155,3 +155,17 @@ def test_demo_runs_the_bank_and_prints_stages_and_summary(
 def test_demo_refuses_nonsense_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--accounts", "1"]) == 2
     assert "--accounts >= 3" in capsys.readouterr().err
+
+
+def test_demo_outside_a_source_checkout_says_so_once(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From an installed wheel there is no examples/bank: one message, one ``wow demo:`` prefix."""
+    from wow_core.runtime import serve
+
+    monkeypatch.setattr(serve, "_examples_root", lambda: None)
+    assert main(["demo"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("wow demo: ")
+    assert line.count("wow demo") == 1, line
+    assert "source checkout" in line

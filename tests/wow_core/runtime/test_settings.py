@@ -59,7 +59,6 @@ def test_the_mapping_rule() -> None:
         ("WOW_RUNTIME__SHUTDOWN_TIMEOUT", "soon", "a number"),
         ("WOW_EVENT__RETRY__MAX_RETRIES", "1.5", "a whole number"),
         ("WOW_EVENT__ACK_ON_UNRECORDED_FAILURE", "", "true or false"),
-        ("WOW_COMMAND__BUS__LOCAL_FIRST__TYPO", "1", "only the variables `wow settings` lists"),
         ("WOW_MESSAGING__CONTEXT_ALIASES", "not json", "a JSON object"),
         ("WOW_MESSAGING__CONTEXT_ALIASES", "[1, 2]", "a JSON object"),
         ("WOW_COMMAND", "x", "a JSON object"),
@@ -77,6 +76,15 @@ def test_a_wrong_value_names_the_variable_the_value_and_what_is_accepted(
     assert f"accepted: {accepted}" in message
     assert raised.value.__cause__ is None
     assert raised.value.__suppress_context__
+
+
+def test_a_variable_that_names_no_setting_is_named_without_its_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WOW_COMMAND__BUS__LOCAL_FIRST__TYPO", "s3cret-value")
+    with pytest.raises(SettingsError) as raised:
+        WowSettings.load()
+    message = str(raised.value)
+    assert "WOW_COMMAND__BUS__LOCAL_FIRST__TYPO is not a setting; accepted: only the variables" in message
+    assert "s3cret-value" not in message
 
 
 def test_the_dot_env_file_is_read_and_the_environment_wins(

@@ -10,9 +10,16 @@ of each partition (``latest``) and anchors that start before it reports ready.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+from wow_core.runtime.settings import BOUNDED, MAX_COUNT
+
+# Kafka carries these numbers as int32: a larger value is refused here, naming the variable,
+# not later by the client. Text is bounded by BOUNDED (at most 4096 characters).
+PositiveInt = Annotated[int, Field(gt=0, le=MAX_COUNT)]
+NonNegativeInt = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
@@ -26,7 +33,7 @@ _TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01
 class KafkaSettings(BaseModel):
     """Connection, topic, producer and consumer settings of the Kafka transport."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, **BOUNDED)
 
     # -- connection -----------------------------------------------------------------
     bootstrap_servers: str = Field(

@@ -3,7 +3,13 @@
 Everything about the backend (where it is, how to log in, how the receivers read,
 recover and trim) lives here and nowhere else; the spec leaves these parameters to the
 extension's configuration. The password is a :class:`~pydantic.SecretStr`: it never
-appears in a ``repr``, a log line or an error message.
+appears in a ``repr``, a log line or an error message; neither does a password inside
+``url`` (``wow settings`` and ``wow run`` mask URL credentials).
+
+Every value is bounded (the core's settings types): durations are finite and at most a
+day, counts at most 2**31 - 1 (``maxlen`` at most 10**12), text at most 4096 characters,
+and the key prefix and consumer name, which become Redis key and consumer names, at most
+100 printable ASCII characters without spaces.
 """
 
 from __future__ import annotations
@@ -12,10 +18,12 @@ import os
 import secrets
 import socket
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, SecretStr, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from wow_core.runtime.settings import BOUNDED, MAX_NAME, MAX_SECONDS, Count, Seconds
 
 SECTION = "redis"
 """The section name: ``WOW_REDIS__URL`` etc."""
@@ -28,6 +36,18 @@ class GroupStart(StrEnum):
     """Only entries added after the group was created (``$``); the default."""
     EARLIEST = "earliest"
     """Everything the stream still holds (``0``)."""
+
+
+def _check_key_text(value: str) -> str:
+    bad = [ch for ch in value if not ("!" <= ch <= "~")]
+    if bad:
+        raise ValueError(f"only printable ASCII characters without spaces (found {bad[0]!r})")
+    return value
+
+
+KeyText = Annotated[str, Field(max_length=MAX_NAME), AfterValidator(_check_key_text)]
+"""Text that becomes part of a Redis key or consumer name: at most 100 printable ASCII
+characters, no spaces or control characters."""
 
 
 def masked_url(url: str) -> str:
@@ -56,7 +76,7 @@ def default_consumer_name() -> str:
 class RedisSettings(BaseModel):
     """The Redis Streams transport, event store and snapshot repository."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, **BOUNDED)
 
     url: str = Field(
         "redis://127.0.0.1:6379/0",
@@ -67,38 +87,44 @@ class RedisSettings(BaseModel):
     tls: bool = Field(False, description="Use TLS even when the URL says redis://.")
     tls_ca_file: str | None = Field(None, description="CA bundle to verify the server with.")
     tls_verify: bool = Field(True, description="Verify the server certificate and host name.")
-    key_prefix: str = Field("", description="Prefix of every stream and key this package writes.")
-    consumer_name: str | None = Field(
+    key_prefix: KeyText = Field(
+        "",
+        description="Prefix of every stream and key this package writes (printable ASCII, no spaces).",
+    )
+    consumer_name: KeyText | None = Field(
         None,
         description="Consumer name in the groups; stable per process to re-read own pending entries "
-        "after a restart. Default: <host>-<pid>-<random>.",
+        "after a restart (printable ASCII, no spaces). Default: <host>-<pid>-<random>.",
     )
     group_start: GroupStart = Field(GroupStart.LATEST, description="Where a new consumer group starts.")
-    block_time: PositiveFloat = Field(2.0, description="Seconds one XREADGROUP blocks waiting for entries.")
-    batch_size: PositiveInt = Field(128, description="Entries read (XREADGROUP COUNT) or claimed at once.")
+    block_time: Seconds = Field(2.0, description="Seconds one XREADGROUP blocks waiting for entries.")
+    batch_size: Count = Field(128, description="Entries read (XREADGROUP COUNT) or claimed at once.")
     claim_idle_time: float | None = Field(
         60.0,
         ge=0.05,
+        le=MAX_SECONDS,
         description="Seconds an entry stays pending in another consumer before it is claimed "
         "(XAUTOCLAIM); empty or unset disables recovery.",
     )
-    claim_interval: PositiveFloat | None = Field(
+    claim_interval: Seconds | None = Field(
         None, description="Seconds between claim scans; default half the claim idle time."
     )
-    max_deliveries: PositiveInt = Field(
+    max_deliveries: Count = Field(
         16, description="Deliveries after which a pending entry goes to <stream>.dlq instead of again."
     )
-    maxlen: PositiveInt | None = Field(
+    maxlen: Annotated[int, Field(gt=0, le=10**12)] | None = Field(
         1_000_000, description="Approximate retention per stream (XADD MAXLEN ~); unset keeps everything."
     )
-    dead_letter_maxlen: PositiveInt | None = Field(
+    dead_letter_maxlen: Annotated[int, Field(gt=0, le=10**12)] | None = Field(
         100_000, description="Approximate retention of each <stream>.dlq."
     )
-    send_batch_size: PositiveInt = Field(512, description="Most XADDs pipelined in one round trip.")
-    send_retries: int = Field(3, ge=0, description="Retries of a send batch after a connection error.")
-    reconnect_backoff: PositiveFloat = Field(0.1, description="First backoff after a connection error, s.")
-    reconnect_backoff_max: PositiveFloat = Field(5.0, description="Longest backoff between reconnects, s.")
-    socket_timeout: PositiveFloat = Field(
+    send_batch_size: Count = Field(512, description="Most XADDs pipelined in one round trip.")
+    send_retries: int = Field(
+        3, ge=0, le=1000, description="Retries of a send batch after a connection error."
+    )
+    reconnect_backoff: Seconds = Field(0.1, description="First backoff after a connection error, s.")
+    reconnect_backoff_max: Seconds = Field(5.0, description="Longest backoff between reconnects, s.")
+    socket_timeout: Seconds = Field(
         10.0, description="Seconds a command (other than a blocking read) may take."
     )
     ack_confirmed: bool = Field(

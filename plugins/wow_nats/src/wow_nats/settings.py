@@ -4,7 +4,12 @@ The plugin contributes this model through the ``register_settings`` hook; the co
 it with ``WowSettings.section("nats", NatsSettings)``, so a wrong value fails with the
 core's ``SettingsError`` naming the variable (``WOW_NATS__ACK_WAIT='soon' is not
 accepted: ...``). Secrets are :class:`~pydantic.SecretStr`: they never appear in a
-``repr``, a log line or ``wow plugins`` output.
+``repr``, a log line or ``wow plugins`` output, and credentials inside a server URL
+(``nats://user:password@host``) are masked by ``wow settings`` and ``wow run``.
+
+Every value is bounded (the core's settings types): durations are finite and at most a
+day (``max_age`` at most 100 years), counts at most 2**31 - 1, text at most 4096
+characters, at most 64 server URLs, and the stream prefix at most 64 characters.
 """
 
 from __future__ import annotations
@@ -12,19 +17,24 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import NoDecode
 
+from wow_core.runtime.settings import BOUNDED, Count, NonNegativeSeconds, Seconds
+
 SECTION = "nats"
+MAX_AGE = 100 * 365 * 86_400.0
+"""The longest retention ``max_age`` accepts, in seconds (100 years; 0 is no limit)."""
 
 
 class NatsSettings(BaseModel):
     """Connection, stream and consumer settings of the NATS JetStream transport."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, **BOUNDED)
 
     servers: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["nats://127.0.0.1:4222"],
+        max_length=64,
         description="Server URLs: a comma-separated list or a JSON array.",
     )
     user: str | None = Field(None, description="User name (with password).")
@@ -32,38 +42,44 @@ class NatsSettings(BaseModel):
     token: SecretStr | None = Field(None, description="Authentication token.")
     credentials: str | None = Field(None, description="Path of a .creds file (JWT and NKey seed).")
     connection_name: str | None = Field(None, description="Connection name shown by the server.")
-    connect_timeout: PositiveFloat = Field(5.0, description="Seconds to wait for the first connection.")
-    reconnect_time_wait: PositiveFloat = Field(1.0, description="Seconds between reconnect attempts.")
-    max_reconnect_attempts: int = Field(-1, ge=-1, description="Reconnect attempts, -1 for no limit.")
-    stream_prefix: str = Field("", description="Prefix of every stream name (a namespace on shared servers).")
+    connect_timeout: Seconds = Field(5.0, description="Seconds to wait for the first connection.")
+    reconnect_time_wait: Seconds = Field(1.0, description="Seconds between reconnect attempts.")
+    max_reconnect_attempts: int = Field(
+        -1, ge=-1, le=1_000_000, description="Reconnect attempts, -1 for no limit."
+    )
+    stream_prefix: str = Field(
+        "", max_length=64, description="Prefix of every stream name (a namespace on shared servers)."
+    )
     replicas: int = Field(1, ge=1, le=5, description="Stream replicas (1 on a single server).")
     storage: Literal["file", "memory"] = Field("file", description="Stream storage.")
-    max_age: float = Field(0.0, ge=0, description="Seconds a stream keeps a message, 0 for no limit.")
-    ack_wait: PositiveFloat = Field(
+    max_age: float = Field(
+        0.0, ge=0, le=MAX_AGE, description="Seconds a stream keeps a message, 0 for no limit."
+    )
+    ack_wait: Seconds = Field(
         30.0, description="Seconds a delivered, unacknowledged record waits before it is delivered again."
     )
-    max_deliver: PositiveInt = Field(
+    max_deliver: Count = Field(
         5, description="Deliveries of one record before it is dead-lettered to <topic>.dlq as poison."
     )
-    max_ack_pending: PositiveInt = Field(
+    max_ack_pending: Count = Field(
         1000, description="Records of one consumer delivered and not yet acknowledged, at most."
     )
-    fetch_batch: PositiveInt = Field(64, description="Records asked for by one pull request.")
-    fetch_timeout: PositiveFloat = Field(1.0, description="Seconds one pull request waits for records.")
-    publish_timeout: PositiveFloat = Field(5.0, description="Seconds a send waits for the publish ack.")
+    fetch_batch: Count = Field(64, description="Records asked for by one pull request.")
+    fetch_timeout: Seconds = Field(1.0, description="Seconds one pull request waits for records.")
+    publish_timeout: Seconds = Field(5.0, description="Seconds a send waits for the publish ack.")
     deduplicate: bool = Field(
         True,
         description="Send a Nats-Msg-Id so that a publish retried after a lost ack is stored once.",
     )
-    max_pending_publishes: PositiveInt = Field(
+    max_pending_publishes: Count = Field(
         4000, description="Publishes waiting for their ack at once; a send waits for room beyond it."
     )
     deliver_policy: Literal["new", "all"] = Field(
         "new",
         description="Where a new group starts: at its first open (new) or at the stream's start (all).",
     )
-    start_margin: float = Field(
-        0.0, ge=0, description="Seconds before its first open a new group starts (allowance for clock skew)."
+    start_margin: NonNegativeSeconds = Field(
+        0.0, description="Seconds before its first open a new group starts (allowance for clock skew)."
     )
 
     @field_validator("servers", mode="before")

@@ -4,6 +4,9 @@ Subcommands are plugin registrations like any other: a plugin's ``register_comma
 hook calls ``register(name, Command(...))``; the core registers its own
 (``plugins``, ``settings``, ``demo``) in :mod:`wow_core.plugins.builtin` the same way.
 
+Nothing shows a secret: secret settings print masked and so do the credentials of every
+URL in a setting or a message (``redis://:***@host``, :func:`mask_userinfo`).
+
 A wrong setting or a broken plugin is reported as one clear message on stderr with exit
 status 2, never as a traceback; a runtime that cannot start (a broker or a store that does
 not answer) likewise, with exit status 1. ``main`` returns the exit status; the console
@@ -27,7 +30,7 @@ import wow_core
 from wow_core.plugins import PluginError, PluginRegistry, load_plugins
 from wow_core.runtime.container import WowContainer, create_container
 from wow_core.runtime.runtime import StartError
-from wow_core.runtime.settings import ENV_PREFIX, NESTED, SettingsError, WowSettings
+from wow_core.runtime.settings import ENV_PREFIX, NESTED, SettingsError, WowSettings, mask_userinfo
 
 USAGE_ERROR = 2
 START_FAILED = 1
@@ -124,8 +127,9 @@ def _run_plugins(invocation: Invocation) -> int:
 
 
 def _env_value(value: Any) -> str:
-    """How the value is written in an environment variable; secrets come out masked."""
-    plain = to_jsonable_python(value)
+    """How the value is written in an environment variable; secrets and URL credentials
+    come out masked."""
+    plain = mask_userinfo(to_jsonable_python(value))
     if isinstance(plain, str):
         return plain
     return json.dumps(plain)
@@ -152,11 +156,15 @@ def _run_settings(invocation: Invocation) -> int:
     sections: dict[str, BaseModel] = container.plugin_sections()
     out = invocation.out
     if invocation.args.json:
-        document = to_jsonable_python(settings)
-        document["plugin_sections"] = {name: to_jsonable_python(model) for name, model in sections.items()}
+        document = mask_userinfo(to_jsonable_python(settings))
+        document["plugin_sections"] = {
+            name: mask_userinfo(to_jsonable_python(model)) for name, model in sections.items()
+        }
         out.write(json.dumps(document, indent=2) + "\n")
         return 0
-    out.write("# effective settings (environment and .env); secrets are masked, null is unset\n")
+    out.write(
+        "# effective settings (environment and .env); secrets and URL credentials are masked, null is unset\n"
+    )
     for line in settings_lines(settings, ENV_PREFIX):
         out.write(line + "\n")
     for name, section in sections.items():
@@ -274,13 +282,16 @@ def main(argv: Sequence[str] | None = None, *, plugins: PluginRegistry | None = 
     try:
         return command.run(Invocation(args, registry))
     except SettingsError as error:
-        print(f"wow {args.command}: {error}", file=sys.stderr)
+        print(f"wow {args.command}: {mask_userinfo(str(error))}", file=sys.stderr)
         return USAGE_ERROR
     except PluginError as error:
-        print(f"wow {args.command}: {error}", file=sys.stderr)
+        print(f"wow {args.command}: {mask_userinfo(str(error))}", file=sys.stderr)
         return USAGE_ERROR
     except StartError as error:
-        print(f"wow {args.command}: {error} (`wow settings` shows the settings in effect)", file=sys.stderr)
+        print(
+            f"wow {args.command}: {mask_userinfo(str(error))} (`wow settings` shows the settings in effect)",
+            file=sys.stderr,
+        )
         return START_FAILED
     except BrokenPipeError:
         # `wow settings | head`: the reader left; say nothing more on the closed pipe.

@@ -215,7 +215,8 @@ def check(container: WowContainer) -> None:
     if problems:
         raise SettingsError("invalid settings:\n" + "\n".join(problems))
     container.plugin_sections()
-    for problem in unknown_variables(registration.name for registration in plugins.all("settings")):
+    models = {registration.name: registration.value for registration in plugins.all("settings")}
+    for problem in unknown_variables(models):
         log.warning("%s", problem)
 
 

@@ -8,6 +8,18 @@ order (dispatchers stop taking work and finish what they hold, queued copies are
 flushed within ``WOW_RUNTIME__SHUTDOWN_TIMEOUT``, transports close) and exits 0, or 1
 when the stop was not clean. A second SIGINT (or SIGTERM) during the stop forces it:
 the process exits at once with status 130.
+
+An error in the user's module or app (a ``SyntaxError``, an exception at import, an
+import inside the module that fails, an aggregate definition error, a filter-order
+cycle) is one line, ``wow run: module:app: ... <file>, line <n>: <Error>: <message>``,
+naming the innermost place in the user's own files (or, when the error is raised by a
+check of the framework while the app is built, the place of that check), and exit
+status 2. The traceback is printed too only with ``--debug`` or ``--log-level DEBUG``.
+
+The log handler ``wow run`` and ``wow demo`` install masks the credentials of every URL
+in a record (:class:`MaskCredentials`), whoever logged it: a broker client that logs its
+connection URL does not leak its password. A handler the application configured itself
+is left alone.
 """
 
 from __future__ import annotations
@@ -15,17 +27,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import inspect
 import logging
 import os
+import re
 import signal
 import sys
+import sysconfig
+import traceback
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+from wow_core.plugins import PluginError
 from wow_core.runtime.app import WowApp
 from wow_core.runtime.assembly import build_runtime
 from wow_core.runtime.runtime import WowRuntime
-from wow_core.runtime.settings import ENV_PREFIX, NESTED, SettingsError
+from wow_core.runtime.settings import ENV_PREFIX, NESTED, SettingsError, mask_userinfo
 
 log = logging.getLogger("wow.run")
 
@@ -33,7 +51,78 @@ FORCED_EXIT = 130
 
 
 class AppImportError(SettingsError):
-    """``module:app`` that does not name a WowApp."""
+    """``module:app`` that does not name a WowApp, or whose module or app is broken.
+
+    ``original`` is the error of the user's code, if there was one (its traceback is
+    printed with ``--debug``).
+    """
+
+    def __init__(self, message: str, original: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.original = original
+
+
+def _library_roots() -> list[Path]:
+    """Where installed code lives: the standard library, site-packages and wow-py's packages."""
+    roots = {
+        Path(path)
+        for key in ("stdlib", "platstdlib", "purelib", "platlib")
+        if (path := sysconfig.get_path(key))
+    }
+    for name, module in list(sys.modules.items()):
+        if name.split(".", 1)[0].startswith("wow_") and "." not in name and getattr(module, "__file__", None):
+            roots.add(Path(module.__file__).resolve().parent)  # type: ignore[arg-type]
+    return [root.resolve() for root in roots]
+
+
+def _is_library(filename: str, roots: list[Path]) -> bool:
+    path = Path(filename).resolve()
+    return any(path.is_relative_to(root) for root in roots)
+
+
+def _definition_named(error: BaseException, module: ModuleType) -> str | None:
+    """``<file>, line <n>`` of the class of ``module`` the message of ``error`` names first."""
+    message = str(error)
+    found: list[tuple[int, str]] = []
+    for name, value in vars(module).items():
+        if isinstance(value, type) and value.__module__ == module.__name__:
+            match = re.search(rf"\b{re.escape(name)}\b", message)
+            if match is None:
+                continue
+            try:
+                line = inspect.getsourcelines(value)[1]
+            except (OSError, TypeError):
+                continue
+            found.append((match.start(), f"{inspect.getsourcefile(value)}, line {line}"))
+    return min(found)[1] if found else None
+
+
+def error_location(error: BaseException, module: ModuleType | None = None) -> str:
+    """``<file>, line <n>`` of ``error``: the innermost frame in the user's own files; when
+    none is (a check of the framework raised while the app was built), the definition of
+    the app's ``module`` that the message names (``Cart has no @on_command function``);
+    else the innermost frame."""
+    if isinstance(error, SyntaxError) and error.filename:
+        return f"{error.filename}, line {error.lineno}"
+    frames = [
+        frame for frame in traceback.extract_tb(error.__traceback__) if not frame.filename.startswith("<")
+    ]
+    roots = _library_roots()
+    users = [frame for frame in frames if not _is_library(frame.filename, roots)]
+    if users:
+        return f"{users[-1].filename}, line {users[-1].lineno}"
+    named = _definition_named(error, module) if module is not None else None
+    if named is not None:
+        return named
+    return f"{frames[-1].filename}, line {frames[-1].lineno}" if frames else "an unknown place"
+
+
+def describe_app_error(error: BaseException, module: ModuleType | None = None) -> str:
+    """``<file>, line <n>: <Error>: <message>``, on one line."""
+    message = error.msg if isinstance(error, SyntaxError) else str(error)
+    text = f"{error_location(error, module)}: {type(error).__name__}"
+    one_line = " ".join(str(message).split())
+    return f"{text}: {one_line}" if one_line else text
 
 
 def load_app(target: str) -> WowApp:
@@ -52,25 +141,50 @@ def load_app(target: str) -> WowApp:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise AppImportError(f"cannot import {module_name!r}: {error}") from None
+    except ModuleNotFoundError as error:
+        if error.name is not None and (module_name == error.name or module_name.startswith(error.name + ".")):
+            raise AppImportError(f"cannot import {module_name!r}: {error}") from None
+        raise AppImportError(
+            f"{target}: cannot import {module_name!r}: {describe_app_error(error)}", error
+        ) from None
+    except Exception as error:
+        raise AppImportError(
+            f"{target}: cannot import {module_name!r}: {describe_app_error(error)}", error
+        ) from None
     try:
         value: Any = getattr(module, attribute)
     except AttributeError:
         raise AppImportError(f"module {module_name!r} has no attribute {attribute!r}") from None
     if callable(value) and not isinstance(value, WowApp):
-        value = value()
+        try:
+            value = value()
+        except Exception as error:
+            raise AppImportError(
+                f"{target}: calling {attribute}() failed: {describe_app_error(error)}", error
+            ) from None
     if not isinstance(value, WowApp):
         raise AppImportError(f"{target} is a {type(value).__name__}, not a wow_core.runtime.app.WowApp")
     return value
 
 
-def _configure_logging(level: str) -> None:
+class MaskCredentials(logging.Filter):
+    """Masks URL credentials (:func:`~wow_core.runtime.settings.mask_userinfo`) in the
+    message of every record that passes the handler it is attached to."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = mask_userinfo(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
+
+
+def _configure_logging(level: str, format: str = "%(asctime)s %(levelname)s %(name)s: %(message)s") -> None:
     root = logging.getLogger()
     if not root.handlers:
-        logging.basicConfig(
-            level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-        )
+        logging.basicConfig(level=level.upper(), format=format, stream=sys.stderr)
+        for handler in root.handlers:
+            handler.addFilter(MaskCredentials())
 
 
 def log_startup(runtime: WowRuntime, plugins: Any, sections: dict[str, Any] | None = None) -> None:
@@ -124,13 +238,33 @@ async def serve(runtime: WowRuntime, stop_signals: tuple[signal.Signals, ...] = 
 def configure_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("app", help="the service to run, as module:attribute (a WowApp)")
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="log at DEBUG and print the traceback of an error in the app (also with --log-level DEBUG)",
+    )
 
 
 def run_command(invocation: Any) -> int:
-    _configure_logging(invocation.args.log_level)
-    app = load_app(invocation.args.app)
-    container = invocation.container()
-    runtime = build_runtime(app, container=container)
+    args = invocation.args
+    debug = bool(getattr(args, "debug", False)) or str(args.log_level).upper() == "DEBUG"
+    _configure_logging("DEBUG" if debug else args.log_level)
+    try:
+        app = load_app(args.app)
+        container = invocation.container()
+        try:
+            runtime = build_runtime(app, container=container)
+        except (SettingsError, PluginError):
+            raise
+        except Exception as error:
+            module = sys.modules.get(str(args.app).partition(":")[0])
+            raise AppImportError(
+                f"{args.app}: the app could not be built: {describe_app_error(error, module)}", error
+            ) from None
+    except AppImportError as error:
+        if debug and error.original is not None:
+            traceback.print_exception(error.original, file=sys.stderr)
+        raise
     log_startup(runtime, invocation.plugins, container.plugin_sections())
     return asyncio.run(serve(runtime))
 
@@ -160,14 +294,12 @@ def demo_command(invocation: Any) -> int:
     if args.accounts < 3 or args.transfers < 0 or args.concurrency < 1:
         raise SettingsError("wow demo needs --accounts >= 3, --transfers >= 0 and --concurrency >= 1")
     # Warnings of the framework and the broker clients, each naming its origin.
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
-        )
+    _configure_logging("WARNING", format="%(levelname)s %(name)s: %(message)s")
     root = _examples_root()
     if root is None:
         raise SettingsError(
-            "wow demo runs examples/bank from a source checkout of wow-py; run it from the repository"
+            "it runs examples/bank, which is not part of the installed packages; run it from the root of "
+            "a source checkout of wow-py"
         )
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))

@@ -5,7 +5,14 @@ The specification's keys map mechanically: ``wow.command.bus.local-first.enabled
 file in the working directory is read too. Plugins contribute sections
 (``WOW_KAFKA__BOOTSTRAP_SERVERS``) through the ``register_settings`` hook; they are read
 by :meth:`WowSettings.section`. A wrong value fails with :class:`SettingsError`, which
-names the variable, the value and what is accepted.
+names the variable, the value (secrets and URL credentials masked), where it came from
+when that is ``.env``, and what is accepted.
+
+Variable names are case-insensitive, as in pydantic-settings: ``wow_transport`` sets
+``WOW_TRANSPORT``. Every value is bounded: numbers are finite and have an upper bound,
+durations are at most :data:`MAX_SECONDS`, text is at most :data:`MAX_TEXT` characters,
+and the names that become group, topic and key names accept only a safe character set
+(:data:`Name`, :data:`TopicPrefix`). Plugin sections use the same types.
 """
 
 from __future__ import annotations
@@ -17,16 +24,16 @@ import re
 import types
 import typing
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from dotenv import dotenv_values
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
-    PositiveFloat,
-    PositiveInt,
     SecretBytes,
     SecretStr,
     ValidationError,
@@ -45,19 +52,72 @@ class SettingsError(ValueError):
     """A setting with a value that is not accepted."""
 
 
+# -- bounds ----------------------------------------------------------------------------------
+
+MAX_SECONDS = 86_400.0
+"""The longest duration a setting accepts, in seconds (one day)."""
+MAX_COUNT = 2**31 - 1
+"""The largest count a setting accepts unless it says otherwise (the brokers' int32)."""
+MAX_TEXT = 4096
+"""The longest text a setting accepts unless it says otherwise (URLs, paths, plugin names)."""
+MAX_NAME = 100
+"""The longest name that becomes part of group, topic, stream or key names."""
+
+BOUNDED = ConfigDict(allow_inf_nan=False, str_max_length=MAX_TEXT)
+"""The model configuration every settings model shares: finite numbers, bounded text."""
+
+Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS)]
+"""A duration in seconds: finite, > 0 and at most :data:`MAX_SECONDS`."""
+NonNegativeSeconds = Annotated[float, Field(ge=0, le=MAX_SECONDS)]
+"""A duration in seconds that may be 0: finite, at most :data:`MAX_SECONDS`."""
+Count = Annotated[int, Field(gt=0, le=MAX_COUNT)]
+"""A count: 1 to :data:`MAX_COUNT`."""
+NonNegativeCount = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+"""A count that may be 0: 0 to :data:`MAX_COUNT`."""
+
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def _check_name(value: str) -> str:
+    if not value:
+        raise ValueError("a name cannot be empty")
+    bad = sorted(set(value) - _NAME_CHARS)
+    if bad:
+        raise ValueError(f"a name holds only letters, digits, '.', '_' and '-' (found {bad[0]!r})")
+    if not value[0].isalnum():
+        raise ValueError("a name starts with a letter or a digit")
+    return value
+
+
+def _check_prefix(value: str) -> str:
+    bad = sorted(set(value) - _NAME_CHARS)
+    if bad:
+        raise ValueError(f"a prefix holds only letters, digits, '.', '_' and '-' (found {bad[0]!r})")
+    return value
+
+
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME), AfterValidator(_check_name)]
+"""A name that becomes part of group, topic and key names: 1 to :data:`MAX_NAME` ASCII
+letters, digits, ``.``, ``_`` and ``-``, starting with a letter or a digit (no spaces,
+no control characters)."""
+TopicPrefix = Annotated[str, Field(max_length=MAX_NAME), AfterValidator(_check_prefix)]
+"""A prefix of topic names: at most :data:`MAX_NAME` ASCII letters, digits, ``.``, ``_``
+and ``-`` (may be empty)."""
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, **BOUNDED)
 
 
 class LocalFirstSettings(_Section):
     """``wow.<bus>.local-first.*``: local-first dual-copy admission of one bus."""
 
     enabled: bool = Field(True, description="Hand messages of local aggregates to local receivers first.")
-    backlog_high_water_mark: PositiveInt = Field(
+    backlog_high_water_mark: Count = Field(
         10000,
         description="Copies waiting per aggregate type past which a warning is logged (once per crossing).",
     )
-    hand_off_timeout: PositiveFloat = Field(
+    hand_off_timeout: Seconds = Field(
         30.0, description="Seconds to wait for local admission before a copy goes out unmarked."
     )
 
@@ -68,12 +128,14 @@ class BusSettings(_Section):
 
 class CommandSettings(_Section):
     bus: BusSettings = Field(default_factory=BusSettings)
-    wait_timeout: PositiveFloat = Field(30.0, description="Default deadline of send_and_wait, in seconds.")
+    wait_timeout: Seconds = Field(30.0, description="Default deadline of send_and_wait, in seconds.")
 
 
 class RetrySettings(_Section):
-    max_retries: int = Field(3, ge=0, description="Immediate retries of a RECOVERABLE event-function error.")
-    min_backoff: float = Field(2.0, ge=0, description="Minimum backoff between retries, in seconds.")
+    max_retries: int = Field(
+        3, ge=0, le=1000, description="Immediate retries of a RECOVERABLE event-function error."
+    )
+    min_backoff: NonNegativeSeconds = Field(2.0, description="Minimum backoff between retries, in seconds.")
 
 
 class EventSettings(_Section):
@@ -95,9 +157,10 @@ class EventSourcingSettings(_Section):
 
 
 class MessagingSettings(_Section):
-    topic_prefix: str = Field("wow.", description="Prefix of every topic name (default naming).")
-    context_aliases: dict[str, str] = Field(
-        default_factory=dict, description="Context name replacements in topic names (JSON object)."
+    topic_prefix: TopicPrefix = Field("wow.", description="Prefix of every topic name (default naming).")
+    context_aliases: dict[Annotated[str, Field(max_length=MAX_NAME)], Name] = Field(
+        default_factory=dict,
+        description="Context name replacements in topic names (JSON object; each replacement a name).",
     )
     decode_failure: str = Field(
         "default",
@@ -109,8 +172,10 @@ class MessagingSettings(_Section):
 
 
 class RuntimeSettings(_Section):
-    shutdown_timeout: PositiveFloat = Field(30.0, description="Seconds the runtime gives an orderly stop.")
-    max_in_flight: PositiveInt = Field(1024, description="Bound on commands and events processed at once.")
+    shutdown_timeout: Seconds = Field(30.0, description="Seconds the runtime gives an orderly stop.")
+    max_in_flight: int = Field(
+        1024, gt=0, le=1_000_000, description="Bound on commands and events processed at once."
+    )
 
 
 _SOURCES = SettingsConfigDict(
@@ -129,15 +194,16 @@ an unset optional value, as ``wow settings`` prints it, so its output reads back
 class WowSettings(BaseSettings):
     """The settings of one wow-py process."""
 
-    model_config = SettingsConfigDict(**_SOURCES, frozen=True)
+    model_config = SettingsConfigDict(**_SOURCES, frozen=True, **BOUNDED)
 
     transport: str = Field("in_memory", description="Transport of the distributed buses, by plugin name.")
     failure_recorder: str = Field("none", description="FailureRecorder, by plugin name.")
     metrics: str = Field("noop", description="Metrics backend, by plugin name (`noop`, `in_memory`, ...).")
-    service_name: str = Field(
+    service_name: Name = Field(
         "wow-service",
         description="Name of the service when its WowApp has none (an app's own name wins): it names the "
-        "dispatchers and the consumer groups, <name>.command for commands.",
+        "dispatchers and the consumer groups, <name>.command for commands. Letters, digits, '.', '_' and "
+        "'-', starting with a letter or a digit.",
     )
     command: CommandSettings = Field(default_factory=CommandSettings)
     event: EventSettings = Field(default_factory=EventSettings)
@@ -169,7 +235,7 @@ class WowSettings(BaseSettings):
 class _SectionHolder(BaseSettings):
     """Reads one plugin section; every other ``WOW_*`` variable is someone else's."""
 
-    model_config = SettingsConfigDict(**_SOURCES)
+    model_config = SettingsConfigDict(**_SOURCES, **BOUNDED)
 
 
 def load_section(name: str, model: type[T]) -> T:
@@ -215,6 +281,12 @@ _ACCEPTED_BY_TYPE = {
     "model_type": "a JSON object, or one variable per field (WOW_<SECTION>__<FIELD>)",
     "extra_forbidden": "only the variables `wow settings` lists",
 }
+_UNKNOWN = "; accepted: only the variables `wow settings` lists"
+_REASON_ONLY = ("value_error", "assertion_error")
+"""Errors raised by a validator: their message is the whole reason (no "accepted" part)."""
+DOTENV = ".env"
+"""The file read besides the environment, in the working directory."""
+_SHOWN_CHARACTERS = 60
 
 
 def _accepted(item: Any) -> str:
@@ -222,27 +294,226 @@ def _accepted(item: Any) -> str:
     if kind in _ACCEPTED_BY_TYPE:
         return str(_ACCEPTED_BY_TYPE[kind])
     message = str(item["msg"])
+    if message.startswith("String should have "):
+        return message.removeprefix("String should have ")
     if not message.startswith("Input should be "):
         return message
     rest = message.removeprefix("Input should be ")
     return "a value " + rest if rest.startswith(("greater", "less")) else rest
 
 
+def _reason(item: Any) -> str:
+    """The message of a validator's own error, without pydantic's "Value error, " prefix."""
+    error = (item.get("ctx") or {}).get("error")
+    if error is not None:
+        return str(error)
+    return str(item["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+
+
+_USERINFO = re.compile(
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+._-]*://)(?P<userinfo>[^\s,]*)@(?=[^\s,@])"
+    r"|(?<![^\s,\[\"'=(])(?P<plain>[^\s,/@\"'\[\]=(]*:[^\s,]*)@(?=[^\s,@])"
+)
+"""``scheme://userinfo@`` anywhere, or ``user:password@`` at the start of an entry."""
+
+
+def _mask_token(match: re.Match[str]) -> str:
+    scheme = match.group("scheme")
+    if scheme is None:
+        # Without a scheme only ``user:password@host`` is taken for credentials (not an e-mail address).
+        return match.group("plain").partition(":")[0] + ":***@"
+    user, colon, _ = match.group("userinfo").partition(":")
+    return f"{scheme}{user}:***@" if colon else f"{scheme}***@"
+
+
+def mask_userinfo(value: Any) -> Any:
+    """``value`` with the credentials of every URL in it masked: safe to print or log.
+
+    Applies to a string and, recursively, to the strings of a list, tuple or dict. In
+    ``scheme://user:password@host`` the password becomes ``***`` (the user name stays);
+    in ``scheme://token@host`` the token does; a ``user:password@host`` without a scheme
+    (a Kafka bootstrap entry) is masked the same way. Entries are separated by commas or
+    whitespace. Guaranteed: no text between ``://`` (or a separator) and the last ``@``
+    of an entry survives, except a user name. Not guaranteed: that a password holding a
+    comma or whitespace is recognised whole, nor that credentials outside the URL's
+    userinfo (a query parameter) are found. Masking a masked text changes nothing.
+    """
+    if isinstance(value, str):
+        return _USERINFO.sub(_mask_token, value) if "@" in value else value
+    if isinstance(value, list | tuple):
+        return type(value)(mask_userinfo(item) for item in value)
+    if isinstance(value, dict):
+        return {key: mask_userinfo(item) for key, item in value.items()}
+    return value
+
+
+# -- where a variable came from --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One ``WOW_*`` variable as it was found: its name as written, its value, its origin."""
+
+    name: str
+    value: str
+    origin: str
+    """``"environment"`` or :data:`DOTENV`."""
+
+    @property
+    def where(self) -> str:
+        """`` (from .env)`` for a variable read from ``.env``, else nothing."""
+        return f" (from {DOTENV})" if self.origin == DOTENV else ""
+
+
+def setting_sources(environ: Mapping[str, str] | None = None) -> dict[str, Source]:
+    """Every ``WOW_*`` variable (any case) by its upper-case name; the environment wins
+    over ``.env``, as for the settings themselves. ``environ`` replaces both."""
+    found: dict[str, Source] = {}
+    if environ is None:
+        if Path(DOTENV).is_file():
+            for name, value in dotenv_values(Path(DOTENV)).items():
+                if value is not None and name.upper().startswith(ENV_PREFIX):
+                    found[name.upper()] = Source(name, value, DOTENV)
+        environ = os.environ
+    for name, value in environ.items():
+        if name.upper().startswith(ENV_PREFIX):
+            found[name.upper()] = Source(name, value, "environment")
+    return found
+
+
+def _shown(value: Any) -> str:
+    """``=<value>`` for a message: URL credentials masked, a long value cut."""
+    text = repr(mask_userinfo(value))
+    if isinstance(value, str) and len(text) > _SHOWN_CHARACTERS + 2:
+        return f"={text[:_SHOWN_CHARACTERS]}...' ({len(value)} characters)"
+    return "=" + text
+
+
+# -- names, and the close ones ----------------------------------------------------------------
+
+
+def setting_variables(model: type[BaseModel], prefix: str = ENV_PREFIX) -> list[str]:
+    """The variable of every leaf setting of ``model``: ``WOW_COMMAND__WAIT_TIMEOUT``, ..."""
+    found: list[str] = []
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        variable = prefix + name.upper()
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            found.extend(setting_variables(annotation, variable + NESTED))
+        else:
+            found.append(variable)
+    return found
+
+
+def closest_variable(variable: str, candidates: Iterable[str]) -> str | None:
+    """The candidate ``variable`` is most probably a misspelling of, or None.
+
+    A candidate ending in the same setting name (``WOW_MAX_IN_FLIGHT`` ->
+    ``WOW_RUNTIME__MAX_IN_FLIGHT``) is preferred. Otherwise a candidate must be genuinely
+    close where the two differ: the parts after their common sections (and ``WOW_``)
+    have a similarity ratio of at least 0.8, so ``WOW_LOG_LEVEL`` gets no hint rather
+    than ``WOW_EVENT``, and ``..._LOCAL_FIRST__TYPO`` is not "close" to
+    ``..._LOCAL_FIRST__ENABLED`` for the sections they share.
+    """
+    bare = variable.upper().removeprefix(ENV_PREFIX)
+    names = {candidate.upper().removeprefix(ENV_PREFIX): candidate for candidate in candidates}
+    leaf = bare.rsplit(NESTED, 1)[-1]
+    same_leaf = [name for name in names if name.rsplit(NESTED, 1)[-1] == leaf and name != bare]
+    if same_leaf:
+        return names[difflib.get_close_matches(bare, same_leaf, n=1, cutoff=0.0)[0]]
+    best: tuple[float, str] | None = None
+    for name in names:
+        ratio = difflib.SequenceMatcher(None, *_differing(bare, name)).ratio()
+        if ratio >= 0.8 and (best is None or ratio > best[0]):
+            best = (ratio, name)
+    return names[best[1]] if best is not None else None
+
+
+def _differing(left: str, right: str) -> tuple[str, str]:
+    """``left`` and ``right`` without the sections they both start with."""
+    a, b = left.split(NESTED), right.split(NESTED)
+    common = 0
+    while common < min(len(a), len(b)) - 1 and a[common] == b[common]:
+        common += 1
+    return NESTED.join(a[common:]), NESTED.join(b[common:])
+
+
+def _hint(variable: str, candidates: Iterable[str]) -> str:
+    close = closest_variable(variable, candidates)
+    return f" (did you mean {close}?)" if close else ""
+
+
+# -- describing a ValidationError ---------------------------------------------------------------
+
+
+def _split_location(
+    model: type[BaseModel] | None, location: tuple[str | int, ...]
+) -> tuple[tuple[str, ...], tuple[str | int, ...]]:
+    """(the fields naming a variable, the rest: keys and indexes inside its value).
+
+    A name that is no field of its model (an unknown variable) still names the variable.
+    """
+    if model is None:
+        return tuple(str(part) for part in location if not isinstance(part, int)), ()
+    fields: list[str] = []
+    annotation: Any = model
+    for index, part in enumerate(location):
+        known = getattr(annotation, "model_fields", None)
+        if known is None or isinstance(part, int):
+            return tuple(fields), location[index:]
+        if part not in known:
+            return (*fields, part), location[index + 1 :]
+        fields.append(part)
+        annotation = known[part].annotation
+    return tuple(fields), ()
+
+
+def _unknown_lines(variable: str, sources: Mapping[str, Source], candidates: list[str]) -> list[str]:
+    """One line per variable at or below ``variable`` that names no setting; no value shown
+    (an unknown name may be a misspelt secret)."""
+    below = [
+        source
+        for name, source in sorted(sources.items())
+        if name == variable or name.startswith(variable + NESTED)
+    ]
+    if not below:
+        return [f"{variable} is not a setting{_hint(variable, candidates)}{_UNKNOWN}"]
+    return [
+        f"{source.name.upper()}{source.where} is not a setting{_hint(source.name, candidates)}{_UNKNOWN}"
+        for source in below
+    ]
+
+
 def describe(error: ValidationError, prefix: tuple[str, ...], model: type[BaseModel] | None = None) -> str:
     """One line per wrong value: the variable, the value and what is accepted.
 
-    The value of a secret field (``SecretStr``, ``SecretBytes`` of ``model``) is masked.
+    The value of a secret field (``SecretStr``, ``SecretBytes`` of ``model``) is masked,
+    the credentials of a URL too (:func:`mask_userinfo`), a long value is cut. A value
+    read from ``.env`` says so. A variable that names no setting is reported under its
+    whole name, with the close setting if there is one, and without its value.
     """
-    lines = []
+    sources = setting_sources()
+    candidates = setting_variables(model) if model is not None else []
+    lines: list[str] = []
     for item in error.errors():
-        location = prefix + tuple(str(part) for part in item["loc"])
+        fields, rest = _split_location(model, tuple(item["loc"]))
+        variable = env_name(prefix + fields)
+        if item["type"] == "extra_forbidden" and not rest:
+            lines.extend(_unknown_lines(variable, sources, candidates))
+            continue
         value = item.get("input")
-        path = [str(part) for part in item["loc"] if not isinstance(part, int)]
-        secret = model is not None and _is_secret(_field_at(model, path))
-        shown = "" if isinstance(value, dict) else "=**********" if secret else f"={value!r}"
-        lines.append(
-            f"{env_name(location)}{shown} is not accepted ({item['msg']}); accepted: {_accepted(item)}"
-        )
+        secret = model is not None and _is_secret(_field_at(model, list(fields)))
+        inside = "".join(f"[{_shown(part)[1:]}]" for part in rest)
+        shown = "" if isinstance(value, dict) else "=**********" if secret else _shown(value)
+        source = sources.get(variable)
+        where = source.where if source is not None else ""
+        if item["type"] in _REASON_ONLY:
+            lines.append(f"{variable}{inside}{shown}{where} is not accepted: {_reason(item)}")
+        else:
+            accepted = _accepted(item)
+            lines.append(
+                f"{variable}{inside}{shown}{where} is not accepted ({item['msg']}); accepted: {accepted}"
+            )
     return "invalid settings:\n  " + "\n  ".join(lines)
 
 
@@ -273,16 +544,6 @@ def _field_at(model: type[BaseModel], path: list[str]) -> Any:
     return annotation
 
 
-def _environment() -> dict[str, str]:
-    found = (
-        {k: v for k, v in dotenv_values(Path(".env")).items() if v is not None}
-        if Path(".env").exists()
-        else {}
-    )
-    found.update(os.environ)
-    return found
-
-
 def describe_undecodable(error: _SourceError, model: type[BaseModel], prefix: tuple[str, ...]) -> str:
     """A value of a JSON-valued setting (a dict, a list, a whole section) that is not JSON.
 
@@ -293,8 +554,7 @@ def describe_undecodable(error: _SourceError, model: type[BaseModel], prefix: tu
     field = match.group(1) if match else ""
     head = env_name((*prefix, field)) if field else ENV_PREFIX
     lines = []
-    for variable, value in sorted(_environment().items()):
-        upper = variable.upper()
+    for upper, source in sorted(setting_sources().items()):
         if upper != head and not upper.startswith(head + NESTED):
             continue
         path = [part.lower() for part in upper.removeprefix(ENV_PREFIX).split(NESTED)][len(prefix) :]
@@ -304,11 +564,13 @@ def describe_undecodable(error: _SourceError, model: type[BaseModel], prefix: tu
         origin = typing.get_origin(annotation) or annotation
         wanted = "a JSON array" if origin in (list, set, tuple) else "a JSON object"
         try:
-            json.loads(value)
+            json.loads(source.value)
         except ValueError as problem:
-            lines.append(f"{variable}={value!r} is not accepted ({problem}); accepted: {wanted}")
+            lines.append(
+                f"{upper}{_shown(source.value)}{source.where} is not accepted ({problem}); accepted: {wanted}"
+            )
     if not lines:
-        lines.append(f"{head}: {error}")
+        lines.append(f"{head}: {mask_userinfo(str(error))}")
     return "invalid settings:\n  " + "\n  ".join(lines)
 
 
@@ -316,23 +578,33 @@ NOT_SETTINGS = ("WOW_TEST_", "WOW_BENCH_", "WOW_CONFORMANCE_")
 """Prefixes of ``WOW_*`` variables that belong to the test suite and benchmarks, not to a process."""
 
 
-def unknown_variables(sections: Iterable[str], environ: Mapping[str, str] | None = None) -> list[str]:
+def unknown_variables(
+    sections: Iterable[str] | Mapping[str, type[BaseModel]], environ: Mapping[str, str] | None = None
+) -> list[str]:
     """``WOW_*`` variables that name neither a setting nor a plugin section, each with a hint.
 
     A misspelt variable (``WOW_TRANSPROT=redis``) would otherwise be ignored and the process
-    would quietly run on the default; the runtime logs these at start-up.
+    would quietly run on the default; the runtime logs these at start-up. Names are compared
+    case-insensitively, as the settings read them (``wow_transport`` is ``WOW_TRANSPORT``
+    and is not reported). ``environ`` defaults to the environment and ``.env``; a variable
+    from ``.env`` is named with ``(in .env)``. ``sections`` are the plugin section names,
+    or the section models by name (their settings are then hinted too).
     """
-    env = os.environ if environ is None else environ
-    known = {name.upper() for name in WowSettings.model_fields} | {name.upper() for name in sections}
-    candidates = sorted(ENV_PREFIX + name for name in known)
+    models = sections if isinstance(sections, Mapping) else dict.fromkeys(sections)
+    known = {name.upper() for name in WowSettings.model_fields} | {name.upper() for name in models}
+    candidates = setting_variables(WowSettings)
+    for name, model in models.items():
+        section = ENV_PREFIX + name.upper()
+        candidates += setting_variables(model, section + NESTED) if model is not None else [section]
     found: list[str] = []
-    for variable in sorted(env):
-        if not variable.startswith(ENV_PREFIX) or variable.startswith(NOT_SETTINGS):
+    for upper, source in sorted(setting_sources(environ).items()):
+        if upper.startswith(NOT_SETTINGS):
             continue
-        head = variable[len(ENV_PREFIX) :].split(NESTED, 1)[0]
+        head = upper[len(ENV_PREFIX) :].split(NESTED, 1)[0]
         if head in known:
             continue
-        close = difflib.get_close_matches(ENV_PREFIX + head, candidates, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        found.append(f"{variable} is not a wow-py setting and is ignored{hint}")
+        where = f" (in {DOTENV})" if source.origin == DOTENV else ""
+        found.append(
+            f"{source.name}{where} is not a wow-py setting and is ignored{_hint(source.name, candidates)}"
+        )
     return found
