@@ -50,6 +50,13 @@ class Explode:
 
 
 @dataclass(frozen=True)
+class Rename:
+    """Appends only when the owner changes: the same rename again decides nothing."""
+
+    owner: str
+
+
+@dataclass(frozen=True)
 class Note:
     """Valid for pydantic whatever the text; its own rule refuses a blank one."""
 
@@ -85,6 +92,11 @@ class Audited:
     by: str
 
 
+@dataclass(frozen=True)
+class Renamed:
+    owner: str
+
+
 @aggregate("bank", "account", state=AccountState)
 class Account:
     def __init__(self) -> None:
@@ -118,6 +130,10 @@ class Account:
         raise RuntimeError("bug in the aggregate")
 
     @on_command
+    def rename(self, state: AccountState, body: Rename) -> Renamed | None:
+        return Renamed(body.owner) if body.owner != state.owner else None
+
+    @on_command
     def note(self, state: AccountState, body: Note) -> Noted:
         return Noted(body.text)
 
@@ -128,6 +144,10 @@ class Account:
     @on_sourcing
     def deposited(self, state: AccountState, event: Deposited) -> AccountState:
         return replace(state, balance=state.balance + event.amount, history=(*state.history, "deposited"))
+
+    @on_sourcing
+    def renamed(self, state: AccountState, event: Renamed) -> AccountState:
+        return replace(state, owner=event.owner, history=(*state.history, "renamed"))
 
     @on_sourcing
     def withdrawn(self, state: AccountState, event: Withdrawn) -> AccountState:

@@ -35,7 +35,7 @@ def test_metadata_collects_command_and_sourcing_functions() -> None:
     assert metadata.commands[Open].allow_create
     assert not metadata.commands[Deposit].create
     assert metadata.commands[Withdraw].is_async
-    assert len(metadata.sourcing) == 3
+    assert len(metadata.sourcing) == 4
 
 
 def test_an_undecorated_class_is_refused() -> None:

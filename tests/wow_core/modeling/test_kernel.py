@@ -14,6 +14,7 @@ from kernel_accounts import (
     Explode,
     Open,
     Opened,
+    Rename,
     Touch,
     Withdraw,
 )
@@ -285,6 +286,41 @@ async def test_a_creation_sent_twice_answers_with_the_original_aggregate(
     assert third.duplicate
     assert third.succeeded
     assert (third.aggregate_id, third.version) == (first.aggregate_id, 1)
+
+
+async def test_a_repeated_request_whose_second_decision_appends_nothing_is_a_duplicate(
+    kernel: CommandKernel, registry: AggregateRegistry, store: InMemoryEventStore, events: Any
+) -> None:
+    aggregate_id = await opened(kernel, registry)
+    first = await kernel.process(registry.command(Rename("bob"), aggregate_id.id, request_id="req-rename"))
+    published = len(events.sent)
+    # Decided again on the renamed state, the rename appends nothing: still the duplicate it is.
+    second = await kernel.process(registry.command(Rename("bob"), aggregate_id.id, request_id="req-rename"))
+    assert (first.succeeded, first.duplicate, first.version) == (True, False, 2)
+    assert (second.succeeded, second.duplicate) == (True, True)
+    assert (second.aggregate_id, second.version) == (aggregate_id, 2)
+    assert second.signal().duplicate
+    assert second.signal().final
+    assert await store.last_version(aggregate_id) == 2
+    assert len(events.sent) == published
+
+
+async def test_a_repeated_request_id_is_a_duplicate_whatever_the_second_command_is(
+    kernel: CommandKernel, registry: AggregateRegistry
+) -> None:
+    aggregate_id = await opened(kernel, registry)
+    first = await kernel.process(registry.command(Deposit(5), aggregate_id.id, request_id="req-7"))
+    touched = await kernel.process(registry.command(Touch(), aggregate_id.id, request_id="req-7"))
+    assert touched.duplicate
+    assert (touched.aggregate_id, touched.version) == (aggregate_id, first.version)
+
+
+async def test_a_command_appending_nothing_with_a_new_request_id_is_no_duplicate(
+    kernel: CommandKernel, registry: AggregateRegistry
+) -> None:
+    aggregate_id = await opened(kernel, registry)
+    outcome = await kernel.process(registry.command(Touch(), aggregate_id.id, request_id="req-new"))
+    assert (outcome.succeeded, outcome.duplicate, outcome.version) == (True, False, 1)
 
 
 # -- optimistic concurrency --------------------------------------------------------------
