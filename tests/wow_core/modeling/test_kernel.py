@@ -9,12 +9,15 @@ from kernel_accounts import (
     Account,
     AccountState,
     Audit,
+    Audited,
     Deposit,
     Deposited,
     Explode,
+    Noted,
     Open,
     Opened,
     Rename,
+    Renamed,
     Touch,
     Withdraw,
 )
@@ -399,8 +402,29 @@ async def test_concurrent_commands_to_one_aggregate_all_land(registry: Aggregate
 
 def test_the_registry_registers_every_body_type_for_the_wire(registry: AggregateRegistry) -> None:
     bodies = registry.register_body_types(BodyTypeRegistry())
-    for cls in (Open, Deposit, Withdraw, Opened, Deposited, AccountState):
+    # Audited and Noted have no sourcing function: returned events are registered all the same.
+    for cls in (Open, Deposit, Withdraw, Opened, Deposited, Audited, Noted, Renamed, AccountState):
         assert cls in bodies
+
+
+async def test_an_event_type_the_function_does_not_declare_is_refused_and_nothing_written(
+    kernel: CommandKernel, registry: AggregateRegistry, store: InMemoryEventStore, events: Any
+) -> None:
+    aggregate_id = await opened(kernel, registry)
+    account = registry.get(aggregate_id.named_aggregate)
+    assert account is not None
+    published = len(events.sent)
+    # The function is annotated -> Renamed | None; at run time it returns something else.
+    account.instance.rename_to = Deposited
+    try:
+        outcome = await kernel.process(registry.command(Rename("eve"), aggregate_id.id))
+    finally:
+        del account.instance.rename_to
+    assert outcome.error_code == ErrorCodes.PROCESSING_ERROR
+    declared = "returned Deposited, which is not one of the event types it declares (Renamed)"
+    assert declared in outcome.error_msg
+    assert await store.last_version(aggregate_id) == 1
+    assert len(events.sent) == published
 
 
 async def test_a_broken_sourcing_function_is_a_processing_error_not_an_outage(

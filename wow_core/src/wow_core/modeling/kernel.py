@@ -326,6 +326,18 @@ class CommandKernel:
             bodies = (returned,)
         if not bodies:
             return CommandOutcome(command, aggregate_id, version, None, state, result, attempts=attempts)
+        for body in bodies:
+            if type(body) not in function.event_types:
+                # Only declared types are registered for the wire: an undeclared one would be
+                # appended and then fail to reach any transport, so it is refused here.
+                message = (
+                    f"{metadata.aggregate_type.__qualname__}.{function.name} returned "
+                    f"{type(body).__qualname__}, which is not one of the event types it declares "
+                    f"({', '.join(sorted(t.__qualname__ for t in function.event_types)) or 'none'}); "
+                    "name it in its return annotation or in @on_command(events=[...])"
+                )
+                log.error("%s", message)
+                raise _Rejected(ErrorCodes.PROCESSING_ERROR, message)
         stream = self._stream(command, version + 1, bodies)
         try:
             new_state = self._source(metadata, state, stream)
