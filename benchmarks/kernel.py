@@ -76,7 +76,7 @@ class BenchAccount:
         return Opened(body.initial)
 
     @on_command
-    def add(self, state: BenchState, body: Add) -> Emit:
+    def add(self, state: BenchState, body: Add) -> Emit[Added]:
         return Emit(Added(body.amount))
 
     @on_sourcing

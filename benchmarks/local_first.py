@@ -67,7 +67,7 @@ class CounterAggregate:
         return Started()
 
     @on_command
-    def bump(self, state: Counter, body: Bump) -> Emit:
+    def bump(self, state: Counter, body: Bump) -> Emit[Bumped]:
         return Emit(Bumped(body.by))
 
     @on_sourcing

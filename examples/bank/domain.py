@@ -86,14 +86,14 @@ class Account:
         return AccountOpened(body.owner, body.initial)
 
     @on_command
-    def deposit(self, state: AccountState, body: Deposit) -> Emit:
+    def deposit(self, state: AccountState, body: Deposit) -> Emit[MoneyDeposited]:
         _check_open(state)
         return Emit(
             MoneyDeposited(body.amount, body.reference), result={"balance": state.balance + body.amount}
         )
 
     @on_command
-    def withdraw(self, state: AccountState, body: Withdraw) -> Emit:
+    def withdraw(self, state: AccountState, body: Withdraw) -> Emit[MoneyWithdrawn]:
         _check_open(state)
         if body.amount > state.balance:
             raise DomainError(

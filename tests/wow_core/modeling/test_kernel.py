@@ -9,11 +9,15 @@ from kernel_accounts import (
     Account,
     AccountState,
     Audit,
+    Audited,
     Deposit,
     Deposited,
     Explode,
+    Noted,
     Open,
     Opened,
+    Rename,
+    Renamed,
     Touch,
     Withdraw,
 )
@@ -287,6 +291,41 @@ async def test_a_creation_sent_twice_answers_with_the_original_aggregate(
     assert (third.aggregate_id, third.version) == (first.aggregate_id, 1)
 
 
+async def test_a_repeated_request_whose_second_decision_appends_nothing_is_a_duplicate(
+    kernel: CommandKernel, registry: AggregateRegistry, store: InMemoryEventStore, events: Any
+) -> None:
+    aggregate_id = await opened(kernel, registry)
+    first = await kernel.process(registry.command(Rename("bob"), aggregate_id.id, request_id="req-rename"))
+    published = len(events.sent)
+    # Decided again on the renamed state, the rename appends nothing: still the duplicate it is.
+    second = await kernel.process(registry.command(Rename("bob"), aggregate_id.id, request_id="req-rename"))
+    assert (first.succeeded, first.duplicate, first.version) == (True, False, 2)
+    assert (second.succeeded, second.duplicate) == (True, True)
+    assert (second.aggregate_id, second.version) == (aggregate_id, 2)
+    assert second.signal().duplicate
+    assert second.signal().final
+    assert await store.last_version(aggregate_id) == 2
+    assert len(events.sent) == published
+
+
+async def test_a_repeated_request_id_is_a_duplicate_whatever_the_second_command_is(
+    kernel: CommandKernel, registry: AggregateRegistry
+) -> None:
+    aggregate_id = await opened(kernel, registry)
+    first = await kernel.process(registry.command(Deposit(5), aggregate_id.id, request_id="req-7"))
+    touched = await kernel.process(registry.command(Touch(), aggregate_id.id, request_id="req-7"))
+    assert touched.duplicate
+    assert (touched.aggregate_id, touched.version) == (aggregate_id, first.version)
+
+
+async def test_a_command_appending_nothing_with_a_new_request_id_is_no_duplicate(
+    kernel: CommandKernel, registry: AggregateRegistry
+) -> None:
+    aggregate_id = await opened(kernel, registry)
+    outcome = await kernel.process(registry.command(Touch(), aggregate_id.id, request_id="req-new"))
+    assert (outcome.succeeded, outcome.duplicate, outcome.version) == (True, False, 1)
+
+
 # -- optimistic concurrency --------------------------------------------------------------
 
 
@@ -363,8 +402,29 @@ async def test_concurrent_commands_to_one_aggregate_all_land(registry: Aggregate
 
 def test_the_registry_registers_every_body_type_for_the_wire(registry: AggregateRegistry) -> None:
     bodies = registry.register_body_types(BodyTypeRegistry())
-    for cls in (Open, Deposit, Withdraw, Opened, Deposited, AccountState):
+    # Audited and Noted have no sourcing function: returned events are registered all the same.
+    for cls in (Open, Deposit, Withdraw, Opened, Deposited, Audited, Noted, Renamed, AccountState):
         assert cls in bodies
+
+
+async def test_an_event_type_the_function_does_not_declare_is_refused_and_nothing_written(
+    kernel: CommandKernel, registry: AggregateRegistry, store: InMemoryEventStore, events: Any
+) -> None:
+    aggregate_id = await opened(kernel, registry)
+    account = registry.get(aggregate_id.named_aggregate)
+    assert account is not None
+    published = len(events.sent)
+    # The function is annotated -> Renamed | None; at run time it returns something else.
+    account.instance.rename_to = Deposited
+    try:
+        outcome = await kernel.process(registry.command(Rename("eve"), aggregate_id.id))
+    finally:
+        del account.instance.rename_to
+    assert outcome.error_code == ErrorCodes.PROCESSING_ERROR
+    declared = "returned Deposited, which is not one of the event types it declares (Renamed)"
+    assert declared in outcome.error_msg
+    assert await store.last_version(aggregate_id) == 1
+    assert len(events.sent) == published
 
 
 async def test_a_broken_sourcing_function_is_a_processing_error_not_an_outage(

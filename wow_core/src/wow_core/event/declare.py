@@ -164,14 +164,15 @@ def retry(*, enabled: bool = True) -> Callable[[F], F]:
 
 
 def owner_lookup(aggregates: Iterable[Any]) -> OwnerLookup:
-    """An :data:`OwnerLookup` over aggregate metadata: the aggregates that source a body type.
+    """An :data:`OwnerLookup` over aggregate metadata: the aggregates that emit or source a
+    body type.
 
     ``aggregates`` are :class:`~wow_core.modeling.aggregate.AggregateMetadata` (anything
-    with ``named_aggregate`` and a ``sourcing`` mapping keyed by event body type).
+    with ``named_aggregate`` and ``event_types()``).
     """
     owners: dict[type[Any], list[NamedAggregate]] = {}
     for metadata in aggregates:
-        for body_type in metadata.sourcing:
+        for body_type in metadata.event_types():
             owners.setdefault(body_type, []).append(metadata.named_aggregate)
 
     def lookup(body_type: type[Any]) -> Iterable[NamedAggregate]:

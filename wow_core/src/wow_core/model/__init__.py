@@ -16,6 +16,7 @@ from wow_core.model.wire import (
     BodyTypeRegistry,
     DecodeError,
     DecodeFailureKind,
+    EncodeError,
     MessageCodec,
     UnknownBodyTypeError,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "DecodeFailureKind",
     "DomainEvent",
     "DomainEventStream",
+    "EncodeError",
     "Header",
     "Message",
     "MessageCodec",

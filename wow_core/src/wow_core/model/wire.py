@@ -11,20 +11,37 @@ compiled, strict validator per message kind, then rebuilds the body from its reg
 class's compiled validator. Every payload that is not a message of the asked kind is a
 :class:`DecodeError` with its :class:`DecodeFailureKind`, never another exception.
 The form and its decoding rules are documented in ``docs/transports/spi.md``.
+
+What the encoder writes, the decoder reads: ``encode`` refuses (:class:`EncodeError`,
+naming the field) a message the decoder would refuse, so a bad body fails at the sender
+instead of being dead-lettered by every receiver: JSON nested deeper than
+:data:`MAX_DEPTH`, an integer of more than :data:`MAX_INT_DIGITS` digits, a non-finite
+float, and, with strict command bodies (the default), a command body its class would
+not validate strictly from the wire.
+
+A **command body** from the wire is validated strictly by default: unknown fields are
+refused, and so are lax coercions (``true`` or ``"5"`` for an ``int``, ``1.0`` for an
+``int``); a class that sets its own ``extra`` configuration keeps it (top level only).
+``MessageCodec(registry, strict_commands=False)`` (``WOW_COMMAND__STRICT_BODIES=false``)
+is pydantic's lax mode, unknown fields ignored. Events and states are history written by
+this codec: they are read in lax mode, so a field removed from an event class does not
+make its old events unreadable.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
+import re
 import reprlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from enum import StrEnum
 from typing import Annotated, Any, Literal, NotRequired
 
 from annotated_types import Ge, MinLen
-from pydantic import ConfigDict, Strict, StringConstraints, TypeAdapter, ValidationError
-from pydantic_core import SchemaValidator, to_json
+from pydantic import BaseModel, ConfigDict, Strict, StringConstraints, TypeAdapter, ValidationError
+from pydantic_core import SchemaValidator, from_json, to_json
 from typing_extensions import TypedDict
 
 from wow_core.model.aggregate import AggregateId, NamedAggregate
@@ -61,6 +78,27 @@ class UnknownBodyTypeError(LookupError):
     """A body class that was never registered (on encode) or a type name nobody registered."""
 
 
+class EncodeError(ValueError):
+    """A message the decoder would refuse, refused at the sender: ``field`` names where
+    (``message.body.items[3]``), ``reason`` says why."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+MAX_DEPTH = 200
+"""The deepest nesting of arrays and objects the decoder's JSON parser (pydantic-core)
+reads, counting the message itself as one level: a deeper document is refused."""
+
+MAX_INT_DIGITS = 4300
+"""The most digits of an integer the decoder's JSON parser reads ("number out of range")."""
+
+_INT_LIMIT = 10**MAX_INT_DIGITS
+_LONG_NUMBER = re.compile(rb"[0-9]{%d}" % (MAX_INT_DIGITS + 1))
+
+
 def default_type_name(cls: type[Any]) -> str:
     explicit = cls.__dict__.get("__wow_type__")
     if isinstance(explicit, str):
@@ -76,7 +114,7 @@ class BodyTypeRegistry:
     costs two dict lookups and one call into pydantic-core.
     """
 
-    __slots__ = ("_adapters", "_by_name", "_by_type", "_dumpers", "_loaders")
+    __slots__ = ("_adapters", "_by_name", "_by_type", "_dumpers", "_loaders", "_strict_loaders")
 
     def __init__(self, types: Iterable[type[Any]] = ()) -> None:
         self._by_name: dict[str, type[Any]] = {}
@@ -84,6 +122,7 @@ class BodyTypeRegistry:
         self._adapters: dict[type[Any], TypeAdapter[Any]] = {}
         self._dumpers: dict[type[Any], tuple[str, Callable[..., Any]]] = {}
         self._loaders: dict[str, Callable[[Any], Any]] = {}
+        self._strict_loaders: dict[str, Callable[[Any], Any]] = {}
         for cls in types:
             self.register(cls)
 
@@ -97,6 +136,8 @@ class BodyTypeRegistry:
         self._by_name[type_name] = cls
         self._by_type[cls] = type_name
         self._dumpers.pop(cls, None)  # re-registered under another name: dump by the new one
+        self._loaders.pop(type_name, None)
+        self._strict_loaders.pop(type_name, None)
         return type_name
 
     def __contains__(self, cls: object) -> bool:
@@ -130,22 +171,67 @@ class BodyTypeRegistry:
             dumper = self._dumpers[cls] = (self.name_of(cls), self.adapter(cls).serializer.to_python)
         return dumper[0], dumper[1](body, mode="json")
 
-    def load(self, type_name: str, data: Any) -> Any:
-        """The body of class ``type_name`` validated from ``data``; :class:`DecodeError` otherwise."""
-        loader = self._loaders.get(type_name)
+    def load(self, type_name: str, data: Any, *, strict: bool = False) -> Any:
+        """The body of class ``type_name`` validated from ``data``; :class:`DecodeError` otherwise.
+
+        ``strict``: as JSON in pydantic's strict mode with unknown fields refused (unless
+        the class sets its own ``extra``); otherwise lax, unknown fields ignored.
+        """
+        loaders = self._strict_loaders if strict else self._loaders
+        loader = loaders.get(type_name)
         if loader is None:
             try:
                 cls = self.resolve(type_name)
             except UnknownBodyTypeError as error:
                 raise DecodeError(DecodeFailureKind.UNKNOWN_BODY_TYPE, str(error)) from None
-            loader = self._loaders[type_name] = self.adapter(cls).validator.validate_python
+            loader = loaders[type_name] = (
+                self._strict_loader(cls) if strict else self.adapter(cls).validator.validate_python
+            )
         try:
             return loader(data)
         except ValidationError as error:
-            raise DecodeError(
-                DecodeFailureKind.INVALID_BODY,
-                f"{type_name}: {error.error_count()} error(s): {error}",
-            ) from None
+            raise DecodeError(DecodeFailureKind.INVALID_BODY, f"{type_name}: {_body_errors(error)}") from None
+
+    def _strict_loader(self, cls: type[Any]) -> Callable[[Any], Any]:
+        validate = self.adapter(cls).validator.validate_json
+        # JSON mode, not Python mode: strict JSON still reads an ISO string as a datetime,
+        # an array as a tuple, a value as its enum member.
+        extra: Literal["forbid"] | None = None if _configures_extra(cls) else "forbid"
+
+        def load(data: Any) -> Any:
+            return validate(to_json(data), strict=True, extra=extra)
+
+        return load
+
+    def check_strict(self, type_name: str, data: Any) -> None:
+        """:class:`EncodeError` naming the field if ``data`` (dumped by :meth:`dump`) would
+        not load strictly as ``type_name``."""
+        try:
+            self.load(type_name, data, strict=True)
+        except DecodeError as error:
+            raise EncodeError("message.body", f"a receiver would refuse it: {error.detail}") from None
+
+
+def _configures_extra(cls: type[Any]) -> bool:
+    if isinstance(cls, type) and issubclass(cls, BaseModel):
+        return "extra" in cls.model_config
+    config = getattr(cls, "__pydantic_config__", None)
+    return isinstance(config, dict) and "extra" in config
+
+
+_SHOWN_ERRORS = 3
+
+
+def _body_errors(error: ValidationError) -> str:
+    """``3 error(s): body.amount: Input should be a valid integer; body.note: ...``."""
+    details = error.errors(include_url=False, include_context=False, include_input=False)
+    shown = "; ".join(
+        "body" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in d["loc"]) + f": {d['msg']}"
+        for d in details[:_SHOWN_ERRORS]
+    )
+    if len(details) > _SHOWN_ERRORS:
+        shown += f" (and {len(details) - _SHOWN_ERRORS} more)"
+    return f"{len(details)} error(s): {shown}"
 
 
 # -- encoding ---------------------------------------------------------------------------
@@ -384,13 +470,13 @@ def _stream(registry: BodyTypeRegistry, data: _StreamFields) -> DomainEventStrea
     )
 
 
-def _build(registry: BodyTypeRegistry, data: Any, kind: TopicKind) -> Message:
-    """The message of an envelope that passed its validator."""
+def _build(registry: BodyTypeRegistry, data: Any, kind: TopicKind, strict: bool) -> Message:
+    """The message of an envelope that passed its validator (``strict``: the command body)."""
     try:
         if kind is TopicKind.COMMAND:
             return CommandMessage(
                 aggregate_id=_aggregate_id(data["aggregate"]),
-                body=registry.load(data["body_type"], data["body"]),
+                body=registry.load(data["body_type"], data["body"], strict=strict),
                 name=data["name"],
                 id=data["id"],
                 request_id=data["request_id"],
@@ -415,9 +501,6 @@ def _build(registry: BodyTypeRegistry, data: Any, kind: TopicKind) -> Message:
         raise
     except ValueError as error:  # a rule of the model objects (a bad aggregate name...)
         raise DecodeError(DecodeFailureKind.WRONG_SHAPE, f"{kind.value}: {error}") from None
-
-
-_SHOWN_ERRORS = 3
 
 
 def _where(loc: tuple[int | str, ...]) -> str:
@@ -447,13 +530,17 @@ def _envelope_error(error: ValidationError, kind: TopicKind) -> DecodeError:
     return DecodeError(DecodeFailureKind.WRONG_SHAPE, shown)
 
 
-def from_wire(registry: BodyTypeRegistry, data: object, kind: TopicKind) -> Message:
-    """Rebuild a message of ``kind`` from its JSON-ready dict; raises :class:`DecodeError`."""
+def from_wire(
+    registry: BodyTypeRegistry, data: object, kind: TopicKind, *, strict_commands: bool = True
+) -> Message:
+    """Rebuild a message of ``kind`` from its JSON-ready dict; raises :class:`DecodeError`.
+
+    ``strict_commands``: a command body is validated strictly (see the module docstring)."""
     try:
         envelope = _envelope(kind).validate_python(data, strict=True)
     except ValidationError as error:
         raise _envelope_error(error, kind) from None
-    return _build(registry, envelope, kind)
+    return _build(registry, envelope, kind, strict_commands)
 
 
 def _refuse_constant(name: str) -> Any:
@@ -467,10 +554,64 @@ def _to_json(data: dict[str, Any]) -> str:
     are written as constants first, and only a text holding such a token (a rare string
     may too) is parsed again to tell which.
     """
-    text = to_json(data, inf_nan_mode="constants")
+    try:
+        text = to_json(data, inf_nan_mode="constants")
+    except ValueError as error:  # nested too deeply for the serializer
+        field, reason = _beyond_limits(data, "message") or ("message", str(error))
+        raise EncodeError(field, reason) from None
     if b"NaN" in text or b"Infinity" in text:
         json.loads(text, parse_constant=_refuse_constant)
+    # Only a text with more brackets than the depth limit can be too deep, only one with a
+    # long run of digits can hold a too long integer: most messages skip the check.
+    if text.count(b"{") + text.count(b"[") > MAX_DEPTH or (
+        len(text) > MAX_INT_DIGITS and _LONG_NUMBER.search(text)
+    ):
+        try:
+            from_json(text)  # the decoder's own parser and limits
+        except ValueError as error:
+            field, reason = _beyond_limits(data, "message") or ("message", str(error))
+            raise EncodeError(field, reason) from None
     return text.decode()
+
+
+def _children(value: object) -> Iterator[tuple[str, object]] | None:
+    """The named parts of a JSON-ready value or a body object; None for a leaf."""
+    if isinstance(value, dict):
+        return ((f".{key}", item) for key, item in value.items())
+    if isinstance(value, list | tuple | set | frozenset):
+        return ((f"[{index}]", item) for index, item in enumerate(value))
+    if isinstance(value, BaseModel):
+        return ((f".{name}", getattr(value, name, None)) for name in type(value).model_fields)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return ((f".{f.name}", getattr(value, f.name, None)) for f in dataclasses.fields(value))
+    return None
+
+
+_SHOWN_PARTS = 6
+
+
+def _beyond_limits(root: object, name: str) -> tuple[str, str] | None:
+    """The first field of ``root`` the decoder's parser would refuse, and why (iterative:
+    the value may be nested far deeper than Python's recursion limit)."""
+    stack: list[tuple[object, tuple[str, ...]]] = [(root, ())]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= _INT_LIMIT:
+            reason = f"an integer of more than {MAX_INT_DIGITS} digits, no receiver reads it"
+            return _field(name, path), reason
+        children = _children(value)
+        if children is None:
+            continue
+        if len(path) + 1 > MAX_DEPTH:  # this container is one level deeper than the limit
+            return _field(name, path), f"nested more than {MAX_DEPTH} levels deep, no receiver reads it"
+        stack.extend(reversed([(item, (*path, part)) for part, item in children]))
+    return None
+
+
+def _field(name: str, path: tuple[str, ...]) -> str:
+    if len(path) > _SHOWN_PARTS:
+        return name + "".join(path[:_SHOWN_PARTS]) + f"... ({len(path)} levels)"
+    return name + "".join(path)
 
 
 class MessageCodec:
@@ -479,21 +620,40 @@ class MessageCodec:
     ``decode`` parses and checks the envelope in one compiled pass, then rebuilds the body
     by its registered class. It raises :class:`DecodeError` for every payload that is not
     a message of the asked kind, never another exception for bad input. JSON nested more
-    deeply than the parser's limit (about 200 levels) is ``WRONG_SHAPE``.
+    deeply than :data:`MAX_DEPTH` levels is ``WRONG_SHAPE``.
+
+    ``strict_commands`` (default true): a command body is decoded strictly, and encoded
+    only if it would be (see the module docstring); false is pydantic's lax mode.
     """
 
-    __slots__ = ("registry",)
+    __slots__ = ("registry", "strict_commands")
 
-    def __init__(self, registry: BodyTypeRegistry) -> None:
+    def __init__(self, registry: BodyTypeRegistry, *, strict_commands: bool = True) -> None:
         self.registry = registry
+        self.strict_commands = strict_commands
 
     def encode(self, message: Message) -> str:
-        """The JSON text of ``message``; ``ValueError`` for a non-finite float in a body."""
-        return _to_json(to_wire(self.registry, message))
+        """The JSON text of ``message``.
+
+        :class:`EncodeError` (a ``ValueError``) naming the field when a receiver's
+        decoder would refuse it: nested deeper than :data:`MAX_DEPTH`, an integer longer
+        than :data:`MAX_INT_DIGITS` digits, a command body that does not validate
+        strictly; ``ValueError`` for a non-finite float.
+        """
+        try:
+            data = to_wire(self.registry, message)
+        except ValueError as error:  # a body nested too deeply for the serializer, among others
+            # The message objects name their parts as the wire form does (body, events[0]).
+            field, reason = _beyond_limits(message, "message") or ("message", str(error))
+            raise EncodeError(field, reason) from None
+        text = _to_json(data)
+        if self.strict_commands and isinstance(message, CommandMessage):
+            self.registry.check_strict(data["body_type"], data["body"])
+        return text
 
     def decode(self, payload: str | bytes, kind: TopicKind) -> Message:
         try:
             envelope = _envelope(kind).validate_json(payload)
         except ValidationError as error:
             raise _envelope_error(error, kind) from None
-        return _build(self.registry, envelope, kind)
+        return _build(self.registry, envelope, kind, self.strict_commands)

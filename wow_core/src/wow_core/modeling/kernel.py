@@ -18,9 +18,12 @@ Per command:
 6. publish the stream on the ``DomainEventBus``, then the sourced state on the
    ``StateEventBus``.
 
-A rejection writes nothing. A rejected command whose request id was already appended
-is reported as the duplicate it is (a creation sent twice finds its aggregate
-existing, but the answer is the original one). The kernel is safe to call
+A rejection writes nothing. A request id the store already holds is a duplicate
+whatever the repeated command decides: a rejected command, an invalid body or a
+decision that appends nothing is reported as the duplicate it is (a creation sent
+twice finds its aggregate existing, but the answer is the original one). Only appended
+request ids are recorded: a repeat of a request whose first decision appended nothing
+is decided again (it appends nothing again unless the state moved meanwhile). The kernel is safe to call
 concurrently for one aggregate (the append decides), though the command dispatcher
 runs one aggregate's commands in order.
 
@@ -208,11 +211,10 @@ class CommandKernel:
             if found := validator(command.body):
                 violations = (*violations, *found)
         if violations:
-            return self._rejected(
+            return await self._rejected_or_duplicate(
                 command,
-                ErrorCodes.COMMAND_INVALID,
-                "; ".join(str(v) for v in violations),
-                violations,
+                _Rejected(ErrorCodes.COMMAND_INVALID, "; ".join(str(v) for v in violations), violations),
+                1,
             )
         attempts = 0
         while True:
@@ -236,8 +238,11 @@ class CommandKernel:
                 continue
             except DuplicateRequestIdError as duplicate:
                 return self._duplicate(command, duplicate.aggregate_id, duplicate.version, attempts)
-            if outcome.stream is not None:
-                await self._publish(outcome.stream, outcome.state)
+            if outcome.stream is None:
+                # Nothing was appended, so the store's request-id check never ran: a repeated
+                # request is a duplicate whatever this decision returned.
+                return await self._unless_duplicate(outcome)
+            await self._publish(outcome.stream, outcome.state)
             return outcome
 
     async def load_state(
@@ -321,6 +326,18 @@ class CommandKernel:
             bodies = (returned,)
         if not bodies:
             return CommandOutcome(command, aggregate_id, version, None, state, result, attempts=attempts)
+        for body in bodies:
+            if type(body) not in function.event_types:
+                # Only declared types are registered for the wire: an undeclared one would be
+                # appended and then fail to reach any transport, so it is refused here.
+                message = (
+                    f"{metadata.aggregate_type.__qualname__}.{function.name} returned "
+                    f"{type(body).__qualname__}, which is not one of the event types it declares "
+                    f"({', '.join(sorted(t.__qualname__ for t in function.event_types)) or 'none'}); "
+                    "name it in its return annotation or in @on_command(events=[...])"
+                )
+                log.error("%s", message)
+                raise _Rejected(ErrorCodes.PROCESSING_ERROR, message)
         stream = self._stream(command, version + 1, bodies)
         try:
             new_state = self._source(metadata, state, stream)
@@ -427,6 +444,15 @@ class CommandKernel:
             errors=outcome.errors,
             attempts=attempts,
         )
+
+    async def _unless_duplicate(self, outcome: CommandOutcome) -> CommandOutcome:
+        command = outcome.command
+        original = await self.event_store.find_request(
+            command.aggregate_id.named_aggregate, command.request_id
+        )
+        if original is None:
+            return outcome
+        return self._duplicate(command, original.aggregate_id, original.version, outcome.attempts)
 
     def _duplicate(
         self, command: CommandMessage[Any], aggregate_id: AggregateId, version: int, attempts: int

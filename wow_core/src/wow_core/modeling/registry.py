@@ -62,9 +62,13 @@ class AggregateRegistry:
         return len(self._by_name)
 
     def register_body_types(self, registry: BodyTypeRegistry) -> BodyTypeRegistry:
-        """Register every command, event and state class with ``registry`` (for the wire)."""
+        """Register every command, event and state class with ``registry`` (for the wire).
+
+        The event classes are all those :meth:`AggregateMetadata.event_types` names: the
+        ones command functions declare they return, not only those a sourcing function
+        applies."""
         for metadata in self._by_name.values():
-            for cls in (*metadata.commands, *metadata.sourcing, metadata.state_type):
+            for cls in (*metadata.commands, *metadata.event_types(), metadata.state_type):
                 if cls not in registry:
                     registry.register(cls)
         return registry

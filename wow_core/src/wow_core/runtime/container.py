@@ -170,7 +170,9 @@ class WowContainer(containers.DeclarativeContainer):
 
     metrics = providers.Singleton(create_metrics, plugins, settings)
     body_types = providers.Singleton(BodyTypeRegistry)
-    codec = providers.Singleton(MessageCodec, body_types)
+    codec = providers.Singleton(
+        MessageCodec, body_types, strict_commands=settings.provided.command.strict_bodies
+    )
     context_captures = providers.Singleton(collect_context_captures, plugins)
 
     transport = providers.Singleton(create_transport, plugins, settings)

@@ -129,6 +129,12 @@ class BusSettings(_Section):
 class CommandSettings(_Section):
     bus: BusSettings = Field(default_factory=BusSettings)
     wait_timeout: Seconds = Field(30.0, description="Default deadline of send_and_wait, in seconds.")
+    strict_bodies: bool = Field(
+        True,
+        description="Validate command bodies from a transport strictly, and send only those that pass: "
+        'unknown fields and lax coercions (true or "5" for an int) are refused, naming the field. '
+        "false: pydantic's lax mode, unknown fields ignored.",
+    )
 
 
 class RetrySettings(_Section):
