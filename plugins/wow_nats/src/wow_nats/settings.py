@@ -35,7 +35,11 @@ class NatsSettings(BaseModel):
     connect_timeout: PositiveFloat = Field(5.0, description="Seconds to wait for the first connection.")
     reconnect_time_wait: PositiveFloat = Field(1.0, description="Seconds between reconnect attempts.")
     max_reconnect_attempts: int = Field(-1, ge=-1, description="Reconnect attempts, -1 for no limit.")
-    stream_prefix: str = Field("", description="Prefix of every stream name (a namespace on shared servers).")
+    stream_prefix: str = Field(
+        "",
+        description="Prefix of every stream name. Subjects are the topic names: applications "
+        "sharing a server also need distinct WOW_MESSAGING__TOPIC_PREFIX values.",
+    )
     replicas: int = Field(1, ge=1, le=5, description="Stream replicas (1 on a single server).")
     storage: Literal["file", "memory"] = Field("file", description="Stream storage.")
     max_age: float = Field(0.0, ge=0, description="Seconds a stream keeps a message, 0 for no limit.")
