@@ -10,6 +10,7 @@ from nats.js.api import StreamConfig
 
 from tests.wow_nats.conftest import MakeTransport, Names
 from tests.wow_nats.support import message, next_record, opened
+from wow_nats import StreamSubjectsTakenError
 
 pytestmark = pytest.mark.nats
 
@@ -80,3 +81,26 @@ async def test_a_consumer_deleted_behind_the_receivers_back_is_created_again(
     await asyncio.wait_for(recreated(), 10)
     await transport.send(message(topic, "after"))
     assert (await next_record(aiter(receiver))).key == "after"
+
+
+async def test_subjects_held_by_another_stream_are_named_with_the_setting_that_separates_them(
+    make_transport: MakeTransport, names: Names, raw_js: nats.js.JetStreamContext
+) -> None:
+    topic = names.topic()
+    transport = make_transport()
+    base = transport.layout.base(topic)
+    # another application (or another stream prefix) on the same server holds the subjects
+    other = names.stream_prefix + "other_app"
+    await raw_js.add_stream(StreamConfig(name=other, subjects=[base + ".>"]))
+    with pytest.raises(StreamSubjectsTakenError) as raised:
+        await transport.send(message(topic, "k"))
+    text = str(raised.value)
+    assert repr(other) in text, text
+    assert base + ".>" in text, text
+    assert transport.layout.stream(topic) in text, text
+    assert "WOW_MESSAGING__TOPIC_PREFIX" in text, text
+    assert "not found" not in text, text
+    receiver = transport.open(names.group(), [topic])
+    with pytest.raises(StreamSubjectsTakenError):
+        await receiver.ready()
+    await receiver.close()

@@ -14,6 +14,8 @@ pytestmark = pytest.mark.redis
 
 
 class TestRedisStreamTransport(TransportConformance, MessageBusConformance):
+    keeps_key_order_across_hand_over = False  # members share a stream: no keyed ownership (issue 18)
+
     @pytest.fixture
     def wow_transport_factory(
         self, settings_for: Callable[..., RedisSettings], redis: Redis

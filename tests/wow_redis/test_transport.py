@@ -608,32 +608,42 @@ async def test_ready_fails_after_its_retries_when_the_server_is_down(prefix: str
         await transport.close()
 
 
+@pytest.mark.parametrize(
+    "recovery",
+    [
+        pytest.param({"claim_idle_time": 30.0, "claim_interval": 0.1}, id="recovery-scans"),
+        pytest.param({"claim_idle_time": None}, id="no-recovery"),
+    ],
+)
 async def test_a_running_member_takes_over_what_a_closed_member_handed_back(
-    make_transport: Make, redis: Redis
+    make_transport: Make, redis: Redis, recovery: dict[str, object]
 ) -> None:
     leaving = make_transport(claim_idle_time=None)
-    staying = make_transport(claim_idle_time=30.0, claim_interval=0.1)
+    staying = make_transport(**recovery)
     topic = topic_of(leaving)
-    gone = leaving.open("g1", [topic])
-    await gone.ready()
-    receiver = await transport_ready_and_open(staying.open("g1", [topic]))
-    gone.open_processing()
+    fence = topic_of(leaving, "fence")
+    # The leaving member alone reads all three: nothing races it for them.
+    gone = await opened(leaving, "g1", [topic])
     await leaving.send_many([message(topic, payload=str(n)) for n in range(3)])
-    await take(gone, 1)  # the other member may read some too
+    assert [r.payload for r in await take(gone, 3)] == ["0", "1", "2"]
+    # The staying member is running (past its start-up claim, which would take handed-back
+    # entries by itself): it read a record sent after it started.
+    receiver = await opened(staying, "g1", [topic, fence])
+    await leaving.send(message(fence, payload="fence"))
+    assert [r.payload for r in await take(receiver, 1)] == ["fence"]
+
     await gone.close()  # hands back what it read and did not acknowledge
 
-    async def consume() -> None:
-        async for record in receiver:
-            await record.ack()
+    # long before the 30 s claim idle time, and without any recovery scan
+    records = await take(receiver, 3)
+    assert [r.payload for r in records] == ["0", "1", "2"]
+    for record in records:
+        await record.ack()
 
     async def all_acknowledged() -> bool:
         return await pending_count(redis, topic, "g1") == 0
 
-    task = asyncio.ensure_future(consume())
-    try:
-        await eventually(all_acknowledged)  # long before the 30 s claim idle time
-    finally:
-        task.cancel()
+    await eventually(all_acknowledged)
 
 
 async def transport_ready_and_open(receiver: RedisStreamReceiver) -> RedisStreamReceiver:

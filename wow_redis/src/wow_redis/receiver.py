@@ -13,8 +13,9 @@ over some streams. What it guarantees:
   hand-over; after a lost connection it re-reads its pending entries past the last one
   it read, so a reply lost on the wire strands nothing.
 - ``close()`` hands the entries it read and did not acknowledge back to the group
-  (``XCLAIM ... IDLE``): the next member to start, or any member's next recovery scan,
-  takes them.
+  (``XCLAIM ... IDLE``): the next member to start takes them before new entries, and a
+  running member within about ``block_time`` (a scan of one page per stream between
+  reads, whether recovery is on or off), possibly after newer entries of their key.
 - Recovery (``claim_idle_time``): entries pending in any consumer of the group for
   longer than the idle time are claimed with ``XAUTOCLAIM`` and delivered again, so a
   crashed member's work is done by the living ones. An entry delivered more than
@@ -234,6 +235,8 @@ class RedisStreamReceiver:
         the own pending entries past it are read again (a reply lost on the wire)."""
         self._dead_letter: AsyncScript | None = None
         self._handed_back: set[tuple[str, str]] = set()
+        self._hand_back_cursor: dict[str, str] = {}
+        """Per stream, where the next scan for handed-back entries goes on (``XAUTOCLAIM``)."""
         self._failure: Exception | None = None
         self._read_ids_new = [">"] * len(self.topics)
         self._timeout = settings.socket_timeout
@@ -370,6 +373,8 @@ class RedisStreamReceiver:
         block_ms = int(settings.block_time * 1000)
         own_pending = True
         first = True
+        clock = asyncio.get_running_loop().time
+        next_hand_back_scan = clock() + settings.block_time
         while not self._closing:
             try:
                 if self._groups is None or not self._groups.done() or self._groups.exception() is not None:
@@ -383,6 +388,11 @@ class RedisStreamReceiver:
                     idle = settings.claim_idle_time
                     await self.claim_idle(HANDED_BACK_MIN_IDLE_S if idle is None else idle)
                     first = False
+                elif clock() >= next_hand_back_scan:
+                    # A running member takes what a closing member handed back within about
+                    # a block time, not only at its next recovery scan (or never, without one).
+                    next_hand_back_scan = clock() + settings.block_time
+                    await self._claim_handed_back()
                 response = await self._read_group(self.topics, self._read_ids_new, block_ms)
                 backoff.reset()
             except TRANSIENT_ERRORS as error:
@@ -559,6 +569,38 @@ class RedisStreamReceiver:
                 if cursor == "0-0" or scanned >= self._settings.batch_size * 16:
                     break
         return total
+
+    async def _claim_handed_back(self) -> None:
+        """Claim one page (``batch_size``) per stream of the entries closed members handed back.
+
+        Bounded work per call: one ``XAUTOCLAIM`` per stream, which scans at most ten pages
+        of the pending list; the scan cursor is kept between calls, so successive calls
+        cover the whole pending list.
+        """
+        idle_ms = int(HANDED_BACK_MIN_IDLE_S * 1000)
+        for topic in self.topics:
+            if self._closing:
+                return
+            async with deadline(self._timeout, "XAUTOCLAIM"):
+                claimed = await self._client.xautoclaim(
+                    topic,
+                    self.group,
+                    self.consumer,
+                    idle_ms,
+                    start_id=self._hand_back_cursor.get(topic, "0-0"),
+                    count=self._settings.batch_size,
+                )
+            self._hand_back_cursor[topic] = _text(claimed[0])
+            entries = claimed[1]
+            trimmed = (claimed[2] if len(claimed) > 2 else ()) or ()
+            for entry_id in trimmed:
+                self._observer.dead_lettered(
+                    topic, self.group, _text(entry_id), 0, "trimmed before processing"
+                )
+            if entries:
+                self._observer.claimed(topic, self.group, self.consumer, len(entries))
+                counts = await self._delivery_counts(topic, entries)
+                await self._deliver(topic, entries, counts)
 
     async def _send_to_dead_letter(self, topic: str, entry_id: str, deliveries: int, reason: str) -> None:
         if self._dead_letter is None:

@@ -7,8 +7,16 @@ from wow_nats.layout import InvalidTopicError, StreamLayout
 from wow_nats.receiver import NatsReceiver
 from wow_nats.record import NatsRecord
 from wow_nats.settings import NatsSettings
-from wow_nats.transport import NatsTransport
+from wow_nats.transport import NatsTransport, StreamSubjectsTakenError
 
 __version__ = "0.1.0"
 
-__all__ = ["InvalidTopicError", "NatsReceiver", "NatsRecord", "NatsSettings", "NatsTransport", "StreamLayout"]
+__all__ = [
+    "InvalidTopicError",
+    "NatsReceiver",
+    "NatsRecord",
+    "NatsSettings",
+    "NatsTransport",
+    "StreamLayout",
+    "StreamSubjectsTakenError",
+]

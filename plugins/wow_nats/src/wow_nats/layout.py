@@ -10,6 +10,8 @@
   captures ``<base>`` and ``<base>.>``: every topic of the context and its dead-letter
   subject ``<topic>.dlq``. The subjects are a function of the base alone, so every
   process computes the same stream configuration and concurrent creators never fight.
+  The stream prefix is not part of the subjects: two applications on one server are
+  kept apart by their topic prefixes (a subject belongs to one stream only).
 - **Consumer**: one durable pull consumer per group and topic, filtered on the topic's
   subject, named ``<group>__<topic>__<hash>`` (unsafe characters replaced, the hash of
   the exact group and topic keeps two names that sanitise alike apart).

@@ -48,7 +48,10 @@ class NatsSettings(BaseModel):
         -1, ge=-1, le=1_000_000, description="Reconnect attempts, -1 for no limit."
     )
     stream_prefix: str = Field(
-        "", max_length=64, description="Prefix of every stream name (a namespace on shared servers)."
+        "",
+        max_length=64,
+        description="Prefix of every stream name. Subjects are the topic names: applications "
+        "sharing a server also need distinct WOW_MESSAGING__TOPIC_PREFIX values.",
     )
     replicas: int = Field(1, ge=1, le=5, description="Stream replicas (1 on a single server).")
     storage: Literal["file", "memory"] = Field("file", description="Stream storage.")

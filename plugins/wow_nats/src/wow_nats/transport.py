@@ -53,6 +53,15 @@ _PUBLISH_ATTEMPTS = 3
 _TRANSIENT = (nats.errors.TimeoutError, nats.errors.ConnectionReconnectingError, TimeoutError)
 
 
+class StreamSubjectsTakenError(RuntimeError):
+    """Another stream on the server already holds subjects this transport's stream needs.
+
+    JetStream lets one subject belong to one stream only. The message names the stream
+    that could not be created or extended, the stream holding each subject, and the
+    setting that separates two applications (or two stream prefixes) on one server.
+    """
+
+
 def _expire(future: asyncio.Future[PubAck]) -> None:
     if not future.done():
         future.set_exception(nats.errors.TimeoutError())
@@ -284,6 +293,27 @@ class NatsTransport(TransportBase["NatsReceiver"]):
                 f"{settings.connect_timeout}s (WOW_NATS__SERVERS, WOW_NATS__CONNECT_TIMEOUT)"
             ) from None
 
+    async def _subjects_taken(
+        self, js: JetStreamContext, name: str, subjects: list[str], error: Exception
+    ) -> StreamSubjectsTakenError:
+        """The error for subjects of stream ``name`` that other streams hold, naming them."""
+        holders: dict[str, list[str]] = {}
+        for subject in subjects:
+            try:
+                holder = await js.find_stream_name_by_subject(subject)
+            except Exception:  # not held, or the lookup failed: name what is known
+                continue
+            holders.setdefault(holder, []).append(subject)
+        held = "; ".join(f"stream {holder!r} holds {', '.join(subs)}" for holder, subs in holders.items())
+        return StreamSubjectsTakenError(
+            f"cannot create NATS stream {name!r} for the subjects {', '.join(subjects)}: "
+            f"{held or 'another stream holds them'} (JetStream gives a subject to one stream only; "
+            "it is another application, or the same one with another WOW_NATS__STREAM_PREFIX, on "
+            f"this server). Subjects are the topic names: give each its own "
+            f"WOW_MESSAGING__TOPIC_PREFIX (now {self.layout.topic_prefix!r}), or use the "
+            f"stream prefix of the stream that holds them. Server: {error}"
+        )
+
     async def _create_or_update_stream(self, name: str, base: str) -> None:
         js = await self.jetstream()
         settings = self.settings
@@ -302,9 +332,13 @@ class NatsTransport(TransportBase["NatsReceiver"]):
                 await js.add_stream(config)
                 log.info("created stream %s for %s", name, ", ".join(subjects))
                 return
-            except nats.js.errors.BadRequestError:
-                # another process created it first; fall through and reconcile
-                info = await js.stream_info(name)
+            except nats.js.errors.BadRequestError as error:
+                # another process created it first (fall through and reconcile), or
+                # another stream holds the subjects
+                try:
+                    info = await js.stream_info(name)
+                except nats.js.errors.NotFoundError:
+                    raise await self._subjects_taken(js, name, subjects, error) from error
         current = info.config
         missing = [subject for subject in subjects if subject not in (current.subjects or [])]
         wanted_age = float(settings.max_age)
@@ -314,7 +348,12 @@ class NatsTransport(TransportBase["NatsReceiver"]):
                 max_age=wanted_age or None,
                 num_replicas=settings.replicas,
             )
-            await js.update_stream(updated)
+            try:
+                await js.update_stream(updated)
+            except nats.js.errors.BadRequestError as error:
+                if not missing:
+                    raise
+                raise await self._subjects_taken(js, name, missing, error) from error
             log.info("updated stream %s (subjects %s)", name, ", ".join(updated.subjects or []))
         storage = str(getattr(current.storage, "value", current.storage or settings.storage))
         if storage != settings.storage:
