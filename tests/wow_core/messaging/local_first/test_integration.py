@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import socket
 import uuid
@@ -25,6 +26,7 @@ from wow_core.messaging.local_first import (
     LocalFirstDomainEventBus,
     LocalFirstMessageBus,
     LocalFirstStateEventBus,
+    every_aggregate_is_local,
 )
 from wow_core.metrics import InMemoryMetrics
 from wow_core.model import Header, NamedAggregate, TopicKind
@@ -182,7 +184,9 @@ def named() -> NamedAggregate:
 class Process:
     """One process: its own local bus and its own transport client."""
 
-    def __init__(self, kind: TopicKind, transport: Transport, metrics: InMemoryMetrics) -> None:
+    def __init__(
+        self, kind: TopicKind, transport: Transport, metrics: InMemoryMetrics, *, owns: bool = True
+    ) -> None:
         self.local = LOCAL[kind]()
         self.transport = transport
         self.distributed: MessageBus[Any, Any] = DISTRIBUTED[kind](
@@ -193,6 +197,7 @@ class Process:
             self.distributed,
             settings=LocalFirstSettings(hand_off_timeout=5.0),
             metrics=metrics,
+            is_local=every_aggregate_is_local if owns else _owns_nothing,
         )
 
     async def close(self) -> None:
@@ -200,17 +205,23 @@ class Process:
         await self.transport.close()
 
 
+def _owns_nothing(named_aggregate: NamedAggregate) -> bool:
+    return False
+
+
+Processes = Callable[..., Awaitable[Process]]
+"""``await processes()`` is a process owning every aggregate; ``owns=False``: owning none."""
+
+
 @pytest.fixture
-async def processes(
-    distributed_transport: TransportClients, kind: TopicKind
-) -> AsyncIterator[Callable[[], Awaitable[Process]]]:
+async def processes(distributed_transport: TransportClients, kind: TopicKind) -> AsyncIterator[Processes]:
     made: list[Process] = []
     metrics = InMemoryMetrics()
 
-    async def make() -> Process:
+    async def make(*, owns: bool = True) -> Process:
         transport = await distributed_transport()
         await transport.start()
-        process = Process(kind, transport, metrics)
+        process = Process(kind, transport, metrics, owns=owns)
         made.append(process)
         return process
 
@@ -367,4 +378,47 @@ async def test_per_aggregate_order_on_the_transport_with_refusals_in_between(
     copies = await take(watcher, 12)
     assert [ordinal(e.message) for e in copies] == [ordinal(m) for m in sent]
     assert [e.message.header[Header.LOCAL_FIRST] for e in copies] == ["false"] * 12
+    await watcher.close()
+
+
+async def test_a_marker_the_message_came_with_never_suppresses_delivery_to_the_owner(
+    processes: Processes, kind: TopicKind, named: NamedAggregate
+) -> None:
+    """Only the owner's local-first bus marks a copy ``local_first=true``, from its admission.
+
+    A service that does not own the aggregate sends a message whose header already says
+    ``local_first=true`` (copied from a received message, or set by a caller): the owner
+    receives it from the transport, marked ``false``, and processes it.
+    """
+    owner, other = await processes(), await processes(owns=False)
+    receiver = await opened(
+        owner.bus, MessageSubscription.of(f"g-{named.aggregate_name}", [named], runtime_owned=True)
+    )
+    copied = message_of(kind, named, "a", 1, header={Header.LOCAL_FIRST: "true"})
+    await other.bus.send(copied)
+    (got,) = await take(receiver, 1)
+    assert ordinal(got.message) == ordinal(copied)
+    assert got.message.header[Header.LOCAL_FIRST] == "false"
+    assert copied.header[Header.LOCAL_FIRST] == "true"  # the sender's message is left as it was
+    await receiver.close()
+
+
+@pytest.mark.parametrize("kind", [TopicKind.COMMAND], ids=["command"])
+async def test_a_void_command_carries_local_first_false_whatever_it_came_with(
+    processes: Processes, kind: TopicKind, named: NamedAggregate
+) -> None:
+    """Void forces ``local_first=false``: to an aggregate of this service and to a remote one."""
+    here, other = await processes(), await processes(owns=False)
+    watcher = await opened(here.distributed, MessageSubscription.of(f"watch-{named.aggregate_name}", [named]))
+    sent = []
+    for n, sender in enumerate((here, other)):
+        void = dataclasses.replace(
+            message_of(kind, named, "a", n, header={Header.LOCAL_FIRST: "true"}),  # type: ignore[type-var]
+            is_void=True,
+        )
+        sent.append(void)
+        await sender.bus.send(void)
+    copies = await take(watcher, 2)
+    assert [ordinal(e.message) for e in copies] == [ordinal(m) for m in sent]
+    assert [e.message.header[Header.LOCAL_FIRST] for e in copies] == ["false", "false"]
     await watcher.close()
