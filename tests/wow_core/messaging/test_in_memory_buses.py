@@ -347,6 +347,21 @@ async def test_hand_off_admission_is_rejected_when_a_receiver_closes() -> None:
     await bus.close()
 
 
+async def test_quiescing_rejects_the_admissions_it_will_never_yield_and_refuses_new_hand_offs() -> None:
+    bus = InMemoryCommandBus()
+    receiver = bus.receiver(sub(runtime_owned=True))
+    receiver.open_processing()
+    receipt = bus.hand_off(command())
+    assert await receiver.quiesce(0)
+    assert receipt.admission.done()
+    assert receipt.admission.result() is False
+    assert receiver.pending == 0
+    assert not bus.hand_off(command()).accepted
+    with pytest.raises(StopAsyncIteration):
+        await anext(receiver)
+    await bus.close()
+
+
 async def test_hand_off_needs_every_runtime_owned_group() -> None:
     bus = InMemoryDomainEventBus()
     ready = bus.receiver(sub("g1", runtime_owned=True))

@@ -28,6 +28,7 @@ from wow_core.messaging.local_first import (
     LocalFirstStateEventBus,
     every_aggregate_is_local,
 )
+from wow_core.messaging.local_first.copies import HAND_OFF_TIMEOUTS
 from wow_core.metrics import InMemoryMetrics
 from wow_core.model import Header, NamedAggregate, TopicKind
 from wow_core.runtime.settings import LocalFirstSettings
@@ -189,6 +190,7 @@ class Process:
     ) -> None:
         self.local = LOCAL[kind]()
         self.transport = transport
+        self.metrics = metrics
         self.distributed: MessageBus[Any, Any] = DISTRIBUTED[kind](
             transport, conformance_codec(), metrics=metrics
         )
@@ -421,4 +423,28 @@ async def test_a_void_command_carries_local_first_false_whatever_it_came_with(
     copies = await take(watcher, 2)
     assert [ordinal(e.message) for e in copies] == [ordinal(m) for m in sent]
     assert [e.message.header[Header.LOCAL_FIRST] for e in copies] == ["false", "false"]
+    await watcher.close()
+
+
+async def test_a_send_refused_by_a_quiescing_receiver_never_waits_for_its_demand(
+    processes: Processes, kind: TopicKind, named: NamedAggregate
+) -> None:
+    """A quiescing receiver takes no more messages: quiescing rejects the admissions of
+    what it holds but will not yield, so a later send of that aggregate, refused, goes out
+    behind their unmarked copies at once instead of after the hand-off timeout."""
+    process = await processes()
+    group = f"g-{named.aggregate_name}"
+    watcher = await opened(process.distributed, MessageSubscription.of(f"{group}-watch", [named]))
+    receiver = await opened(process.bus, MessageSubscription.of(group, [named], runtime_owned=True))
+    held = message_of(kind, named, "a", 1)
+    await process.bus.send(held)  # handed off; the receiver never pulls it
+    await receiver.quiesce(0)
+    refused = message_of(kind, named, "a", 2)
+    async with asyncio.timeout(10):
+        await process.bus.send(refused)
+    copies = await take(watcher, 2)
+    assert [ordinal(e.message) for e in copies] == [ordinal(held), ordinal(refused)]
+    assert [e.message.header[Header.LOCAL_FIRST] for e in copies] == ["false", "false"]
+    assert process.metrics.counter_value(HAND_OFF_TIMEOUTS) == 0  # rejected, not timed out
+    await receiver.close()
     await watcher.close()

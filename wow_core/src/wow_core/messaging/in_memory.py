@@ -95,8 +95,9 @@ class InMemoryReceiver(Generic[E]):
     It is routed (and so ready) from the moment it is created. Its iteration yields only
     after :meth:`open_processing`; pulling a handed-off message confirms that delivery's
     admission. :meth:`quiesce` stops it taking new work (it leaves the local-first routes
-    at once) and waits for in-flight exchanges; :meth:`close` drops what was not pulled,
-    rejects every pending admission and ends the iteration.
+    at once, drops what was not pulled and rejects those admissions) and waits for
+    in-flight exchanges; :meth:`close` drops what was not pulled, rejects every pending
+    admission and ends the iteration.
     """
 
     __slots__ = (
@@ -221,9 +222,23 @@ class InMemoryReceiver(Generic[E]):
         return len(self._sink)
 
     async def quiesce(self, timeout: float | None = None) -> bool:
+        """Stop taking new work, then wait up to ``timeout`` for in-flight exchanges.
+
+        The iteration ends at once, so what the sink holds is never yielded: it is dropped
+        and its pending admissions are rejected now, not at close. A local-first copy
+        waiting for one of them (and every later copy of that aggregate, a refused send's
+        included) goes out unmarked without waiting for this receiver's demand.
+        """
         self._quiescing = True
+        self._reject_sink()
         self._wake()
         return await self._in_flight.settled(timeout)
+
+    def _reject_sink(self) -> None:
+        while self._sink:
+            admission = self._sink.popleft().admission
+            if admission is not None:
+                admission.reject()
 
     async def close(self) -> None:
         self._close()
@@ -233,10 +248,7 @@ class InMemoryReceiver(Generic[E]):
             return
         self._closed = True
         self._bus._unroute(self)
-        while self._sink:
-            admission = self._sink.popleft().admission
-            if admission is not None:
-                admission.reject()
+        self._reject_sink()
         self._wake()
 
     def __repr__(self) -> str:
