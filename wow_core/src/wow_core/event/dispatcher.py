@@ -284,7 +284,22 @@ class AbstractAggregateEventDispatcher(Generic[E]):
         return settled
 
     async def _finish(self, exchange: E, *, withhold: bool) -> None:
+        """Acknowledge the source, or release it when an outcome withholds acknowledgement.
+
+        A source a function already acknowledged itself (the snapshot function acknowledges
+        its own state event) cannot be withheld any more: the log says it was acknowledged
+        and will not be delivered again, rather than "left unacknowledged".
+        """
         if withhold:
+            if exchange.acked:
+                logger.warning(
+                    "%s: %r was acknowledged by its function already (the snapshot function "
+                    "acknowledges its own state event), although a function outcome withholds "
+                    "acknowledgement: it will not be delivered again",
+                    self.name,
+                    exchange,
+                )
+                return
             logger.warning(
                 "%s: %r left unacknowledged (a function outcome withholds it)", self.name, exchange
             )
