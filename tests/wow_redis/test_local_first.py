@@ -13,6 +13,7 @@ from tests.wow_core.messaging.local_first.test_integration import (  # noqa: F40
     named,
     processes,
     test_a_handed_off_message_is_handled_once_and_its_copy_filtered,
+    test_a_handed_off_message_released_unacknowledged_stays_pending_on_the_transport,
     test_a_marker_the_message_came_with_never_suppresses_delivery_to_the_owner,
     test_a_replica_filters_copies_handled_locally_and_processes_refused_ones,
     test_a_send_refused_by_a_quiescing_receiver_never_waits_for_its_demand,

@@ -448,3 +448,31 @@ async def test_a_send_refused_by_a_quiescing_receiver_never_waits_for_its_demand
     assert process.metrics.counter_value(HAND_OFF_TIMEOUTS) == 0  # rejected, not timed out
     await receiver.close()
     await watcher.close()
+
+
+async def test_a_handed_off_message_released_unacknowledged_stays_pending_on_the_transport(
+    processes: Processes, kind: TopicKind, named: NamedAggregate
+) -> None:
+    """Admission is the local acknowledgement: a local exchange released unacknowledged (a
+    function outcome that withholds it) sends the copy unmarked, so the transport delivers
+    the message; released again there, it stays pending and a restarted member gets it."""
+    process = await processes()
+    subscription = MessageSubscription.of(f"g-{named.aggregate_name}", [named], runtime_owned=True)
+    receiver = await opened(process.bus, subscription)
+    withheld = message_of(kind, named, "a", 1)
+    await process.bus.send(withheld)
+    async with asyncio.timeout(10):
+        local = await receiver.__anext__()
+    assert local.message.header[Header.LOCAL_FIRST] == "true"  # the local copy
+    local.release()
+    async with asyncio.timeout(10):
+        distributed = await receiver.__anext__()
+    assert ordinal(distributed.message) == ordinal(withheld)
+    assert distributed.message.header[Header.LOCAL_FIRST] == "false"
+    distributed.release()
+    await receiver.close()
+    restarted = await opened(process.bus, subscription)
+    (again,) = await take(restarted, 1)
+    assert ordinal(again.message) == ordinal(withheld)
+    assert again.message.header[Header.LOCAL_FIRST] == "false"
+    await restarted.close()
