@@ -15,7 +15,9 @@ An :class:`AbstractAggregateEventDispatcher` consumes one bus for the functions 
   error, unless a function's outcome withholds acknowledgement (RECORDING_FAILED, or
   FAILURE_UNRECORDED with ``ack_on_unrecorded_failure`` off): then the other functions
   still run and the source is released unacknowledged (the backend redelivers it by its
-  own rules; on Kafka the partition stops at it until a restart or rebalance).
+  own rules; on Kafka the partition stops at it until a restart or rebalance). Under
+  local-first a released local exchange rejects its admission, so its distributed copy
+  goes out unmarked and the transport delivers it again: withholding holds there too.
 
 :class:`CompositeEventDispatcher` pairs an :class:`EventStreamDispatcher` (EVENT
 functions, ``DomainEventBus``) with a :class:`StateEventDispatcher` (STATE_EVENT

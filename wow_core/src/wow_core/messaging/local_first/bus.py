@@ -7,7 +7,9 @@ local aggregate whose header does not disable local-first, ``send``:
 1. queues an independent distributed copy in the aggregate's copy queue
    (:class:`~wow_core.messaging.local_first.copies.LocalFirstDistributedCopies`);
 2. copies the message again, marks that copy ``local_first=true`` and hands it to the
-   local bus (``hand_off``), which never waits for a receiver to pull it;
+   local bus (``hand_off``), which never waits for a receiver to pull it; the admission
+   is confirmed when every routed local receiver acknowledged the message (after
+   processing it) and rejected when one released it unacknowledged, quiesced or closed;
 3. in its turn, after every earlier copy of the same aggregate was sent, the distributed
    copy goes out with ``local_first`` = the admission result.
 
