@@ -7,7 +7,8 @@
   ``asyncio.Queue``, the sender waits for the answer; the answer's queue hop is taken off,
   what remains is send -> consumer, in queue-hop latencies. Goal: at most 5.
 - ``hand_off -> admitted``: local-first's path: ``hand_off`` to a runtime-owned receiver,
-  the consumer pulls (confirming admission), the sender awaits the admission result.
+  the consumer pulls and acknowledges (confirming admission), the sender awaits the
+  admission result.
 - ``event bus fan-out``: one domain event stream to 3 groups, per delivered exchange.
 
     python -m benchmarks.in_memory_bus [--quick] [--repeat R]

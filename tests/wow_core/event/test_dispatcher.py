@@ -438,6 +438,36 @@ async def test_the_snapshot_function_writes_and_acknowledges_its_state_event_eve
     await h.dispatch.stop(5)
 
 
+async def test_a_snapshot_failure_with_ack_on_unrecorded_off_logs_that_its_state_event_was_acknowledged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """FAILURE_UNRECORDED with ack-on-unrecorded off withholds acknowledgement elsewhere; the
+    snapshot function acknowledged its own state event, and the log says so, not "left
+    unacknowledged"."""
+
+    async def saver(state_event: StateEvent[Any]) -> None:
+        raise ConnectionError("repository down")
+
+    h = await start(snapshot=saver, ack_on_unrecorded_failure=False)
+    failed = StateEvent(stream(ACCOUNT, "a1", 1, Opened("ann")), {"balance": 0})
+    with caplog.at_level(logging.INFO, logger="wow.event.dispatcher"):
+        await h.states.send(failed)
+        await h.settle(1, h.states)
+        await wait_until(
+            lambda: (
+                h.metrics.counter_value(OUTCOMES_METRIC, component="snapshot", outcome="FAILURE_UNRECORDED")
+                > 0
+            )
+        )
+    assert h.states.acked == [failed]
+    dispatcher_lines = [r.getMessage() for r in caplog.records if r.name == "wow.event.dispatcher"]
+    assert not any("left unacknowledged" in line for line in dispatcher_lines), dispatcher_lines
+    assert any(
+        "was acknowledged" in line and "not be delivered again" in line for line in dispatcher_lines
+    ), dispatcher_lines
+    await h.dispatch.stop(5)
+
+
 async def test_stop_lets_in_flight_work_finish_and_takes_no_new_messages() -> None:
     gate = asyncio.Event()
     done: list[int] = []

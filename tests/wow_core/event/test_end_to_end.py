@@ -35,6 +35,8 @@ from wow_core.command.stages import ErrorCodes
 from wow_core.event import OUTCOMES_METRIC, EventDispatchOptions, RecordResult, on_event, projection
 from wow_core.event.failure import NONE_RECORDER, FailureRecorder
 from wow_core.eventsourcing import EventStore, InMemoryEventStore
+from wow_core.messaging.in_memory import InMemoryDomainEventBus, InMemoryStateEventBus
+from wow_core.messaging.local_first import LocalFirstDomainEventBus, LocalFirstStateEventBus
 from wow_core.metrics import InMemoryMetrics
 from wow_core.model import AggregateId
 from wow_core.plugins import hookimpl, load_plugins
@@ -330,16 +332,22 @@ def transport_runtime(
     recorder: FailureRecorder,
     ack_on_unrecorded: bool,
     store: EventStore,
+    *,
+    local_first: bool = False,
 ) -> WowRuntime:
     """A runtime whose event buses go over ``transport``; the event store is shared by
-    the "processes" of one test, as a real store would be."""
+    the "processes" of one test, as a real store would be. With ``local_first`` the event
+    buses are local-first over the transport buses, as the runtime builds them by default."""
     event = EventSettings(ack_on_unrecorded_failure=ack_on_unrecorded)
     settings = WowSettings(service_name=service, metrics="in_memory", event=event)
     container = create_container(settings)
     codec = container.codec()
     metrics = container.metrics()
-    events = TransportDomainEventBus(transport, codec, metrics=metrics)
-    states = TransportStateEventBus(transport, codec, metrics=metrics)
+    events: Any = TransportDomainEventBus(transport, codec, metrics=metrics)
+    states: Any = TransportStateEventBus(transport, codec, metrics=metrics)
+    if local_first:
+        events = LocalFirstDomainEventBus(InMemoryDomainEventBus(), events, metrics=metrics)
+        states = LocalFirstStateEventBus(InMemoryStateEventBus(), states, metrics=metrics)
     container.domain_event_bus.override(providers.Object(events))
     container.state_event_bus.override(providers.Object(states))
     container.failure_recorder.override(providers.Object(recorder))
@@ -369,6 +377,37 @@ class _Shared(InMemoryEventStore):
 async def test_a_failing_projection_outcome_and_its_acknowledgement(
     kit: TransportKit, recorder: FailureRecorder, ack_on_unrecorded: bool, outcome: str, acknowledged: bool
 ) -> None:
+    await _failing_projection(kit, recorder, ack_on_unrecorded, outcome, acknowledged, local_first=False)
+
+
+@pytest.mark.parametrize(
+    ("recorder", "ack_on_unrecorded", "outcome", "acknowledged"),
+    [
+        (NONE_RECORDER, False, "FAILURE_UNRECORDED", False),
+        (ScriptedRecorder(RecordResult.RECORDED), False, "FAILURE_RECORDED", True),
+        (ScriptedRecorder(ConnectionError("failure ledger down")), True, "RECORDING_FAILED", False),
+    ],
+    ids=["unrecorded-withheld", "recorded", "recording-failed"],
+)
+async def test_with_local_first_a_withheld_acknowledgement_leaves_the_stream_pending(
+    kit: TransportKit, recorder: FailureRecorder, ack_on_unrecorded: bool, outcome: str, acknowledged: bool
+) -> None:
+    """Event local-first on (the runtime's default): a stream handled in this process whose
+    outcome withholds acknowledgement is not acknowledged on the transport either. It is
+    delivered from the transport and runs once more (withheld again, it stays pending),
+    and after a restart it comes back; an acknowledged one never does."""
+    await _failing_projection(kit, recorder, ack_on_unrecorded, outcome, acknowledged, local_first=True)
+
+
+async def _failing_projection(
+    kit: TransportKit,
+    recorder: FailureRecorder,
+    ack_on_unrecorded: bool,
+    outcome: str,
+    acknowledged: bool,
+    *,
+    local_first: bool,
+) -> None:
     service = f"e2e{uuid.uuid4().hex[:8]}"
     fragile = FragileSummary()
     app = WowApp(
@@ -376,8 +415,12 @@ async def test_a_failing_projection_outcome_and_its_acknowledgement(
     )
     store = _Shared()
     first_transport = kit.make()
-    runtime = transport_runtime(app, first_transport, service, recorder, ack_on_unrecorded, store)
+    runtime = transport_runtime(
+        app, first_transport, service, recorder, ack_on_unrecorded, store, local_first=local_first
+    )
     group = f"bank.{service}.ProjectionDispatcher"
+    # Under local-first a withheld stream runs here, then once more from the transport.
+    runs = 2 if local_first and not acknowledged else 1
     async with runtime:
         build = runtime.aggregates.command
         opened = await runtime.gateway.send_and_wait(
@@ -394,17 +437,26 @@ async def test_a_failing_projection_outcome_and_its_acknowledgement(
         metrics = runtime.metrics
         assert isinstance(metrics, InMemoryMetrics)
         tags = {"component": "projection", "processor": "FragileSummary", "message": "MoneyDeposited"}
-        await wait_until(lambda: metrics.counter_value(OUTCOMES_METRIC, outcome=outcome, **tags) == 1, 20)
+        await wait_until(lambda: metrics.counter_value(OUTCOMES_METRIC, outcome=outcome, **tags) == runs, 20)
         await wait_until(lambda: all(r.in_flight == 0 for r in _projection(runtime).receivers), 20)
-        topic = runtime.domain_event_bus.topic(opened.aggregate_id.named_aggregate)  # type: ignore[attr-defined]
+        named = opened.aggregate_id.named_aggregate
+        bus = runtime.domain_event_bus
+        topic = (bus.distributed_bus if local_first else bus).topic(named)  # type: ignore[attr-defined]
         if kit.backlog is not None:
-            assert await kit.backlog(first_transport, group, topic) == (0 if acknowledged else 1)
+            if acknowledged and local_first:
+                # the copy goes out after the local ack, and is filtered and acked after that
+                await eventually(_drained(kit, first_transport, group, topic), 20)
+            else:
+                assert await kit.backlog(first_transport, group, topic) == (0 if acknowledged else 1)
+        assert metrics.counter_value(OUTCOMES_METRIC, outcome=outcome, **tags) == runs
     await first_transport.close()
 
     # Restart with the projection repaired; a later deposit on the same account follows.
     fragile.broken = False
     second_transport = kit.make()
-    restarted = transport_runtime(app, second_transport, service, recorder, ack_on_unrecorded, store)
+    restarted = transport_runtime(
+        app, second_transport, service, recorder, ack_on_unrecorded, store, local_first=local_first
+    )
     async with restarted:
         later = await restarted.gateway.send_and_wait(
             restarted.aggregates.command(Deposit(7, "dep-2"), account),
@@ -419,7 +471,9 @@ async def test_a_failing_projection_outcome_and_its_acknowledgement(
         else:
             # the withheld stream comes back and is handled now
             await wait_until(lambda: "dep-1" in fragile.deposited, 30)
-            if kit.ordered_redelivery:
+            # Under local-first the new deposit is handed to this process at once, while the
+            # withheld stream comes back from the transport: nothing orders the two.
+            if kit.ordered_redelivery and not local_first:
                 assert fragile.deposited.index("dep-1") < fragile.deposited.index("dep-2")
         await wait_until(lambda: all(r.in_flight == 0 for r in _projection(restarted).receivers), 20)
         if kit.backlog is not None:

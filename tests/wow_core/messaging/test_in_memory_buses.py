@@ -311,7 +311,7 @@ async def test_hand_off_to_plain_receivers_only_is_refused() -> None:
     await bus.close()
 
 
-async def test_hand_off_is_accepted_on_sink_entry_and_admitted_when_pulled() -> None:
+async def test_hand_off_is_accepted_on_sink_entry_and_admitted_when_acknowledged() -> None:
     bus = InMemoryDomainEventBus()
     first = bus.receiver(sub("g1", runtime_owned=True))
     second = bus.receiver(sub("g2", runtime_owned=True))
@@ -325,10 +325,43 @@ async def test_hand_off_is_accepted_on_sink_entry_and_admitted_when_pulled() -> 
     assert message.header.read_only
     assert plain.pending == 1  # plain receivers get it, without counting for admission
     assert not receipt.admission.done()  # sink entry alone is not admission
-    await pull(first)
+    first_exchange, second_exchange = await pull(first), await pull(second)
+    assert not receipt.admission.done()  # a pull alone is not admission either
+    await first_exchange.ack()
     assert not receipt.admission.done()
-    await pull(second)
+    await second_exchange.ack()
     assert await asyncio.wait_for(receipt.admission, TIMEOUT) is True
+    await bus.close()
+
+
+async def test_a_handed_off_message_released_unacknowledged_is_rejected() -> None:
+    """Released without ack (an outcome that withholds it, a failed command): not handled
+    here, so the local-first copy must stay eligible on the transport."""
+    bus = InMemoryDomainEventBus()
+    first = bus.receiver(sub("g1", runtime_owned=True))
+    second = bus.receiver(sub("g2", runtime_owned=True))
+    first.open_processing()
+    second.open_processing()
+    receipt = bus.hand_off(stream())
+    await (await pull(first)).ack()
+    (await pull(second)).release()
+    assert receipt.admission.done()
+    assert receipt.admission.result() is False
+    assert first.in_flight == second.in_flight == 0
+    await bus.close()
+
+
+async def test_closing_a_receiver_rejects_the_admissions_of_exchanges_still_in_flight() -> None:
+    bus = InMemoryCommandBus()
+    receiver = bus.receiver(sub(runtime_owned=True))
+    receiver.open_processing()
+    receipt = bus.hand_off(command())
+    exchange = await pull(receiver)
+    await receiver.close()
+    assert receipt.admission.done()
+    assert receipt.admission.result() is False
+    await exchange.ack()  # too late: changes nothing
+    assert receipt.admission.result() is False
     await bus.close()
 
 
@@ -344,6 +377,21 @@ async def test_hand_off_admission_is_rejected_when_a_receiver_closes() -> None:
     await second.close()
     assert receipt.admission.result() is False
     assert later.admission.result() is False
+    await bus.close()
+
+
+async def test_quiescing_rejects_the_admissions_it_will_never_yield_and_refuses_new_hand_offs() -> None:
+    bus = InMemoryCommandBus()
+    receiver = bus.receiver(sub(runtime_owned=True))
+    receiver.open_processing()
+    receipt = bus.hand_off(command())
+    assert await receiver.quiesce(0)
+    assert receipt.admission.done()
+    assert receipt.admission.result() is False
+    assert receiver.pending == 0
+    assert not bus.hand_off(command()).accepted
+    with pytest.raises(StopAsyncIteration):
+        await anext(receiver)
     await bus.close()
 
 
@@ -365,7 +413,7 @@ async def test_hand_off_goes_to_one_member_of_a_group() -> None:
     receipts = [bus.hand_off(command(f"a-{n}")) for n in range(3)]
     assert all(r.accepted and r.receivers == 1 for r in receipts)
     for _ in range(3):
-        await pull(receiver)
+        await (await pull(receiver)).ack()
     assert [r.admission.result() for r in receipts] == [True, True, True]
     await bus.close()
 
@@ -396,6 +444,6 @@ async def test_a_second_concurrent_pull_is_a_clear_error_and_a_cancelled_pull_lo
     receipt = bus.hand_off(command())
     assert not receipt.admission.done()  # the cancelled pull admitted nothing
     exchange = await pull(receiver)
-    assert receipt.admission.result() is True
     await exchange.ack()
+    assert receipt.admission.result() is True
     await bus.close()

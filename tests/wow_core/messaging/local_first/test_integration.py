@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import socket
 import uuid
@@ -25,7 +26,9 @@ from wow_core.messaging.local_first import (
     LocalFirstDomainEventBus,
     LocalFirstMessageBus,
     LocalFirstStateEventBus,
+    every_aggregate_is_local,
 )
+from wow_core.messaging.local_first.copies import HAND_OFF_TIMEOUTS
 from wow_core.metrics import InMemoryMetrics
 from wow_core.model import Header, NamedAggregate, TopicKind
 from wow_core.runtime.settings import LocalFirstSettings
@@ -182,9 +185,12 @@ def named() -> NamedAggregate:
 class Process:
     """One process: its own local bus and its own transport client."""
 
-    def __init__(self, kind: TopicKind, transport: Transport, metrics: InMemoryMetrics) -> None:
+    def __init__(
+        self, kind: TopicKind, transport: Transport, metrics: InMemoryMetrics, *, owns: bool = True
+    ) -> None:
         self.local = LOCAL[kind]()
         self.transport = transport
+        self.metrics = metrics
         self.distributed: MessageBus[Any, Any] = DISTRIBUTED[kind](
             transport, conformance_codec(), metrics=metrics
         )
@@ -193,6 +199,7 @@ class Process:
             self.distributed,
             settings=LocalFirstSettings(hand_off_timeout=5.0),
             metrics=metrics,
+            is_local=every_aggregate_is_local if owns else _owns_nothing,
         )
 
     async def close(self) -> None:
@@ -200,17 +207,23 @@ class Process:
         await self.transport.close()
 
 
+def _owns_nothing(named_aggregate: NamedAggregate) -> bool:
+    return False
+
+
+Processes = Callable[..., Awaitable[Process]]
+"""``await processes()`` is a process owning every aggregate; ``owns=False``: owning none."""
+
+
 @pytest.fixture
-async def processes(
-    distributed_transport: TransportClients, kind: TopicKind
-) -> AsyncIterator[Callable[[], Awaitable[Process]]]:
+async def processes(distributed_transport: TransportClients, kind: TopicKind) -> AsyncIterator[Processes]:
     made: list[Process] = []
     metrics = InMemoryMetrics()
 
-    async def make() -> Process:
+    async def make(*, owns: bool = True) -> Process:
         transport = await distributed_transport()
         await transport.start()
-        process = Process(kind, transport, metrics)
+        process = Process(kind, transport, metrics, owns=owns)
         made.append(process)
         return process
 
@@ -368,3 +381,98 @@ async def test_per_aggregate_order_on_the_transport_with_refusals_in_between(
     assert [ordinal(e.message) for e in copies] == [ordinal(m) for m in sent]
     assert [e.message.header[Header.LOCAL_FIRST] for e in copies] == ["false"] * 12
     await watcher.close()
+
+
+async def test_a_marker_the_message_came_with_never_suppresses_delivery_to_the_owner(
+    processes: Processes, kind: TopicKind, named: NamedAggregate
+) -> None:
+    """Only the owner's local-first bus marks a copy ``local_first=true``, from its admission.
+
+    A service that does not own the aggregate sends a message whose header already says
+    ``local_first=true`` (copied from a received message, or set by a caller): the owner
+    receives it from the transport, marked ``false``, and processes it.
+    """
+    owner, other = await processes(), await processes(owns=False)
+    receiver = await opened(
+        owner.bus, MessageSubscription.of(f"g-{named.aggregate_name}", [named], runtime_owned=True)
+    )
+    copied = message_of(kind, named, "a", 1, header={Header.LOCAL_FIRST: "true"})
+    await other.bus.send(copied)
+    (got,) = await take(receiver, 1)
+    assert ordinal(got.message) == ordinal(copied)
+    assert got.message.header[Header.LOCAL_FIRST] == "false"
+    assert copied.header[Header.LOCAL_FIRST] == "true"  # the sender's message is left as it was
+    await receiver.close()
+
+
+@pytest.mark.parametrize("kind", [TopicKind.COMMAND], ids=["command"])
+async def test_a_void_command_carries_local_first_false_whatever_it_came_with(
+    processes: Processes, kind: TopicKind, named: NamedAggregate
+) -> None:
+    """Void forces ``local_first=false``: to an aggregate of this service and to a remote one."""
+    here, other = await processes(), await processes(owns=False)
+    watcher = await opened(here.distributed, MessageSubscription.of(f"watch-{named.aggregate_name}", [named]))
+    sent = []
+    for n, sender in enumerate((here, other)):
+        void = dataclasses.replace(
+            message_of(kind, named, "a", n, header={Header.LOCAL_FIRST: "true"}),  # type: ignore[type-var]
+            is_void=True,
+        )
+        sent.append(void)
+        await sender.bus.send(void)
+    copies = await take(watcher, 2)
+    assert [ordinal(e.message) for e in copies] == [ordinal(m) for m in sent]
+    assert [e.message.header[Header.LOCAL_FIRST] for e in copies] == ["false", "false"]
+    await watcher.close()
+
+
+async def test_a_send_refused_by_a_quiescing_receiver_never_waits_for_its_demand(
+    processes: Processes, kind: TopicKind, named: NamedAggregate
+) -> None:
+    """A quiescing receiver takes no more messages: quiescing rejects the admissions of
+    what it holds but will not yield, so a later send of that aggregate, refused, goes out
+    behind their unmarked copies at once instead of after the hand-off timeout."""
+    process = await processes()
+    group = f"g-{named.aggregate_name}"
+    watcher = await opened(process.distributed, MessageSubscription.of(f"{group}-watch", [named]))
+    receiver = await opened(process.bus, MessageSubscription.of(group, [named], runtime_owned=True))
+    held = message_of(kind, named, "a", 1)
+    await process.bus.send(held)  # handed off; the receiver never pulls it
+    await receiver.quiesce(0)
+    refused = message_of(kind, named, "a", 2)
+    async with asyncio.timeout(10):
+        await process.bus.send(refused)
+    copies = await take(watcher, 2)
+    assert [ordinal(e.message) for e in copies] == [ordinal(held), ordinal(refused)]
+    assert [e.message.header[Header.LOCAL_FIRST] for e in copies] == ["false", "false"]
+    assert process.metrics.counter_value(HAND_OFF_TIMEOUTS) == 0  # rejected, not timed out
+    await receiver.close()
+    await watcher.close()
+
+
+async def test_a_handed_off_message_released_unacknowledged_stays_pending_on_the_transport(
+    processes: Processes, kind: TopicKind, named: NamedAggregate
+) -> None:
+    """Admission is the local acknowledgement: a local exchange released unacknowledged (a
+    function outcome that withholds it) sends the copy unmarked, so the transport delivers
+    the message; released again there, it stays pending and a restarted member gets it."""
+    process = await processes()
+    subscription = MessageSubscription.of(f"g-{named.aggregate_name}", [named], runtime_owned=True)
+    receiver = await opened(process.bus, subscription)
+    withheld = message_of(kind, named, "a", 1)
+    await process.bus.send(withheld)
+    async with asyncio.timeout(10):
+        local = await receiver.__anext__()
+    assert local.message.header[Header.LOCAL_FIRST] == "true"  # the local copy
+    local.release()
+    async with asyncio.timeout(10):
+        distributed = await receiver.__anext__()
+    assert ordinal(distributed.message) == ordinal(withheld)
+    assert distributed.message.header[Header.LOCAL_FIRST] == "false"
+    distributed.release()
+    await receiver.close()
+    restarted = await opened(process.bus, subscription)
+    (again,) = await take(restarted, 1)
+    assert ordinal(again.message) == ordinal(withheld)
+    assert again.message.header[Header.LOCAL_FIRST] == "false"
+    await restarted.close()

@@ -15,7 +15,9 @@ An :class:`AbstractAggregateEventDispatcher` consumes one bus for the functions 
   error, unless a function's outcome withholds acknowledgement (RECORDING_FAILED, or
   FAILURE_UNRECORDED with ``ack_on_unrecorded_failure`` off): then the other functions
   still run and the source is released unacknowledged (the backend redelivers it by its
-  own rules; on Kafka the partition stops at it until a restart or rebalance).
+  own rules; on Kafka the partition stops at it until a restart or rebalance). Under
+  local-first a released local exchange rejects its admission, so its distributed copy
+  goes out unmarked and the transport delivers it again: withholding holds there too.
 
 :class:`CompositeEventDispatcher` pairs an :class:`EventStreamDispatcher` (EVENT
 functions, ``DomainEventBus``) with a :class:`StateEventDispatcher` (STATE_EVENT
@@ -284,7 +286,22 @@ class AbstractAggregateEventDispatcher(Generic[E]):
         return settled
 
     async def _finish(self, exchange: E, *, withhold: bool) -> None:
+        """Acknowledge the source, or release it when an outcome withholds acknowledgement.
+
+        A source a function already acknowledged itself (the snapshot function acknowledges
+        its own state event) cannot be withheld any more: the log says it was acknowledged
+        and will not be delivered again, rather than "left unacknowledged".
+        """
         if withhold:
+            if exchange.acked:
+                logger.warning(
+                    "%s: %r was acknowledged by its function already (the snapshot function "
+                    "acknowledges its own state event), although a function outcome withholds "
+                    "acknowledgement: it will not be delivered again",
+                    self.name,
+                    exchange,
+                )
+                return
             logger.warning(
                 "%s: %r left unacknowledged (a function outcome withholds it)", self.name, exchange
             )

@@ -260,9 +260,10 @@ class HandOffReceipt:
 
     ``accepted`` is true when the message entered the local sink of *every* routed,
     processing-open, runtime-owned receiver. ``admission`` resolves to true only when
-    all of those receivers obtained processing admission for this delivery (each
-    confirms when its dispatcher pulls the message, rejects when it closes). Sink
-    acceptance or a subscriber count alone never counts as admission.
+    all of those receivers handled this delivery (each confirms when its dispatcher
+    acknowledges the message, after processing it; rejects when the exchange is released
+    unacknowledged, or the receiver quiesces or closes first). Sink acceptance, a pull or
+    a subscriber count alone never counts as admission.
     A refused receipt (``accepted`` false) has an admission already resolved to false.
     """
 

@@ -20,6 +20,11 @@ What they do not: durability. A message in a sink exists only in this process; c
 receiver drops what it did not yield (and rejects the hand-off admissions still pending).
 There is no redelivery: ``ack`` only settles the exchange.
 
+A handed-off message is admitted by a receiver when its consumer *acknowledges* the
+exchange, after processing it; releasing the exchange without ``ack`` (a function outcome
+that withholds acknowledgement, a failed command, a shutdown) rejects the admission, so the
+local-first copy goes out unmarked and the transport delivers the message again.
+
 The command bus is a multi-producer, single-consumer route per named aggregate: one
 consuming receiver per named aggregate at a time, a second concurrent one raises
 :class:`~wow_core.messaging.ReceiverConflictError`.
@@ -81,6 +86,30 @@ class _Admission:
             self.future.set_result(False)
 
 
+class _Settlement:
+    """How a pulled, handed-off delivery settles its admission: ``ack`` confirms it, a
+    release without ``ack`` rejects it (the message was not handled here, so its
+    distributed copy must stay eligible)."""
+
+    __slots__ = ("admission", "confirmed", "receiver")
+
+    def __init__(self, admission: _Admission, receiver: InMemoryReceiver[Any]) -> None:
+        self.admission = admission
+        self.receiver = receiver
+        self.confirmed = False
+
+    async def ack(self) -> None:
+        self.confirmed = True
+        self.admission.confirm()
+
+    def settle(self) -> None:
+        if not self.confirmed:
+            self.admission.reject()
+        receiver = self.receiver
+        receiver._unsettled.discard(self)
+        receiver._in_flight.leave()
+
+
 class _Delivery:
     __slots__ = ("admission", "message")
 
@@ -93,10 +122,12 @@ class InMemoryReceiver(Generic[E]):
     """A receiver of an in-memory bus: an unbounded sink and its consumer side.
 
     It is routed (and so ready) from the moment it is created. Its iteration yields only
-    after :meth:`open_processing`; pulling a handed-off message confirms that delivery's
-    admission. :meth:`quiesce` stops it taking new work (it leaves the local-first routes
-    at once) and waits for in-flight exchanges; :meth:`close` drops what was not pulled,
-    rejects every pending admission and ends the iteration.
+    after :meth:`open_processing`; acknowledging a handed-off message confirms that
+    delivery's admission, releasing it unacknowledged rejects it. :meth:`quiesce` stops
+    it taking new work (it leaves the local-first routes at once, drops what was not
+    pulled and rejects those admissions) and waits for in-flight exchanges;
+    :meth:`close` drops what was not pulled, rejects every pending admission (of the
+    exchanges still in flight too) and ends the iteration.
     """
 
     __slots__ = (
@@ -107,6 +138,7 @@ class InMemoryReceiver(Generic[E]):
         "_opened",
         "_quiescing",
         "_sink",
+        "_unsettled",
         "_waiter",
         "_watchers",
         "subscription",
@@ -125,6 +157,7 @@ class InMemoryReceiver(Generic[E]):
         self._quiescing = False
         self._closed = False
         self._in_flight = InFlight()
+        self._unsettled: set[_Settlement] = set()
 
     # -- routing side (called by the bus, synchronously) ---------------------------------
 
@@ -174,10 +207,14 @@ class InMemoryReceiver(Generic[E]):
                 raise StopAsyncIteration
             if self._opened and self._sink:
                 delivery = self._sink.popleft()
-                if delivery.admission is not None:
-                    delivery.admission.confirm()
                 self._in_flight.enter()
-                return self._exchange_type(delivery.message, None, self._on_settle)
+                admission = delivery.admission
+                if admission is None:
+                    return self._exchange_type(delivery.message, None, self._on_settle)
+                # Admission is decided when the exchange settles, not when it is pulled.
+                settlement = _Settlement(admission, self)
+                self._unsettled.add(settlement)
+                return self._exchange_type(delivery.message, settlement.ack, settlement.settle)
             if self._waiter is not None:
                 raise RuntimeError(f"{self!r} is already being iterated by another task")
             self._waiter = asyncio.get_running_loop().create_future()
@@ -221,9 +258,23 @@ class InMemoryReceiver(Generic[E]):
         return len(self._sink)
 
     async def quiesce(self, timeout: float | None = None) -> bool:
+        """Stop taking new work, then wait up to ``timeout`` for in-flight exchanges.
+
+        The iteration ends at once, so what the sink holds is never yielded: it is dropped
+        and its pending admissions are rejected now, not at close. A local-first copy
+        waiting for one of them (and every later copy of that aggregate, a refused send's
+        included) goes out unmarked without waiting for this receiver's demand.
+        """
         self._quiescing = True
+        self._reject_sink()
         self._wake()
         return await self._in_flight.settled(timeout)
+
+    def _reject_sink(self) -> None:
+        while self._sink:
+            admission = self._sink.popleft().admission
+            if admission is not None:
+                admission.reject()
 
     async def close(self) -> None:
         self._close()
@@ -233,10 +284,11 @@ class InMemoryReceiver(Generic[E]):
             return
         self._closed = True
         self._bus._unroute(self)
-        while self._sink:
-            admission = self._sink.popleft().admission
-            if admission is not None:
-                admission.reject()
+        self._reject_sink()
+        for settlement in self._unsettled:
+            # Still in flight at close: nobody waits for it any more here, so its copy goes
+            # out unmarked (acknowledging it later changes nothing).
+            settlement.admission.reject()
         self._wake()
 
     def __repr__(self) -> str:

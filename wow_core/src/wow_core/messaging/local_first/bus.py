@@ -7,7 +7,9 @@ local aggregate whose header does not disable local-first, ``send``:
 1. queues an independent distributed copy in the aggregate's copy queue
    (:class:`~wow_core.messaging.local_first.copies.LocalFirstDistributedCopies`);
 2. copies the message again, marks that copy ``local_first=true`` and hands it to the
-   local bus (``hand_off``), which never waits for a receiver to pull it;
+   local bus (``hand_off``), which never waits for a receiver to pull it; the admission
+   is confirmed when every routed local receiver acknowledged the message (after
+   processing it) and rejected when one released it unacknowledged, quiesced or closed;
 3. in its turn, after every earlier copy of the same aggregate was sent, the distributed
    copy goes out with ``local_first`` = the admission result.
 
@@ -23,6 +25,12 @@ a closed route)                    fails with it
 local hand-off error               as refused; the error is logged             ``local_first=false``
 rejected after the hand-off        already completed                           ``local_first=false``
 =================================  ==========================================  ==========================
+
+Every distributed copy carries the ``local_first`` marker this bus decided, never one
+the message came with: ``true`` only from the admission result of a hand-off, ``false``
+for everything else, including messages of aggregates this service does not own (sent
+distributed at once, unmarked) and Void commands. A marker copied from a received message
+or set by a caller therefore never suppresses delivery.
 
 SENT of a handed-off message proves only that it entered this process's local sinks:
 not the distributed send, not any processing; a crash loses it and its queued copy. SENT
@@ -161,8 +169,12 @@ class LocalFirstMessageBus(Generic[M, E]):
         if self._closed:
             raise BusClosedError(f"local-first {self.bus_name} bus is closed")
         if not self._is_local(message.aggregate_id.named_aggregate):
+            # Not handed off here, so never admitted here: the copy says so, whatever
+            # marker the message came with (copied from a received message, set by a caller).
             self._count("remote")
-            await self._distributed.send(message)
+            remote_copy = message.copy()
+            remote_copy.header[Header.LOCAL_FIRST] = "false"
+            await self._distributed.send(remote_copy)
             return
         distributed_copy = message.copy()
         if self._skips_local_first(message):

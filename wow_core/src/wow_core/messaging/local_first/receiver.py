@@ -5,11 +5,14 @@ admitted by this service's local receivers (in this process or in a replica): th
 receiver acknowledges it and does not hand it to the consumer. A copy marked ``false``
 (refused, rejected, timed out, Void) is delivered like any distributed message.
 
-Pulling from the local receiver is what confirms local admission, so the merged receiver
-pulls the local side only while its consumer is waiting for the next exchange: a local
-pull still pending when a distributed exchange arrives first is cancelled. A local
-receiver must therefore lose nothing and admit nothing when a pending ``__anext__`` is
-cancelled (the in-memory receivers guarantee it).
+A local exchange confirms its admission when it is acknowledged and rejects it when it is
+released unacknowledged (a withheld acknowledgement), so its distributed copy then goes
+out unmarked and the transport delivers the message again. The merged receiver pulls the
+local side only while its consumer is waiting for the next exchange (a message pulled and
+never handed on would hold its copy until the close): a local pull still pending when a
+distributed exchange arrives first is cancelled. A local receiver must therefore lose
+nothing and take nothing when a pending ``__anext__`` is cancelled (the in-memory
+receivers guarantee it).
 
 The distributed side is pulled by a task of its own, which acknowledges and drops the
 copies handled locally without waking the consumer, and holds at most one other exchange
@@ -149,7 +152,9 @@ class LocalFirstReceiver(Generic[E]):
         await self._stop_pump()
         for exchange in self._held:
             log.warning(
-                "local-first receiver closed with %s admitted locally but not yet delivered", exchange
+                "local-first receiver closed with %s taken locally but not delivered; released, "
+                "so its distributed copy goes out unmarked",
+                exchange,
             )
             exchange.release()
         self._held.clear()
@@ -284,7 +289,7 @@ class LocalFirstReceiver(Generic[E]):
         return local is not None and local.processing_open and getattr(local, "pending", 0) > 0
 
     def _keep_late(self, task: asyncio.Task[E | _End]) -> None:
-        """A local pull cancelled too late already took (and admitted) its exchange: keep it."""
+        """A local pull cancelled too late already took its exchange: keep it for the consumer."""
         if task.cancelled():
             return
         error = task.exception()
