@@ -175,7 +175,8 @@ class KafkaTransportReceiver:
             self._consumer = None
             raise KafkaConnectError(
                 f"Kafka receiver of group {self.group!r} could not join at "
-                f"{self._settings.bootstrap_servers}: {error}",
+                f"{self._settings.bootstrap_servers} (WOW_KAFKA__BOOTSTRAP_SERVERS, "
+                f"WOW_KAFKA__REQUEST_TIMEOUT_MS): {error}",
                 error,
             ) from error
         # consumer.start() returns once partitions are installed, possibly before our

@@ -12,7 +12,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, SecretStr, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
@@ -113,25 +122,45 @@ class KafkaSettings(BaseModel):
         description="On revocation, how long in-flight records of revoked partitions may finish.",
     )
 
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _check_bootstrap_servers(cls, value: str) -> str:
+        # a field validator, so that an error names WOW_KAFKA__BOOTSTRAP_SERVERS itself
+        for server in (part.strip() for part in value.split(",")):
+            host, sep, port = server.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"bootstrap server {server!r} must look like host:port (port 1-65535)")
+        return value
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _check_topic_prefix(cls, value: str | None) -> str | None:
+        if value is not None and not set(value) <= _TOPIC_CHARS:
+            raise ValueError("a topic prefix may hold only letters, digits, '.', '_' and '-'")
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> KafkaSettings:
-        servers = [part.strip() for part in self.bootstrap_servers.split(",")]
-        for server in servers:
-            host, sep, port = server.rpartition(":")
-            if not sep or not host or not port.isdigit():
-                raise ValueError(f"bootstrap server {server!r} must look like host:port")
+        # Checks across settings: the message names every variable involved.
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
-            raise ValueError("heartbeat_interval_ms must be lower than session_timeout_ms")
+            raise ValueError(
+                f"WOW_KAFKA__HEARTBEAT_INTERVAL_MS ({self.heartbeat_interval_ms}) must be lower than "
+                f"WOW_KAFKA__SESSION_TIMEOUT_MS ({self.session_timeout_ms})"
+            )
         if self.sasl_mechanism is not None and not self.security_protocol.startswith("SASL_"):
-            raise ValueError("sasl_mechanism needs security_protocol SASL_PLAINTEXT or SASL_SSL")
+            raise ValueError(
+                "WOW_KAFKA__SASL_MECHANISM needs WOW_KAFKA__SECURITY_PROTOCOL SASL_PLAINTEXT or SASL_SSL"
+            )
         if self.security_protocol.startswith("SASL_") and self.sasl_mechanism is None:
-            raise ValueError(f"security_protocol {self.security_protocol} needs sasl_mechanism")
+            raise ValueError(
+                f"WOW_KAFKA__SECURITY_PROTOCOL={self.security_protocol} needs WOW_KAFKA__SASL_MECHANISM"
+            )
         if self.sasl_mechanism is not None and (self.sasl_username is None or self.sasl_password is None):
-            raise ValueError("sasl_mechanism needs sasl_username and sasl_password")
+            raise ValueError(
+                "WOW_KAFKA__SASL_MECHANISM needs WOW_KAFKA__SASL_USERNAME and WOW_KAFKA__SASL_PASSWORD"
+            )
         if self.ssl_keyfile is not None and self.ssl_certfile is None:
-            raise ValueError("ssl_keyfile needs ssl_certfile")
-        if self.topic_prefix is not None and not set(self.topic_prefix) <= _TOPIC_CHARS:
-            raise ValueError("topic_prefix may hold only letters, digits, '.', '_' and '-'")
+            raise ValueError("WOW_KAFKA__SSL_KEYFILE needs WOW_KAFKA__SSL_CERTFILE")
         return self
 
     @property
