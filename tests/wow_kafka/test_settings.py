@@ -35,7 +35,8 @@ def test_defaults_are_the_safe_ones() -> None:
     assert producer["compression_type"] is None
     consumer = consumer_config(settings, common_config(settings), "g")
     assert consumer["enable_auto_commit"] is False
-    assert consumer["auto_offset_reset"] == "latest"
+    # a group without committed offsets starts at the earliest retained record
+    assert consumer["auto_offset_reset"] == "earliest"
     assert consumer["group_id"] == "g"
 
 

@@ -4,8 +4,10 @@ Registered through the ``register_settings`` hook, read with
 ``settings.section("kafka", KafkaSettings)``. Secrets are :class:`~pydantic.SecretStr`,
 so ``wow settings`` and logs show them masked. The defaults are the safe ones: every
 replica acknowledges a send (``acks=all``), topics are created with the configured
-partitions and replication when missing, a brand-new consumer group starts at the end
-of each partition (``latest``) and anchors that start before it reports ready.
+partitions and replication when missing, a partition a consumer group never committed
+starts at its earliest retained record (``earliest``: nothing sent before the group
+formed is skipped; commands are deduplicated by request id) and that start is anchored
+and committed before the member reports ready.
 """
 
 from __future__ import annotations
@@ -90,8 +92,12 @@ class KafkaSettings(BaseModel):
 
     # -- consumer -------------------------------------------------------------------
     auto_offset_reset: OffsetReset = Field(
-        "latest",
-        description="Where a group without a committed offset starts (anchored and committed before ready).",
+        "earliest",
+        description=(
+            "Where a partition the group never committed starts, on every topic kind: earliest "
+            "(the first retained record) or latest (its end when the member anchors; what was sent "
+            "before is skipped). Anchored and committed before ready."
+        ),
     )
     session_timeout_ms: PositiveInt = Field(
         10000, description="A member that does not heartbeat within this is removed from its group."
