@@ -7,7 +7,7 @@ import contextlib
 import json
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from tests.wow_kafka.conftest import unique
 from wow_core.messaging import MessageSubscription
@@ -19,6 +19,32 @@ from wow_core.transport.decode_failure import DefaultDecodeFailureHandler
 from wow_kafka import KafkaTransport
 
 pytestmark = pytest.mark.kafka
+
+
+async def end_offsets(transport: KafkaTransport, topic: str) -> dict[int, int]:
+    """One past the last record of each partition of ``topic``."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=transport.settings.bootstrap_list)
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        assert partitions, f"no partitions of {topic}"
+        return {tp.partition: offset for tp, offset in (await consumer.end_offsets(partitions)).items()}
+    finally:
+        await consumer.stop()
+
+
+async def committed_offsets(transport: KafkaTransport, group: str, topic: str) -> dict[int, int]:
+    """The offsets ``group`` committed on the partitions of ``topic`` (0 where none)."""
+    ends = await end_offsets(transport, topic)
+    # a consumer of the group that never subscribes: it reads the commits, joins nothing
+    reader = AIOKafkaConsumer(
+        bootstrap_servers=transport.settings.bootstrap_list, group_id=group, enable_auto_commit=False
+    )
+    await reader.start()
+    try:
+        return {p: (await reader.committed(TopicPartition(topic, p))) or 0 for p in ends}
+    finally:
+        await reader.stop()
 
 
 async def test_garbage_wrong_keys_and_foreign_json_are_dead_lettered(transport: KafkaTransport) -> None:
@@ -64,10 +90,15 @@ async def test_garbage_wrong_keys_and_foreign_json_are_dead_lettered(transport: 
         30,
         "every hostile record handled by the decode-failure policy",
     )
+    # The counter moves once a dead letter is written, before its record is acknowledged:
+    # this cancellation may land in between, and must not split the two.
     pulling.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await pulling
     assert metrics.counter_value(DefaultDecodeFailureHandler.COUNTER) == len(hostile)
+    await receiver.close()  # commits what was acknowledged
+    # every record was acknowledged: the group's commits reached the end of every partition
+    assert await committed_offsets(transport, group, topic) == await end_offsets(transport, topic)
 
     dead = AIOKafkaConsumer(
         topic + ".dlq",
@@ -88,7 +119,6 @@ async def test_garbage_wrong_keys_and_foreign_json_are_dead_lettered(transport: 
     # byte for byte, except that a missing key or value is dead-lettered as empty
     expected = [((key or b""), (value or b"")) for key, value in hostile]
     assert sorted(kept, key=repr) == sorted(expected, key=repr)
-    await receiver.close()
 
     # everything was acknowledged: the group does not see the garbage again
     again = bus.receiver(subscription)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 from collections.abc import Iterator
 
@@ -43,11 +44,16 @@ async def test_start_against_no_broker_fails_clearly() -> None:
     settings = test_settings(f"127.0.0.1:{free_port()}", request_timeout_ms=1500)
     transport = KafkaTransport(settings)
     try:
-        with pytest.raises(KafkaConnectError, match=settings.bootstrap_servers):
+        # each names the brokers it tried and the exact variable that sets them
+        said = f"{settings.bootstrap_servers} (WOW_KAFKA__BOOTSTRAP_SERVERS"
+        with pytest.raises(KafkaConnectError, match=re.escape(said)):
             await transport.send(message("wow.x.y.command", "k", "v"))
         receiver = transport.open(unique("g"), ["wow.x.y.command"])
-        with pytest.raises(KafkaConnectError):
+        with pytest.raises(KafkaConnectError, match=re.escape(said)):
             await receiver.ready()
+        transport.topics.forget()
+        with pytest.raises(KafkaConnectError, match=re.escape(said)):
+            await transport.topics.ensure(["wow.x.y.event"])
     finally:
         await transport.close()
 

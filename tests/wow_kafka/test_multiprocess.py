@@ -9,6 +9,7 @@ by the survivor) stay within what the dead member could have had in flight.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -23,8 +24,9 @@ import pytest
 from tests.wow_kafka.conftest import test_settings
 from tests.wow_kafka.journal_app import AGGREGATE, CONTEXT, Record
 from wow_core.model import AggregateId, BodyTypeRegistry, CommandMessage, MessageCodec, NamedAggregate
+from wow_core.testing.support import ConformanceTimeout, eventually
 from wow_core.transport.bus import TransportCommandBus
-from wow_kafka import KafkaTransport
+from wow_kafka import KafkaSettings, KafkaTransport
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -111,17 +113,15 @@ def journal_dir(tmp_path: Path) -> Path:
     return directory
 
 
-async def test_sigkill_of_one_member_loses_nothing_and_keeps_order(
-    kafka_bootstrap: str, journal_dir: Path
-) -> None:
-    settings = test_settings(kafka_bootstrap, partitions=6)
+def service_env(settings: KafkaSettings, journal_dir: Path) -> dict[str, str]:
+    """The environment of the ``wow run`` processes of one new service (one new group)."""
     service = f"journal-{uuid.uuid4().hex[:8]}"
     env = {
         **os.environ,
         "WOW_TRANSPORT": "kafka",
         "WOW_SERVICE_NAME": service,
         "WOW_RUNTIME__MAX_IN_FLIGHT": str(MAX_IN_FLIGHT),
-        "WOW_KAFKA__BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "WOW_KAFKA__BOOTSTRAP_SERVERS": settings.bootstrap_servers,
         "WOW_KAFKA__TOPIC_PREFIX": settings.topic_prefix or "",
         "WOW_KAFKA__PARTITIONS": "6",
         "WOW_KAFKA__SESSION_TIMEOUT_MS": str(settings.session_timeout_ms),
@@ -134,6 +134,24 @@ async def test_sigkill_of_one_member_loses_nothing_and_keeps_order(
         "PYTHONUNBUFFERED": "1",
     }
     env.pop("WOW_TEST_KAFKA_BOOTSTRAP", None)
+    return env
+
+
+def check_order(*journals: list[tuple[str, int]]) -> None:
+    """Inside each process, every aggregate's commands were applied in the order sent."""
+    for entries in journals:
+        by_key: dict[str, list[int]] = {}
+        for key, seq in entries:
+            by_key.setdefault(key, []).append(seq)
+        for key, seqs in by_key.items():
+            assert seqs == sorted(seqs), f"{key} processed out of order: {seqs}"
+
+
+async def test_sigkill_of_one_member_loses_nothing_and_keeps_order(
+    kafka_bootstrap: str, journal_dir: Path
+) -> None:
+    settings = test_settings(kafka_bootstrap, partitions=6)
+    env = service_env(settings, journal_dir)
     client = KafkaTransport(settings)
     bus = TransportCommandBus(client, MessageCodec(BodyTypeRegistry([Record])))
     named = NamedAggregate(CONTEXT, AGGREGATE)
@@ -193,13 +211,7 @@ async def test_sigkill_of_one_member_loses_nothing_and_keeps_order(
 
         dead = journal(journal_dir, doomed.process.pid)
         alive = journal(journal_dir, survivor.process.pid)
-        # per-aggregate order inside each process
-        for entries in (dead, alive):
-            by_key: dict[str, list[int]] = {}
-            for key, seq in entries:
-                by_key.setdefault(key, []).append(seq)
-            for key, seqs in by_key.items():
-                assert seqs == sorted(seqs), f"{key} processed out of order: {seqs}"
+        check_order(dead, alive)
         counts = Counter(dead + alive)
         duplicates = sum(count - 1 for count in counts.values())
         assert set(counts) == everything
@@ -218,5 +230,88 @@ async def test_sigkill_of_one_member_loses_nothing_and_keeps_order(
             doomed.kill()
         if survivor is not None:
             survivor.stop()
+        await bus.close()
+        await client.close()
+
+
+JOIN_KEYS = 40
+JOIN_PER_KEY = 25
+JOIN_RATE = 125  # 1 000 commands over about 8 s: the sends span the processes' start and join
+
+
+async def test_members_joining_a_new_group_together_skip_nothing_sent_during_the_join(
+    kafka_bootstrap: str, journal_dir: Path
+) -> None:
+    """A new service's two members start together; commands are SENT while the group forms.
+
+    Every command the broker acknowledged is processed: a partition the group never
+    committed starts at the earliest retained record, and the anchor a member commits
+    before it is ready is where the partition starts when the join rebalance moves it.
+    """
+    settings = test_settings(kafka_bootstrap, partitions=6)
+    env = service_env(settings, journal_dir)
+    client = KafkaTransport(settings)
+    bus = TransportCommandBus(client, MessageCodec(BodyTypeRegistry([Record])))
+    named = NamedAggregate(CONTEXT, AGGREGATE)
+    await client.topics.ensure([bus.topic(named)])
+    members: list[Service] = []
+    try:
+        members = [Service("first", env), Service("second", env)]
+        keys = [f"acc-{n}" for n in range(JOIN_KEYS)]
+        everything = {(key, seq) for key in keys for seq in range(JOIN_PER_KEY)}
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        sent = before_any_anchor = 0
+        for seq in range(JOIN_PER_KEY):  # round by round: each key's commands in order
+            await asyncio.gather(
+                *(
+                    bus.send(
+                        CommandMessage(AggregateId(named, key), Record(key, seq), "record", allow_create=True)
+                    )
+                    for key in keys
+                )
+            )
+            sent += len(keys)
+            if not any(member.assignments() for member in members):
+                before_any_anchor = sent
+            ahead = started + sent / JOIN_RATE - loop.time()
+            if ahead > 0:
+                await asyncio.sleep(ahead)  # pacing the load, not synchronising
+        # the sends did overlap the join: some were acknowledged before any member anchored
+        assert before_any_anchor > 0, "every command was sent after the group formed: nothing was tested"
+        for member in members:
+            await asyncio.to_thread(member.wait_for, lambda m=member: len(m.assignments()) >= 1, 60)
+
+        def processed() -> set[tuple[str, int]]:
+            return {entry for member in members for entry in journal(journal_dir, member.process.pid)}
+
+        async def all_processed() -> bool:
+            return processed() >= everything  # the members' journal files
+
+        with contextlib.suppress(ConformanceTimeout):  # the assertion below says what is missing
+            await eventually(all_processed, 45, "every command to be processed", every=0.1)
+        missing = everything - processed()
+        assert not missing, (
+            f"{len(missing)} of {len(everything)} acknowledged commands were never processed "
+            f"({before_any_anchor} sent before any member anchored), e.g. {sorted(missing)[:5]}"
+        )
+        journals = [journal(journal_dir, member.process.pid) for member in members]
+        check_order(*journals)
+        # every partition's start was chosen conservatively, and each member said so
+        reasons = {
+            line.rsplit("(", 1)[1].split(")")[0]
+            for member in members
+            for line in member.lines
+            if "starts at offset" in line
+        }
+        assert reasons, "no member logged where its partitions start"
+        assert reasons <= {"reset earliest", "committed"}, reasons
+        duplicates = sum(len(entries) for entries in journals) - len(everything)
+        print(f"\n{before_any_anchor} of {sent} sent before any member anchored, {duplicates} duplicates")
+        for member in members:
+            assert member.stop() == 0
+    finally:
+        for member in members:
+            member.stop()
         await bus.close()
         await client.close()

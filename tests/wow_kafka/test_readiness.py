@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 from typing import Any
 
 import pytest
@@ -10,27 +12,73 @@ from aiokafka.errors import CommitFailedError
 
 from tests.wow_kafka.conftest import unique
 from tests.wow_kafka.helpers import Collector, message
-from wow_kafka import KafkaTransport
+from wow_kafka import KafkaSettings, KafkaTransport
 
 pytestmark = pytest.mark.kafka
 
 
-async def test_a_new_group_misses_nothing_sent_right_after_ready(transport: KafkaTransport) -> None:
-    topic = f"{transport.settings.topic_prefix}ready.immediate.command"
-    await transport.send(message(topic, "before", "old"))  # history a new group must skip (latest)
-    receiver = transport.open(unique("fresh"), [topic])
-    await receiver.ready()
-    keys = [f"k{i}" for i in range(30)]  # spread over every partition
-    await transport.send_many([message(topic, key, f"new-{key}") for key in keys])
+def boundaries(caplog: pytest.LogCaptureFixture, group: str) -> dict[int, str]:
+    """partition -> why its start was chosen, from the receiver's per-partition log lines."""
+    found: dict[int, str] = {}
+    for line in caplog.messages:
+        pattern = rf"group '{re.escape(group)}': .*\[(\d+)\] starts at offset \d+ \(([a-z ]+)\)"
+        match = re.search(pattern, line)
+        if match:
+            found[int(match.group(1))] = match.group(2)
+    return found
+
+
+async def test_a_new_group_starts_at_the_earliest_retained_record_by_default(
+    transport: KafkaTransport, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A command sent before the group anchored is not skipped: commands are deduplicated."""
+    assert transport.settings.auto_offset_reset == "earliest"
+    topic = f"{transport.settings.topic_prefix}ready.earliest.command"
+    before = [f"b{i}" for i in range(12)]
+    await transport.send_many([message(topic, key, f"before-{key}") for key in before])
+    group = unique("fresh")
+    receiver = transport.open(group, [topic])
+    with caplog.at_level(logging.INFO, logger="wow_kafka.receiver"):
+        await receiver.ready()
+    assert set(boundaries(caplog, group).values()) == {"reset earliest"}
+    assert set(boundaries(caplog, group)) == set(range(transport.settings.partitions))
+    after = [f"a{i}" for i in range(12)]
+    await transport.send_many([message(topic, key, f"after-{key}") for key in after])
     receiver.open_processing()
     collector = Collector(receiver)
-    await collector.wait_for(lambda records: {r.key for r in records} >= set(keys))
-    assert "old" not in collector.payloads()
+    await collector.wait_for(lambda records: {r.key for r in records} >= {*before, *after})
     await collector.stop()
+    await receiver.close()
 
 
-async def test_the_anchor_is_committed_so_the_next_owner_misses_nothing(transport: KafkaTransport) -> None:
+async def test_with_latest_a_new_group_skips_what_was_sent_before_it_anchored(
+    kafka_settings: KafkaSettings, caplog: pytest.LogCaptureFixture
+) -> None:
+    transport = KafkaTransport(kafka_settings.model_copy(update={"auto_offset_reset": "latest"}))
+    try:
+        topic = f"{transport.settings.topic_prefix}ready.latest.command"
+        await transport.send(message(topic, "before", "old"))  # history a latest group skips
+        group = unique("fresh")
+        receiver = transport.open(group, [topic])
+        with caplog.at_level(logging.INFO, logger="wow_kafka.receiver"):
+            await receiver.ready()
+        assert set(boundaries(caplog, group).values()) == {"reset latest"}
+        keys = [f"k{i}" for i in range(30)]  # spread over every partition
+        await transport.send_many([message(topic, key, f"new-{key}") for key in keys])
+        receiver.open_processing()
+        collector = Collector(receiver)
+        await collector.wait_for(lambda records: {r.key for r in records} >= set(keys))
+        assert "old" not in collector.payloads()
+        await collector.stop()
+    finally:
+        await transport.close()
+
+
+async def test_the_anchor_is_committed_so_the_next_owner_misses_nothing(
+    kafka_settings: KafkaSettings, caplog: pytest.LogCaptureFixture
+) -> None:
     """Without committing the anchor, a member taking over would reset to 'latest' again."""
+    transport = KafkaTransport(kafka_settings.model_copy(update={"auto_offset_reset": "latest"}))
     topic = f"{transport.settings.topic_prefix}ready.handover.command"
     group = unique("handover")
     first = transport.open(group, [topic])
@@ -40,11 +88,14 @@ async def test_the_anchor_is_committed_so_the_next_owner_misses_nothing(transpor
     await first.close()  # never opened processing: consumed nothing
 
     second = transport.open(group, [topic])
-    await second.ready()
+    with caplog.at_level(logging.INFO, logger="wow_kafka.receiver"):
+        await second.ready()
+    assert set(boundaries(caplog, group).values()) == {"committed"}  # the first member's anchors
     second.open_processing()
     collector = Collector(second)
     await collector.wait_for(lambda records: {r.key for r in records} >= set(keys))
     await collector.stop()
+    await transport.close()
 
 
 async def test_nothing_is_yielded_before_open_processing(transport: KafkaTransport) -> None:

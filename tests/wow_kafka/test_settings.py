@@ -35,7 +35,8 @@ def test_defaults_are_the_safe_ones() -> None:
     assert producer["compression_type"] is None
     consumer = consumer_config(settings, common_config(settings), "g")
     assert consumer["enable_auto_commit"] is False
-    assert consumer["auto_offset_reset"] == "latest"
+    # a group without committed offsets starts at the earliest retained record
+    assert consumer["auto_offset_reset"] == "earliest"
     assert consumer["group_id"] == "g"
 
 
@@ -60,7 +61,7 @@ def test_secrets_are_masked(monkeypatch: pytest.MonkeyPatch) -> None:
         ("WOW_KAFKA__SECURITY_PROTOCOL", "TLS", "WOW_KAFKA__SECURITY_PROTOCOL"),
         ("WOW_KAFKA__BOOTSTRAP_SERVERS", "no-port", "host:port"),
         ("WOW_KAFKA__SASL_MECHANISM", "PLAIN", "SASL_PLAINTEXT or SASL_SSL"),
-        ("WOW_KAFKA__TOPIC_PREFIX", "bad prefix/", "topic_prefix"),
+        ("WOW_KAFKA__TOPIC_PREFIX", "bad prefix/", "WOW_KAFKA__TOPIC_PREFIX"),
         ("WOW_KAFKA__UNKNOWN_OPTION", "1", "WOW_KAFKA__UNKNOWN_OPTION"),
     ],
 )
@@ -72,8 +73,58 @@ def test_wrong_values_name_the_variable(
         load_section("kafka", KafkaSettings)
 
 
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("WOW_KAFKA__BOOTSTRAP_SERVERS", "no-port"),
+        ("WOW_KAFKA__BOOTSTRAP_SERVERS", "a:9092,:9093"),
+        ("WOW_KAFKA__BOOTSTRAP_SERVERS", "a:99999"),
+        ("WOW_KAFKA__BOOTSTRAP_SERVERS", ""),
+        ("WOW_KAFKA__TOPIC_PREFIX", "bad prefix/"),
+    ],
+)
+def test_a_bad_value_names_its_exact_variable_not_the_section(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as raised:
+        load_section("kafka", KafkaSettings)
+    assert f"{variable}={value!r} is not accepted" in str(raised.value)
+    assert "WOW_KAFKA is not accepted" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("variables", "named"),
+    [
+        (
+            {"WOW_KAFKA__SESSION_TIMEOUT_MS": "1000", "WOW_KAFKA__HEARTBEAT_INTERVAL_MS": "1000"},
+            ["WOW_KAFKA__HEARTBEAT_INTERVAL_MS", "WOW_KAFKA__SESSION_TIMEOUT_MS"],
+        ),
+        (
+            {"WOW_KAFKA__SASL_MECHANISM": "PLAIN"},
+            ["WOW_KAFKA__SASL_MECHANISM", "WOW_KAFKA__SECURITY_PROTOCOL"],
+        ),
+        ({"WOW_KAFKA__SECURITY_PROTOCOL": "SASL_SSL"}, ["WOW_KAFKA__SASL_MECHANISM"]),
+        (
+            {"WOW_KAFKA__SECURITY_PROTOCOL": "SASL_SSL", "WOW_KAFKA__SASL_MECHANISM": "PLAIN"},
+            ["WOW_KAFKA__SASL_USERNAME", "WOW_KAFKA__SASL_PASSWORD"],
+        ),
+        ({"WOW_KAFKA__SSL_KEYFILE": "key.pem"}, ["WOW_KAFKA__SSL_KEYFILE", "WOW_KAFKA__SSL_CERTFILE"]),
+    ],
+)
+def test_a_combination_refused_names_the_variables_involved(
+    monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], named: list[str]
+) -> None:
+    for variable, value in variables.items():
+        monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as raised:
+        load_section("kafka", KafkaSettings)
+    for variable in named:
+        assert variable in str(raised.value)
+
+
 def test_the_heartbeat_must_be_shorter_than_the_session() -> None:
-    with pytest.raises(ValueError, match="heartbeat_interval_ms"):
+    with pytest.raises(ValueError, match="HEARTBEAT_INTERVAL_MS"):
         KafkaSettings(session_timeout_ms=1000, heartbeat_interval_ms=1000)
 
 
@@ -82,7 +133,7 @@ def test_ssl_settings_build_a_context(tmp_path: pytest.TempPathFactory) -> None:
     config = common_config(settings)
     assert config["security_protocol"] == "SSL"
     assert config["ssl_context"].check_hostname is False
-    with pytest.raises(ValueError, match="ssl_keyfile needs ssl_certfile"):
+    with pytest.raises(ValueError, match="SSL_KEYFILE needs WOW_KAFKA__SSL_CERTFILE"):
         KafkaSettings(security_protocol="SSL", ssl_keyfile="key.pem")
 
 

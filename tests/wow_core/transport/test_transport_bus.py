@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Sequence
@@ -310,4 +311,51 @@ async def test_a_transport_that_observes_decode_failures_hears_the_action(
     exchange = await anext(receiver)
     assert exchange.message.aggregate_id.id == "a-2"
     assert transport.observed == [(DecodeFailureKind.NOT_JSON, action)]
+    await transport.close()
+
+
+class GatedDeadLetters(InMemoryTransport):
+    """Holds every dead-letter send until ``release`` is set: the worst point to cancel."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sending = asyncio.Event()
+        self.release = asyncio.Event()
+        self.dead_letters: list[TransportMessage] = []
+
+    async def send(self, message: TransportMessage) -> None:
+        if message.topic.endswith(DefaultDecodeFailureHandler.DEAD_LETTER_SUFFIX):
+            self.sending.set()
+            await self.release.wait()
+            self.dead_letters.append(message)
+        await super().send(message)
+
+
+@pytest.mark.parametrize("cancellations", [1, 2])
+async def test_a_cancelled_receiver_completes_the_policy_and_its_ack_before_it_ends(
+    cancellations: int,
+) -> None:
+    """Dead letter, count and ack are one unit: a cancellation in the middle waits for it."""
+    transport = GatedDeadLetters()
+    metrics = InMemoryMetrics()
+    bus = TransportCommandBus(
+        transport, conformance_codec(), decode_failure_handler=DefaultDecodeFailureHandler(metrics=metrics)
+    )
+    receiver = bus.receiver(MessageSubscription.of("bank.p", [ACCOUNT]))
+    receiver.open_processing()
+    await transport.send(TransportMessage(bus.topic(ACCOUNT), "a-1", "garbage", 0))
+    pulling = asyncio.create_task(anext(receiver))
+    await asyncio.wait_for(transport.sending.wait(), TIMEOUT)
+    # the dead letter is not written yet: nothing is counted
+    assert metrics.counter_value(DefaultDecodeFailureHandler.COUNTER) == 0
+    for _ in range(cancellations):  # closing, a timeout around the receiver...
+        pulling.cancel()
+        await asyncio.sleep(0)  # one loop turn: the receiver takes this cancellation before the next
+    assert not pulling.done(), "the cancellation split the policy from its ack"
+    transport.release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(pulling, TIMEOUT)
+    assert len(transport.dead_letters) == 1
+    assert metrics.counter_value(DefaultDecodeFailureHandler.COUNTER) == 1
+    assert transport.broker.backlog("bank.p", bus.topic(ACCOUNT)) == 0, "the record was not acknowledged"
     await transport.close()

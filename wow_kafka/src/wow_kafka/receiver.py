@@ -4,10 +4,15 @@ Guarantees:
 
 - ``ready()`` completes only after the group assigned partitions to this member and,
   for every assigned partition, the start offset is anchored: a partition the group
-  never committed gets its reset position (``auto_offset_reset``) resolved and
-  *committed* at once. A record sent after ``ready()`` returns is therefore never
-  missed, also by a brand-new group, and also when a rebalance moves the partition to
-  another member before this one consumed anything.
+  never committed gets its reset position (``auto_offset_reset``, by default
+  ``earliest``: the first retained record) resolved and *committed* at once, before
+  readiness completes. With ``earliest`` a new group skips nothing that is still
+  retained, also what was sent before any member joined; with ``latest`` a record sent
+  after ``ready()`` returns is never missed. Either way a partition that a rebalance
+  (the join's own, typically) moves to another member before this one consumed
+  anything starts there at the committed anchor, not at a later end.
+- Each anchored partition is logged at INFO with its start offset and why it was
+  chosen: ``committed`` (the group's commit), ``reset earliest`` or ``reset latest``.
 - Nothing is fetched before ``open_processing()``: the partitions stay paused.
 - A record's ``ack()`` marks its offset; commits advance per partition only to the
   contiguous low watermark of acknowledged offsets (:mod:`wow_kafka.offsets`), every
@@ -175,7 +180,8 @@ class KafkaTransportReceiver:
             self._consumer = None
             raise KafkaConnectError(
                 f"Kafka receiver of group {self.group!r} could not join at "
-                f"{self._settings.bootstrap_servers}: {error}",
+                f"{self._settings.bootstrap_servers} (WOW_KAFKA__BOOTSTRAP_SERVERS, "
+                f"WOW_KAFKA__REQUEST_TIMEOUT_MS): {error}",
                 error,
             ) from error
         # consumer.start() returns once partitions are installed, possibly before our
@@ -409,6 +415,8 @@ class KafkaTransportReceiver:
     ) -> tuple[dict[TopicPartition, PartitionOffsets], dict[TopicPartition, int]]:
         states: dict[TopicPartition, PartitionOffsets] = {}
         anchors: dict[TopicPartition, int] = {}
+        reasons: dict[TopicPartition, str] = {}
+        reset = f"reset {self._settings.auto_offset_reset}"
         for tp in assigned:
             committed = await consumer.committed(tp)
             if committed is None:
@@ -417,10 +425,21 @@ class KafkaTransportReceiver:
                 position = await consumer.position(tp)
                 anchors[tp] = position
                 states[tp] = PartitionOffsets(position)
+                reasons[tp] = reset
             else:
                 states[tp] = PartitionOffsets(committed)
+                reasons[tp] = "committed"
         if anchors:
             await consumer.commit(anchors)
+        for tp in sorted(states, key=lambda tp: (tp.topic, tp.partition)):
+            log.info(
+                "Kafka receiver of group %r: %s[%d] starts at offset %d (%s)",
+                self.group,
+                tp.topic,
+                tp.partition,
+                states[tp].watermark,
+                reasons[tp],
+            )
         return states, anchors
 
     async def _on_assigned(self, assigned: set[TopicPartition]) -> None:

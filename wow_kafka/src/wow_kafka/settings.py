@@ -4,15 +4,17 @@ Registered through the ``register_settings`` hook, read with
 ``settings.section("kafka", KafkaSettings)``. Secrets are :class:`~pydantic.SecretStr`,
 so ``wow settings`` and logs show them masked. The defaults are the safe ones: every
 replica acknowledges a send (``acks=all``), topics are created with the configured
-partitions and replication when missing, a brand-new consumer group starts at the end
-of each partition (``latest``) and anchors that start before it reports ready.
+partitions and replication when missing, a partition a consumer group never committed
+starts at its earliest retained record (``earliest``: nothing sent before the group
+formed is skipped; commands are deduplicated by request id) and that start is anchored
+and committed before the member reports ready.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from wow_core.runtime.settings import BOUNDED, MAX_COUNT
 
@@ -88,8 +90,12 @@ class KafkaSettings(BaseModel):
 
     # -- consumer -------------------------------------------------------------------
     auto_offset_reset: OffsetReset = Field(
-        "latest",
-        description="Where a group without a committed offset starts (anchored and committed before ready).",
+        "earliest",
+        description=(
+            "Where a partition the group never committed starts, on every topic kind: earliest "
+            "(the first retained record) or latest (its end when the member anchors; what was sent "
+            "before is skipped). Anchored and committed before ready."
+        ),
     )
     session_timeout_ms: PositiveInt = Field(
         10000, description="A member that does not heartbeat within this is removed from its group."
@@ -120,25 +126,45 @@ class KafkaSettings(BaseModel):
         description="On revocation, how long in-flight records of revoked partitions may finish.",
     )
 
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _check_bootstrap_servers(cls, value: str) -> str:
+        # a field validator, so that an error names WOW_KAFKA__BOOTSTRAP_SERVERS itself
+        for server in (part.strip() for part in value.split(",")):
+            host, sep, port = server.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"bootstrap server {server!r} must look like host:port (port 1-65535)")
+        return value
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _check_topic_prefix(cls, value: str | None) -> str | None:
+        if value is not None and not set(value) <= _TOPIC_CHARS:
+            raise ValueError("a topic prefix may hold only letters, digits, '.', '_' and '-'")
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> KafkaSettings:
-        servers = [part.strip() for part in self.bootstrap_servers.split(",")]
-        for server in servers:
-            host, sep, port = server.rpartition(":")
-            if not sep or not host or not port.isdigit():
-                raise ValueError(f"bootstrap server {server!r} must look like host:port")
+        # Checks across settings: the message names every variable involved.
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
-            raise ValueError("heartbeat_interval_ms must be lower than session_timeout_ms")
+            raise ValueError(
+                f"WOW_KAFKA__HEARTBEAT_INTERVAL_MS ({self.heartbeat_interval_ms}) must be lower than "
+                f"WOW_KAFKA__SESSION_TIMEOUT_MS ({self.session_timeout_ms})"
+            )
         if self.sasl_mechanism is not None and not self.security_protocol.startswith("SASL_"):
-            raise ValueError("sasl_mechanism needs security_protocol SASL_PLAINTEXT or SASL_SSL")
+            raise ValueError(
+                "WOW_KAFKA__SASL_MECHANISM needs WOW_KAFKA__SECURITY_PROTOCOL SASL_PLAINTEXT or SASL_SSL"
+            )
         if self.security_protocol.startswith("SASL_") and self.sasl_mechanism is None:
-            raise ValueError(f"security_protocol {self.security_protocol} needs sasl_mechanism")
+            raise ValueError(
+                f"WOW_KAFKA__SECURITY_PROTOCOL={self.security_protocol} needs WOW_KAFKA__SASL_MECHANISM"
+            )
         if self.sasl_mechanism is not None and (self.sasl_username is None or self.sasl_password is None):
-            raise ValueError("sasl_mechanism needs sasl_username and sasl_password")
+            raise ValueError(
+                "WOW_KAFKA__SASL_MECHANISM needs WOW_KAFKA__SASL_USERNAME and WOW_KAFKA__SASL_PASSWORD"
+            )
         if self.ssl_keyfile is not None and self.ssl_certfile is None:
-            raise ValueError("ssl_keyfile needs ssl_certfile")
-        if self.topic_prefix is not None and not set(self.topic_prefix) <= _TOPIC_CHARS:
-            raise ValueError("topic_prefix may hold only letters, digits, '.', '_' and '-'")
+            raise ValueError("WOW_KAFKA__SSL_KEYFILE needs WOW_KAFKA__SSL_CERTFILE")
         return self
 
     @property

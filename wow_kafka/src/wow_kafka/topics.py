@@ -86,7 +86,9 @@ class KafkaTopics:
                 await self.close()
                 if attempt == 2 or not error.retriable:
                     raise KafkaConnectError(
-                        f"cannot list the topics of {self._settings.bootstrap_servers}: {error}", error
+                        f"cannot list the topics of {self._settings.bootstrap_servers} "
+                        f"(WOW_KAFKA__BOOTSTRAP_SERVERS): {error}",
+                        error,
                     ) from error
         raise AssertionError("unreachable")
 
@@ -125,7 +127,8 @@ class KafkaTopics:
             except KafkaError as error:
                 await admin.close()
                 raise KafkaConnectError(
-                    f"no broker of {self._settings.bootstrap_servers} answered the admin client: {error}",
+                    f"no broker of {self._settings.bootstrap_servers} (WOW_KAFKA__BOOTSTRAP_SERVERS) "
+                    f"answered the admin client: {error}",
                     error,
                 ) from error
             self._admin = admin

@@ -288,6 +288,29 @@ class TransportBusReceiver(Generic[E]):
             return exchange
 
     async def _decode_failed(self, record: TransportRecord, error: DecodeError) -> None:
+        """Run the policy, its observer and the acknowledgement as one unit.
+
+        A cancellation of the consumer (closing, a timeout around ``anext``) does not
+        split the unit: the unit runs in its own task, the cancellation waits until it
+        finished (bounded by the policy's own work, for a dead letter the transport's
+        send deadline) and is raised after it. Without this a record could be
+        dead-lettered and counted, yet left unacknowledged: delivered, dead-lettered and
+        counted again, and on Kafka holding its partition's commit watermark.
+        """
+        unit = asyncio.ensure_future(self._settle_decode_failure(record, error))
+        cancelled: asyncio.CancelledError | None = None
+        while not unit.done():
+            try:
+                await asyncio.shield(unit)
+            except asyncio.CancelledError as cancellation:
+                if unit.cancelled():
+                    raise  # the unit itself was cancelled (the loop is shutting down)
+                cancelled = cancellation
+        if cancelled is not None:
+            raise cancelled
+        unit.result()
+
+    async def _settle_decode_failure(self, record: TransportRecord, error: DecodeError) -> None:
         failure = DecodeFailure(self.subscription.group, record, error)
         try:
             action = await self.bus.decode_failure_handler.handle(failure, self.bus.transport)

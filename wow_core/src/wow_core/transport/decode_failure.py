@@ -71,7 +71,10 @@ class DefaultDecodeFailureHandler:
     """Log, count, keep the raw record retrievable, and let the receiver go on.
 
     Every failure is logged at warning with the group, topic, key, position and error,
-    and counted on ``wow.transport.decode_failures`` (tags: transport, failure kind).
+    and counted on ``wow.transport.decode_failures`` (tags: transport, failure kind)
+    once its action is done (the dead letter written, or the decision to leave it
+    pending taken), never before: the counter shows records the policy finished with.
+    A record delivered again (left pending, or not acknowledged) is counted again.
     The action is ``policy`` when given, else the transport's
     :attr:`~wow_core.transport.Transport.decode_failure_default`:
 
@@ -81,6 +84,8 @@ class DefaultDecodeFailureHandler:
     * ``LEAVE_PENDING``: leave the record unacknowledged where the backend keeps it.
 
     It does not repair or retry the record: a dead letter is for a human or a tool.
+    :class:`~wow_core.transport.bus.TransportBusReceiver` runs :meth:`handle` and the
+    acknowledgement as one unit that a cancellation of the receiver does not split.
     """
 
     __slots__ = ("metrics", "policy")
@@ -103,10 +108,8 @@ class DefaultDecodeFailureHandler:
             failure.error,
             policy.value,
         )
-        self.metrics.increment(
-            self.COUNTER, tags={"transport": transport.name, "kind": failure.error.kind.value}
-        )
         if policy is DecodeFailureDefault.LEAVE_PENDING:
+            self._count(failure, transport)
             return DecodeFailureAction.LEAVE_PENDING
         record = failure.record
         dead_letter = TransportMessage(
@@ -123,5 +126,12 @@ class DefaultDecodeFailureHandler:
                 failure.position,
                 failure.topic,
             )
+            self._count(failure, transport)
             return DecodeFailureAction.LEAVE_PENDING
+        self._count(failure, transport)
         return DecodeFailureAction.ACK
+
+    def _count(self, failure: DecodeFailure, transport: Transport) -> None:
+        self.metrics.increment(
+            self.COUNTER, tags={"transport": transport.name, "kind": failure.error.kind.value}
+        )
