@@ -225,3 +225,54 @@ def test_concepts_below_the_runtime_and_plugin_settings_import_without_the_runti
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+TYPE_ONLY_RUNTIME_REFERENCES = {
+    "wow_core.event.runtime": "install_event_dispatch installs the pipeline into a WowRuntime",
+    "wow_core.plugins.commands": "a Command's run receives the CLI's Invocation",
+}
+"""The only modules below the runtime that name it, for type checking only, and why."""
+
+
+def _runtime_imports(path: Path, module: str, is_package: bool, *, type_checking: bool) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    if type_checking:
+        names = [
+            (target, node.lineno)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and _is_type_checking(node.test)
+            for child in node.body
+            for target, _ in _imports(ast.Module(body=[child], type_ignores=[]), module, is_package)
+        ]
+    else:
+        names = _imports(tree, module, is_package)
+    return [f"{module}:{line} -> {target}" for target, line in names if target.startswith("wow_core.runtime")]
+
+
+def test_below_the_runtime_only_the_known_annotations_name_it() -> None:
+    found: dict[str, list[str]] = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        module, is_package = _module_name(path)
+        if module.startswith("wow_core.runtime"):
+            continue
+        references = _runtime_imports(path, module, is_package, type_checking=True)
+        if references:
+            found[module] = references
+    assert sorted(found) == sorted(TYPE_ONLY_RUNTIME_REFERENCES), found
+
+
+def test_transport_plugins_never_import_the_runtime() -> None:
+    import wow_kafka
+    import wow_nats
+    import wow_redis
+
+    found = []
+    for package in (wow_kafka, wow_redis, wow_nats):
+        root = Path(package.__file__).parent
+        for path in sorted(root.rglob("*.py")):
+            parts = list(path.relative_to(root.parent).with_suffix("").parts)
+            is_package = parts[-1] == "__init__"
+            module = ".".join(parts[:-1] if is_package else parts)
+            for type_checking in (False, True):
+                found += _runtime_imports(path, module, is_package, type_checking=type_checking)
+    assert not found, "transport plugins importing wow_core.runtime:\n" + "\n".join(found)

@@ -26,7 +26,8 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 Factory = Callable[..., Any]
-"""``factory(settings: WowSettings) -> instance``, called when the runtime is assembled."""
+"""``factory(settings: ProcessSettings) -> instance``, called when the runtime is assembled
+(:class:`~wow_core.transport.settings.ProcessSettings`; the runtime passes its ``WowSettings``)."""
 
 
 @hookspec
