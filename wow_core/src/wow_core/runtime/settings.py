@@ -19,10 +19,9 @@ when that is ``.env``, and what is accepted.
 Variable names are case-insensitive, as in pydantic-settings: ``wow_transport`` sets
 ``WOW_TRANSPORT``. Every value is bounded: numbers are finite and have an upper bound,
 durations are at most :data:`~wow_core.settings.MAX_SECONDS`, text is at most
-:data:`~wow_core.settings.MAX_TEXT` characters,
-and the names that become group, topic and key names accept only a safe character set
-(:data:`~wow_core.settings.Name`, :data:`~wow_core.settings.TopicPrefix`). Plugin
-sections use the same types.
+:data:`~wow_core.settings.MAX_TEXT` characters, and the names that become group, topic
+and key names accept only a safe character set (:data:`~wow_core.settings.Name`,
+:data:`~wow_core.settings.TopicPrefix`). Plugin sections use the same types.
 """
 
 from __future__ import annotations
