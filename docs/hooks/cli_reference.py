@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from wow_core.plugins import load_plugins
-from wow_core.runtime.cli import Command, build_parser
+from wow_core.plugins import Command, load_plugins
+from wow_core.runtime.cli import build_parser
 
 MARKER = "<!-- wow:cli-reference -->"
 WIDTH = 88

@@ -21,7 +21,8 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from wow_core.plugins import load_plugins
-from wow_core.runtime.settings import ENV_PREFIX, NESTED, WowSettings
+from wow_core.runtime.settings import WowSettings
+from wow_core.settings import ENV_PREFIX, NESTED
 
 MARKER = "<!-- wow:settings-reference -->"
 

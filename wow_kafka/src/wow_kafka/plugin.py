@@ -14,10 +14,10 @@ from wow_core.plugins.hookspecs import Factory, hookimpl
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from wow_core.runtime.settings import WowSettings
+    from wow_core.transport.settings import ProcessSettings
 
 
-def kafka_transport(settings: WowSettings) -> Any:
+def kafka_transport(settings: ProcessSettings) -> Any:
     """The factory of ``WOW_TRANSPORT=kafka``."""
     from wow_kafka.transport import KafkaTransport
 

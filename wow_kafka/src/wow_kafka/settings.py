@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
-from wow_core.runtime.settings import BOUNDED, MAX_COUNT
+from wow_core.settings import MAX_COUNT, SettingsSection
 
 # Kafka carries these numbers as int32: a larger value is refused here, naming the variable,
-# not later by the client. Text is bounded by BOUNDED (at most 4096 characters).
+# not later by the client. Text is bounded by SettingsSection (at most 4096 characters).
 PositiveInt = Annotated[int, Field(gt=0, le=MAX_COUNT)]
 NonNegativeInt = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 
@@ -32,10 +32,8 @@ OffsetReset = Literal["latest", "earliest"]
 _TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
-class KafkaSettings(BaseModel):
+class KafkaSettings(SettingsSection):
     """Connection, topic, producer and consumer settings of the Kafka transport."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, **BOUNDED)
 
     # -- connection -----------------------------------------------------------------
     bootstrap_servers: str = Field(

@@ -38,7 +38,7 @@ from wow_kafka.settings import KafkaSettings
 from wow_kafka.topics import KafkaTopics
 
 if TYPE_CHECKING:
-    from wow_core.runtime.settings import WowSettings
+    from wow_core.transport.settings import ProcessSettings
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
         self._start_lock = asyncio.Lock()
 
     @classmethod
-    def from_settings(cls, settings: WowSettings) -> KafkaTransport:
+    def from_settings(cls, settings: ProcessSettings) -> KafkaTransport:
         """Build from ``WOW_KAFKA__*``; the topic prefix defaults to ``WOW_MESSAGING__TOPIC_PREFIX``."""
         kafka = settings.section(SECTION, KafkaSettings)
         prefix = kafka.topic_prefix if kafka.topic_prefix is not None else settings.messaging.topic_prefix

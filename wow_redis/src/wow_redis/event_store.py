@@ -53,7 +53,7 @@ from wow_redis.settings import SECTION, RedisSettings
 if TYPE_CHECKING:
     from redis.commands.core import AsyncScript
 
-    from wow_core.runtime.settings import WowSettings
+    from wow_core.transport.settings import ProcessSettings
 
 
 class EventStoreDataError(RuntimeError):
@@ -125,7 +125,7 @@ class RedisEventStore(_RedisStore):
     _append: AsyncScript | None = None
 
     @classmethod
-    def from_settings(cls, settings: WowSettings) -> RedisEventStore:
+    def from_settings(cls, settings: ProcessSettings) -> RedisEventStore:
         return cls(settings.section(SECTION, RedisSettings))
 
     def stream_key(self, aggregate_id: AggregateId) -> str:
@@ -210,7 +210,7 @@ class RedisSnapshotRepository(_RedisStore):
     _save: AsyncScript | None = None
 
     @classmethod
-    def from_settings(cls, settings: WowSettings) -> RedisSnapshotRepository:
+    def from_settings(cls, settings: ProcessSettings) -> RedisSnapshotRepository:
         return cls(settings.section(SECTION, RedisSettings))
 
     def snapshot_key(self, aggregate_id: AggregateId) -> str:

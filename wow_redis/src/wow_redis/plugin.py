@@ -16,24 +16,24 @@ from wow_core.plugins import hookimpl
 from wow_redis.settings import SECTION, RedisSettings
 
 if TYPE_CHECKING:
-    from wow_core.runtime.settings import WowSettings
+    from wow_core.transport.settings import ProcessSettings
 
 Factory = Callable[..., Any]
 
 
-def _transport(settings: WowSettings) -> Any:
+def _transport(settings: ProcessSettings) -> Any:
     from wow_redis.transport import RedisStreamTransport
 
     return RedisStreamTransport.from_settings(settings)
 
 
-def _event_store(settings: WowSettings) -> Any:
+def _event_store(settings: ProcessSettings) -> Any:
     from wow_redis.event_store import RedisEventStore
 
     return RedisEventStore.from_settings(settings)
 
 
-def _snapshot_repository(settings: WowSettings) -> Any:
+def _snapshot_repository(settings: ProcessSettings) -> Any:
     from wow_redis.event_store import RedisSnapshotRepository
 
     return RedisSnapshotRepository.from_settings(settings)

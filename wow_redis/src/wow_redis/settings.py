@@ -21,9 +21,9 @@ from enum import StrEnum
 from typing import Annotated, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import AfterValidator, Field, SecretStr, field_validator
 
-from wow_core.runtime.settings import BOUNDED, MAX_NAME, MAX_SECONDS, Count, Seconds
+from wow_core.settings import MAX_NAME, MAX_SECONDS, Count, Seconds, SettingsSection
 
 SECTION = "redis"
 """The section name: ``WOW_REDIS__URL`` etc."""
@@ -73,10 +73,8 @@ def default_consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
-class RedisSettings(BaseModel):
+class RedisSettings(SettingsSection):
     """The Redis Streams transport, event store and snapshot repository."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, **BOUNDED)
 
     url: str = Field(
         "redis://127.0.0.1:6379/0",

@@ -44,7 +44,7 @@ from wow_redis.sender import StreamWriter
 from wow_redis.settings import SECTION, RedisSettings
 
 if TYPE_CHECKING:
-    from wow_core.runtime.settings import WowSettings
+    from wow_core.transport.settings import ProcessSettings
 
 
 class RedisStreamTransport(TransportBase[RedisStreamReceiver]):
@@ -73,7 +73,9 @@ class RedisStreamTransport(TransportBase[RedisStreamReceiver]):
         self._slots: dict[str, set[int]] = {}
 
     @classmethod
-    def from_settings(cls, settings: WowSettings, *, metrics: Metrics | None = None) -> RedisStreamTransport:
+    def from_settings(
+        cls, settings: ProcessSettings, *, metrics: Metrics | None = None
+    ) -> RedisStreamTransport:
         """The transport of the runtime: ``WOW_REDIS__*`` plus the messaging context aliases."""
         redis_settings = settings.section(SECTION, RedisSettings)
         naming = RedisTopicNaming(redis_settings.key_prefix, settings.messaging.context_aliases)

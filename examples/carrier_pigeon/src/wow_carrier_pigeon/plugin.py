@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from wow_carrier_pigeon.transport import PigeonSettings, PigeonTransport
 from wow_core.plugins import hookimpl
 
+if TYPE_CHECKING:
+    from wow_core.transport.settings import ProcessSettings
 
-def _create_transport(settings: Any) -> PigeonTransport:
-    # The factory receives the WowSettings; the plugin reads its own section from it.
+
+def _create_transport(settings: ProcessSettings) -> PigeonTransport:
+    # The factory receives the process's settings; the plugin reads its own section from it.
     return PigeonTransport(settings.section("pigeon", PigeonSettings), settings.messaging.topic_prefix)
 
 

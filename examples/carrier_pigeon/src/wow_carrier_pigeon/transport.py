@@ -12,8 +12,9 @@ import itertools
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import Field, SecretStr
 
+from wow_core.settings import SettingsSection
 from wow_core.transport.spi import (
     DecodeFailureDefault,
     DefaultTopicNaming,
@@ -24,8 +25,9 @@ from wow_core.transport.spi import (
 )
 
 
-class PigeonSettings(BaseModel):
-    """``WOW_PIGEON__*``: the settings section this plugin contributes."""
+class PigeonSettings(SettingsSection):
+    """``WOW_PIGEON__*``: the settings section this plugin contributes (frozen, bounded,
+    unknown variables refused)."""
 
     loft: str = Field("home", description="Transports of the same loft exchange records.")
     ring_code: SecretStr = Field(SecretStr(""), description="Leg-ring code; a secret, so masked.")

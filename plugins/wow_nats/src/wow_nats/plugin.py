@@ -17,10 +17,10 @@ from wow_core.plugins import hookimpl
 from wow_nats.settings import SECTION, NatsSettings
 
 if TYPE_CHECKING:
-    from wow_core.runtime.settings import WowSettings
+    from wow_core.transport.settings import ProcessSettings
 
 
-def nats_transport(settings: WowSettings) -> Any:
+def nats_transport(settings: ProcessSettings) -> Any:
     """Factory of the ``nats`` transport: ``WOW_TRANSPORT=nats`` selects it."""
     from wow_nats.transport import NatsTransport
 

@@ -17,20 +17,18 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import NoDecode
 
-from wow_core.runtime.settings import BOUNDED, Count, NonNegativeSeconds, Seconds
+from wow_core.settings import Count, NonNegativeSeconds, Seconds, SettingsSection
 
 SECTION = "nats"
 MAX_AGE = 100 * 365 * 86_400.0
 """The longest retention ``max_age`` accepts, in seconds (100 years; 0 is no limit)."""
 
 
-class NatsSettings(BaseModel):
+class NatsSettings(SettingsSection):
     """Connection, stream and consumer settings of the NATS JetStream transport."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, **BOUNDED)
 
     servers: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["nats://127.0.0.1:4222"],

@@ -43,7 +43,7 @@ from wow_nats.record import TIMESTAMP_HEADER, key_headers
 from wow_nats.settings import SECTION, NatsSettings
 
 if TYPE_CHECKING:
-    from wow_core.runtime.settings import WowSettings
+    from wow_core.transport.settings import ProcessSettings
     from wow_nats.receiver import NatsReceiver
 
 log = logging.getLogger("wow_nats")
@@ -104,7 +104,7 @@ class NatsTransport(TransportBase["NatsReceiver"]):
         self._deduplicate = self.settings.deduplicate
 
     @classmethod
-    def from_settings(cls, settings: WowSettings, *, metrics: Metrics | None = None) -> NatsTransport:
+    def from_settings(cls, settings: ProcessSettings, *, metrics: Metrics | None = None) -> NatsTransport:
         """Build from ``WOW_NATS__*`` and the core's topic naming settings."""
         messaging = settings.messaging
         return cls(

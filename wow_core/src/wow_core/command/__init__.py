@@ -1,4 +1,5 @@
-"""Commands: the gateway, wait stages and plans, the wait coordinator, the command dispatcher."""
+"""Commands: the gateway, wait stages and plans, the wait coordinator (the command dispatcher is
+beside the kernel, in :mod:`wow_core.modeling.dispatcher`)."""
 
 from wow_core.command.coordinator import WaitCoordinator, Waiter
 from wow_core.command.errors import (

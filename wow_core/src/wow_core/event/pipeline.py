@@ -32,6 +32,7 @@ from wow_core.event.function_filter import CommandSender, FunctionFilter, SagaCo
 from wow_core.event.handler import ErrorHandler, FailureRecordingHandler
 from wow_core.event.notifier import NoWaitNotifier, WaitNotifier, notifier_filters
 from wow_core.event.retryable import ErrorClassifier, RetryableFilter
+from wow_core.event.settings import EventSettings
 from wow_core.event.snapshot import (
     SnapshotDispatcher,
     SnapshotFunctionFilter,
@@ -41,7 +42,6 @@ from wow_core.event.snapshot import (
 from wow_core.messaging.contract import DomainEventBus, StateEventBus
 from wow_core.metrics import Metrics, NoopMetrics
 from wow_core.model import NamedAggregate
-from wow_core.runtime.settings import EventSettings
 
 logger = logging.getLogger("wow.event.pipeline")
 

@@ -1,4 +1,4 @@
-"""The aggregate programming model and the command kernel."""
+"""The aggregate programming model, the command kernel and the command dispatcher that feeds it."""
 
 from wow_core.modeling.aggregate import (
     AggregateDefinitionError,

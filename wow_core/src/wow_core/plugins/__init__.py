@@ -1,5 +1,6 @@
 """Plugin discovery: pluggy hooks found through the entry-point group ``wow``."""
 
+from wow_core.plugins.commands import Command
 from wow_core.plugins.hookspecs import PROJECT, hookimpl, hookspec
 from wow_core.plugins.manager import (
     KINDS,
@@ -14,6 +15,7 @@ from wow_core.plugins.manager import (
 
 __all__ = [
     "KINDS",
+    "Command",
     "PROJECT",
     "PluginConflictError",
     "PluginError",

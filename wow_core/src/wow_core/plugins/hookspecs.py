@@ -4,7 +4,7 @@ A distribution exposes a module under the entry-point group ``wow``; the module 
 functions marked with :data:`hookimpl`. Each hook receives a ``register`` callable; call
 it once per thing you contribute. Names must be unique across every plugin.
 The core registers its own built-ins through these same hooks
-(:mod:`wow_core.plugins.builtin`).
+(:mod:`wow_core.runtime.builtin`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from wow_core.context import ContextCapture
-    from wow_core.runtime.cli import Command
+    from wow_core.plugins.commands import Command
 
 PROJECT = "wow"
 
@@ -26,7 +26,8 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 Factory = Callable[..., Any]
-"""``factory(settings: WowSettings) -> instance``, called when the runtime is assembled."""
+"""``factory(settings: ProcessSettings) -> instance``, called when the runtime is assembled
+(:class:`~wow_core.transport.settings.ProcessSettings`; the runtime passes its ``WowSettings``)."""
 
 
 @hookspec

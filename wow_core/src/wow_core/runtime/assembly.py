@@ -22,12 +22,13 @@ from wow_core.messaging.local_first import (
     LocalFirstMessageBus,
     LocalFirstStateEventBus,
 )
+from wow_core.messaging.local_first.settings import LocalFirstSettings
 from wow_core.metrics import Metrics
 from wow_core.model import NamedAggregate, TopicKind
 from wow_core.modeling.kernel import CommandKernel
 from wow_core.modeling.registry import AggregateRegistry
 from wow_core.runtime.keyed_executor import KeyedExecutor
-from wow_core.runtime.settings import LocalFirstSettings, WowSettings
+from wow_core.runtime.settings import WowSettings
 from wow_core.transport.bus import TransportCommandBus, TransportDomainEventBus, TransportStateEventBus
 
 if TYPE_CHECKING:

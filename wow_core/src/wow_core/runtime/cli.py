@@ -2,7 +2,8 @@
 
 Subcommands are plugin registrations like any other: a plugin's ``register_commands``
 hook calls ``register(name, Command(...))``; the core registers its own
-(``plugins``, ``settings``, ``demo``) in :mod:`wow_core.plugins.builtin` the same way.
+(``plugins``, ``settings``, ``demo``) in :mod:`wow_core.runtime.builtin` the same way.
+:class:`~wow_core.plugins.Command` is the plugins' type (re-exported here).
 
 Nothing shows a secret: secret settings print masked and so do the credentials of every
 URL in a setting or a message (``redis://:***@host``, :func:`mask_userinfo`).
@@ -19,7 +20,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -28,31 +29,13 @@ from pydantic_core import to_jsonable_python
 
 import wow_core
 from wow_core.plugins import PluginError, PluginRegistry, load_plugins
+from wow_core.plugins.commands import Command
 from wow_core.runtime.container import WowContainer, create_container
 from wow_core.runtime.runtime import StartError
 from wow_core.runtime.settings import ENV_PREFIX, NESTED, SettingsError, WowSettings, mask_userinfo
 
 USAGE_ERROR = 2
 START_FAILED = 1
-
-
-def _no_arguments(parser: argparse.ArgumentParser) -> None:
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class Command:
-    """One ``wow <name>`` subcommand.
-
-    ``configure`` adds its arguments to its argparse parser; ``run`` does the work and
-    returns the exit status. ``SettingsError`` and ``PluginError`` raised by ``run`` become
-    a message and exit status 2.
-    """
-
-    help: str
-    run: Callable[[Invocation], int]
-    configure: Callable[[argparse.ArgumentParser], None] = _no_arguments
-    description: str | None = None
 
 
 @dataclass(slots=True)

@@ -36,12 +36,12 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from wow_core.command.coordinator import WaitCoordinator
-from wow_core.command.dispatcher import CommandDispatcher
 from wow_core.command.gateway import CommandGateway
 from wow_core.event.pipeline import EventDispatch
 from wow_core.eventsourcing.store import EventStore, SnapshotRepository
 from wow_core.messaging.contract import CommandBus, DomainEventBus, StateEventBus
 from wow_core.metrics import Metrics
+from wow_core.modeling.dispatcher import CommandDispatcher
 from wow_core.modeling.kernel import CommandKernel
 from wow_core.modeling.registry import AggregateRegistry
 from wow_core.runtime.keyed_executor import KeyedExecutor

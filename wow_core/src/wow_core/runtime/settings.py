@@ -1,5 +1,13 @@
 """``WowSettings``: every setting, from environment variables (prefix ``WOW_``).
 
+Each concept owns its section beside its code (``wow_core.command.settings``,
+``wow_core.event.settings``, ``wow_core.eventsourcing.settings``,
+``wow_core.messaging.local_first.settings``, ``wow_core.transport.settings``) on the
+shared base of :mod:`wow_core.settings`; this module only composes them and reads them
+from the environment. The names of those modules are re-exported here, so
+``from wow_core.runtime.settings import LocalFirstSettings, Seconds`` keeps working;
+new code, plugins above all, imports them from their own modules.
+
 The specification's keys map mechanically: ``wow.command.bus.local-first.enabled`` is
 ``WOW_COMMAND__BUS__LOCAL_FIRST__ENABLED`` (``.`` -> ``__``, ``-`` -> ``_``). A ``.env``
 file in the working directory is read too. Plugins contribute sections
@@ -10,9 +18,10 @@ when that is ``.env``, and what is accepted.
 
 Variable names are case-insensitive, as in pydantic-settings: ``wow_transport`` sets
 ``WOW_TRANSPORT``. Every value is bounded: numbers are finite and have an upper bound,
-durations are at most :data:`MAX_SECONDS`, text is at most :data:`MAX_TEXT` characters,
-and the names that become group, topic and key names accept only a safe character set
-(:data:`Name`, :data:`TopicPrefix`). Plugin sections use the same types.
+durations are at most :data:`~wow_core.settings.MAX_SECONDS`, text is at most
+:data:`~wow_core.settings.MAX_TEXT` characters, and the names that become group, topic
+and key names accept only a safe character set (:data:`~wow_core.settings.Name`,
+:data:`~wow_core.settings.TopicPrefix`). Plugin sections use the same types.
 """
 
 from __future__ import annotations
@@ -26,158 +35,86 @@ import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
 from dotenv import dotenv_values
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    SecretBytes,
-    SecretStr,
-    ValidationError,
-)
+from pydantic import BaseModel, Field, SecretBytes, SecretStr, ValidationError
 from pydantic import create_model as _create_model
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings import SettingsError as _SourceError
 
-ENV_PREFIX = "WOW_"
-NESTED = "__"
+from wow_core.command.settings import CommandSettings
+from wow_core.event.settings import EventSettings, RetrySettings
+from wow_core.eventsourcing.settings import EventSourcingSettings, StateSettings
+from wow_core.messaging.local_first.settings import BusSettings, LocalFirstSettings
+from wow_core.settings import (
+    BOUNDED,
+    ENV_PREFIX,
+    MAX_COUNT,
+    MAX_NAME,
+    MAX_SECONDS,
+    MAX_TEXT,
+    NESTED,
+    Count,
+    Name,
+    NonNegativeCount,
+    NonNegativeSeconds,
+    Seconds,
+    SettingsError,
+    SettingsSection,
+    TopicPrefix,
+    env_name,
+    env_var_for,
+)
+from wow_core.transport.settings import MessagingSettings
+
+__all__ = [
+    "BOUNDED",
+    "DOTENV",
+    "ENV_PREFIX",
+    "MAX_COUNT",
+    "MAX_NAME",
+    "MAX_SECONDS",
+    "MAX_TEXT",
+    "NESTED",
+    "NOT_SETTINGS",
+    "BusSettings",
+    "CommandSettings",
+    "Count",
+    "EventSettings",
+    "EventSourcingSettings",
+    "LocalFirstSettings",
+    "MessagingSettings",
+    "Name",
+    "NonNegativeCount",
+    "NonNegativeSeconds",
+    "RetrySettings",
+    "RuntimeSettings",
+    "Seconds",
+    "SettingsError",
+    "SettingsSection",
+    "Source",
+    "StateSettings",
+    "TopicPrefix",
+    "WowSettings",
+    "closest_variable",
+    "describe",
+    "describe_undecodable",
+    "env_name",
+    "env_var_for",
+    "load_section",
+    "mask_userinfo",
+    "setting_sources",
+    "setting_variables",
+    "unknown_variables",
+]
 
 T = TypeVar("T", bound=BaseModel)
 
 
-class SettingsError(ValueError):
-    """A setting with a value that is not accepted."""
+class RuntimeSettings(SettingsSection):
+    """``WOW_RUNTIME__*``: the lifecycle and the bound on work in flight."""
 
-
-# -- bounds ----------------------------------------------------------------------------------
-
-MAX_SECONDS = 86_400.0
-"""The longest duration a setting accepts, in seconds (one day)."""
-MAX_COUNT = 2**31 - 1
-"""The largest count a setting accepts unless it says otherwise (the brokers' int32)."""
-MAX_TEXT = 4096
-"""The longest text a setting accepts unless it says otherwise (URLs, paths, plugin names)."""
-MAX_NAME = 100
-"""The longest name that becomes part of group, topic, stream or key names."""
-
-BOUNDED = ConfigDict(allow_inf_nan=False, str_max_length=MAX_TEXT)
-"""The model configuration every settings model shares: finite numbers, bounded text."""
-
-Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS)]
-"""A duration in seconds: finite, > 0 and at most :data:`MAX_SECONDS`."""
-NonNegativeSeconds = Annotated[float, Field(ge=0, le=MAX_SECONDS)]
-"""A duration in seconds that may be 0: finite, at most :data:`MAX_SECONDS`."""
-Count = Annotated[int, Field(gt=0, le=MAX_COUNT)]
-"""A count: 1 to :data:`MAX_COUNT`."""
-NonNegativeCount = Annotated[int, Field(ge=0, le=MAX_COUNT)]
-"""A count that may be 0: 0 to :data:`MAX_COUNT`."""
-
-_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-
-
-def _check_name(value: str) -> str:
-    if not value:
-        raise ValueError("a name cannot be empty")
-    bad = sorted(set(value) - _NAME_CHARS)
-    if bad:
-        raise ValueError(f"a name holds only letters, digits, '.', '_' and '-' (found {bad[0]!r})")
-    if not value[0].isalnum():
-        raise ValueError("a name starts with a letter or a digit")
-    return value
-
-
-def _check_prefix(value: str) -> str:
-    bad = sorted(set(value) - _NAME_CHARS)
-    if bad:
-        raise ValueError(f"a prefix holds only letters, digits, '.', '_' and '-' (found {bad[0]!r})")
-    return value
-
-
-Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME), AfterValidator(_check_name)]
-"""A name that becomes part of group, topic and key names: 1 to :data:`MAX_NAME` ASCII
-letters, digits, ``.``, ``_`` and ``-``, starting with a letter or a digit (no spaces,
-no control characters)."""
-TopicPrefix = Annotated[str, Field(max_length=MAX_NAME), AfterValidator(_check_prefix)]
-"""A prefix of topic names: at most :data:`MAX_NAME` ASCII letters, digits, ``.``, ``_``
-and ``-`` (may be empty)."""
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, **BOUNDED)
-
-
-class LocalFirstSettings(_Section):
-    """``wow.<bus>.local-first.*``: local-first dual-copy admission of one bus."""
-
-    enabled: bool = Field(True, description="Hand messages of local aggregates to local receivers first.")
-    backlog_high_water_mark: Count = Field(
-        10000,
-        description="Copies waiting per aggregate type past which a warning is logged (once per crossing).",
-    )
-    hand_off_timeout: Seconds = Field(
-        30.0, description="Seconds to wait for local admission before a copy goes out unmarked."
-    )
-
-
-class BusSettings(_Section):
-    local_first: LocalFirstSettings = Field(default_factory=LocalFirstSettings)
-
-
-class CommandSettings(_Section):
-    bus: BusSettings = Field(default_factory=BusSettings)
-    wait_timeout: Seconds = Field(30.0, description="Default deadline of send_and_wait, in seconds.")
-    strict_bodies: bool = Field(
-        True,
-        description="Validate command bodies from a transport strictly, and send only those that pass: "
-        'unknown fields and lax coercions (true or "5" for an int) are refused, naming the field. '
-        "false: pydantic's lax mode, unknown fields ignored.",
-    )
-
-
-class RetrySettings(_Section):
-    max_retries: int = Field(
-        3, ge=0, le=1000, description="Immediate retries of a RECOVERABLE event-function error."
-    )
-    min_backoff: NonNegativeSeconds = Field(2.0, description="Minimum backoff between retries, in seconds.")
-
-
-class EventSettings(_Section):
-    bus: BusSettings = Field(default_factory=BusSettings)
-    ack_on_unrecorded_failure: bool = Field(
-        True, description="Acknowledge a failure no recorder recorded (FAILURE_UNRECORDED)."
-    )
-    retry: RetrySettings = Field(default_factory=RetrySettings)
-
-
-class StateSettings(_Section):
-    bus: BusSettings = Field(default_factory=BusSettings)
-
-
-class EventSourcingSettings(_Section):
-    state: StateSettings = Field(default_factory=StateSettings)
-    store: str = Field("in_memory", description="Event store, by plugin name.")
-    snapshot: str = Field("in_memory", description="Snapshot repository, by plugin name.")
-
-
-class MessagingSettings(_Section):
-    topic_prefix: TopicPrefix = Field("wow.", description="Prefix of every topic name (default naming).")
-    context_aliases: dict[Annotated[str, Field(max_length=MAX_NAME)], Name] = Field(
-        default_factory=dict,
-        description="Context name replacements in topic names (JSON object; each replacement a name).",
-    )
-    decode_failure: str = Field(
-        "default",
-        description=(
-            "Decode-failure policy, by plugin name: default (the transport's default), "
-            "dead_letter (to <topic>.dlq, then ack) or leave_pending (unacknowledged)."
-        ),
-    )
-
-
-class RuntimeSettings(_Section):
     shutdown_timeout: Seconds = Field(30.0, description="Seconds the runtime gives an orderly stop.")
     max_in_flight: int = Field(
         1024, gt=0, le=1_000_000, description="Bound on commands and events processed at once."
@@ -260,20 +197,6 @@ def load_section(name: str, model: type[T]) -> T:
     if not isinstance(value, model):
         raise TypeError(f"section {name!r} did not load as {model.__name__}")
     return value
-
-
-def env_var_for(spec_key: str) -> str:
-    """The variable of a specification key: ``wow.event.ack-on-unrecorded-failure`` ->
-    ``WOW_EVENT__ACK_ON_UNRECORDED_FAILURE`` (``.`` -> ``__``, ``-`` -> ``_``, upper case)."""
-    if not spec_key.startswith("wow."):
-        raise ValueError(f"a specification key starts with 'wow.': {spec_key!r}")
-    return ENV_PREFIX + NESTED.join(part.replace("-", "_").upper() for part in spec_key.split(".")[1:])
-
-
-def env_name(location: tuple[int | str, ...]) -> str:
-    """The environment variable of a settings location: ``("command","bus")`` -> ``WOW_COMMAND__BUS``."""
-    parts = [str(part) for part in location if not isinstance(part, int)]
-    return ENV_PREFIX + NESTED.join(part.upper() for part in parts)
 
 
 _BOOLEAN = "true or false (also 1/0, yes/no, on/off)"

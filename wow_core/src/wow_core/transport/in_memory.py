@@ -40,7 +40,7 @@ from wow_core.transport.spi import (
 )
 
 if TYPE_CHECKING:
-    from wow_core.runtime.settings import WowSettings
+    from wow_core.transport.settings import ProcessSettings
 
 DEFAULT_PARTITIONS = 16
 
@@ -354,7 +354,7 @@ class InMemoryTransport(TransportBase["InMemoryTransportReceiver"]):
         self.broker = broker if broker is not None else InMemoryBroker(partitions)
 
     @classmethod
-    def from_settings(cls, settings: WowSettings) -> InMemoryTransport:
+    def from_settings(cls, settings: ProcessSettings) -> InMemoryTransport:
         """Topic prefix and context aliases from ``WOW_MESSAGING__*``."""
         messaging = settings.messaging
         return cls(DefaultTopicNaming(messaging.topic_prefix, messaging.context_aliases))

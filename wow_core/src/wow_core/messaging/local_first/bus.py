@@ -66,6 +66,7 @@ from wow_core.messaging.contract import (
 from wow_core.messaging.local_first.aggregates import LocalAggregates, every_aggregate_is_local
 from wow_core.messaging.local_first.copies import LocalFirstDistributedCopies, QueuedCopy
 from wow_core.messaging.local_first.receiver import LocalFirstReceiver
+from wow_core.messaging.local_first.settings import LocalFirstSettings
 from wow_core.metrics import Metrics, NoopMetrics
 from wow_core.model import (
     CommandMessage,
@@ -76,7 +77,6 @@ from wow_core.model import (
     StateEvent,
     TopicKind,
 )
-from wow_core.runtime.settings import LocalFirstSettings
 
 M = TypeVar("M", bound=Message)
 E = TypeVar("E", bound=MessageExchange[Any])

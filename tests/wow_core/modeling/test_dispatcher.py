@@ -12,11 +12,11 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "modeling"))
 from kernel_accounts import Account, Deposit, Open
 
 from wow_core.command import CommandStage, ErrorCodes, WaitCoordinator, WaitSignal
-from wow_core.command.dispatcher import CommandDispatcher
 from wow_core.eventsourcing import InMemoryEventStore
 from wow_core.messaging.in_memory import InMemoryCommandBus
 from wow_core.metrics import InMemoryMetrics
 from wow_core.modeling import AggregateRegistry, CommandKernel
+from wow_core.modeling.dispatcher import CommandDispatcher
 from wow_core.runtime.keyed_executor import KeyedExecutor
 
 

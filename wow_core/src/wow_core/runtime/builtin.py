@@ -1,4 +1,8 @@
-"""The core's own built-ins, registered through the same hooks as any plugin.
+"""The core's own built-ins, registered through the same hooks as any plugin (the
+entry point ``core``).
+
+It lives in the runtime because it is the one plugin that registers the runtime's own
+pieces (the ``wow`` commands) besides the in-memory transport and stores.
 
 Factories import lazily so that discovering plugins stays cheap.
 """
@@ -14,49 +18,49 @@ from wow_core.plugins.hookspecs import Factory, hookimpl
 
 if TYPE_CHECKING:
     from wow_core.context import ContextCapture
-    from wow_core.runtime.cli import Command
-    from wow_core.runtime.settings import WowSettings
+    from wow_core.plugins.commands import Command
+    from wow_core.transport.settings import ProcessSettings
 
 
-def _in_memory_transport(settings: WowSettings) -> Any:
+def _in_memory_transport(settings: ProcessSettings) -> Any:
     from wow_core.transport.in_memory import InMemoryTransport
 
     return InMemoryTransport.from_settings(settings)
 
 
-def _none_recorder(settings: WowSettings) -> Any:
+def _none_recorder(settings: ProcessSettings) -> Any:
     from wow_core.event.failure import NONE_RECORDER
 
     return NONE_RECORDER
 
 
-def _default_decode_failure_handler(settings: WowSettings) -> Any:
+def _default_decode_failure_handler(settings: ProcessSettings) -> Any:
     from wow_core.transport.decode_failure import DefaultDecodeFailureHandler
 
     return DefaultDecodeFailureHandler()
 
 
-def _dead_letter_handler(settings: WowSettings) -> Any:
+def _dead_letter_handler(settings: ProcessSettings) -> Any:
     from wow_core.transport.decode_failure import DefaultDecodeFailureHandler
     from wow_core.transport.spi import DecodeFailureDefault
 
     return DefaultDecodeFailureHandler(DecodeFailureDefault.DEAD_LETTER)
 
 
-def _leave_pending_handler(settings: WowSettings) -> Any:
+def _leave_pending_handler(settings: ProcessSettings) -> Any:
     from wow_core.transport.decode_failure import DefaultDecodeFailureHandler
     from wow_core.transport.spi import DecodeFailureDefault
 
     return DefaultDecodeFailureHandler(DecodeFailureDefault.LEAVE_PENDING)
 
 
-def _in_memory_event_store(settings: WowSettings) -> Any:
+def _in_memory_event_store(settings: ProcessSettings) -> Any:
     from wow_core.eventsourcing.in_memory import InMemoryEventStore
 
     return InMemoryEventStore()
 
 
-def _in_memory_snapshot_repository(settings: WowSettings) -> Any:
+def _in_memory_snapshot_repository(settings: ProcessSettings) -> Any:
     from wow_core.eventsourcing.in_memory import InMemorySnapshotRepository
 
     return InMemorySnapshotRepository()
