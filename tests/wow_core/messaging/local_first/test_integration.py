@@ -405,6 +405,26 @@ async def test_a_marker_the_message_came_with_never_suppresses_delivery_to_the_o
     await receiver.close()
 
 
+async def test_a_sender_with_local_first_off_never_sends_a_marker_it_was_given(
+    processes: Processes, kind: TopicKind, named: NamedAggregate
+) -> None:
+    """With local-first off on the sender, its plain transport bus is the only bus: nothing
+    admitted the message there, so a ``local_first=true`` it came with goes out ``false``
+    and the owner (local-first on) processes it instead of dropping it as handled."""
+    owner = await processes()
+    plain = DISTRIBUTED[kind](owner.transport, conformance_codec(), keeps_local_first_marker=False)
+    receiver = await opened(
+        owner.bus, MessageSubscription.of(f"g-{named.aggregate_name}", [named], runtime_owned=True)
+    )
+    copied = message_of(kind, named, "a", 1, header={Header.LOCAL_FIRST: "true"})
+    await plain.send(copied)
+    (got,) = await take(receiver, 1)
+    assert ordinal(got.message) == ordinal(copied)
+    assert got.message.header[Header.LOCAL_FIRST] == "false"
+    assert copied.header[Header.LOCAL_FIRST] == "true"  # the sender's message is left as it was
+    await receiver.close()
+
+
 @pytest.mark.parametrize("kind", [TopicKind.COMMAND], ids=["command"])
 async def test_a_void_command_carries_local_first_false_whatever_it_came_with(
     processes: Processes, kind: TopicKind, named: NamedAggregate

@@ -62,6 +62,8 @@ def test_by_default_every_bus_is_local_first_over_the_in_memory_bus_and_the_tran
     assert isinstance(state_bus, LocalFirstStateEventBus)
     assert isinstance(state_bus.local_bus, InMemoryStateEventBus)
     assert isinstance(state_bus.distributed_bus, TransportStateEventBus)
+    for bus in (command_bus, event_bus, state_bus):
+        assert bus.distributed_bus.keeps_local_first_marker is True  # sends the admission result
 
 
 @pytest.mark.parametrize(
@@ -77,7 +79,9 @@ def test_enabled_false_turns_local_first_off_for_that_bus_only(
 ) -> None:
     monkeypatch.setenv(variable, "false")
     container = create_container(WowSettings.load())
-    assert type(getattr(container, provider)()) is plain
+    bus = getattr(container, provider)()
+    assert type(bus) is plain
+    assert bus.keeps_local_first_marker is False  # nothing admits here: it sends local_first=false
     others = {"command_bus", "domain_event_bus", "state_event_bus"} - {provider}
     for other in others:
         assert getattr(container, other)().__class__.__name__.startswith("LocalFirst")

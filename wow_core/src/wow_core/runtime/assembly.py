@@ -89,13 +89,15 @@ def create_bus(container: WowContainer, kind: TopicKind) -> Any:
     local (handed off, their marked copies filtered)."""
     local_type, transport_type, local_first_type = _BUSES[kind]
     metrics = container.metrics()
+    section = local_first_settings(container.settings(), kind)
     distributed = transport_type(
         container.transport(),
         container.codec(),
         decode_failure_handler=container.decode_failure_handler(),
         metrics=metrics,
+        # Only a local-first bus in front may send local_first=true (its admission result).
+        keeps_local_first_marker=section.enabled,
     )
-    section = local_first_settings(container.settings(), kind)
     if not section.enabled:
         return distributed
     registry: AggregateRegistry = container.aggregate_registry()

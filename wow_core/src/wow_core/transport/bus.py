@@ -10,7 +10,12 @@ Everything a broker does not need to know lives here, once for every backend:
   message inside is a decode failure, not a message;
 * the decode-failure policy (:class:`~wow_core.transport.TransportDecodeFailureHandler`):
   an undecodable record never stops the receiver and is never silently dropped;
-* one exchange type per message kind, whose ``ack`` acknowledges the record.
+* one exchange type per message kind, whose ``ack`` acknowledges the record;
+* the ``local_first`` marker: only a local-first bus in front of this bus may send it as
+  ``true`` (it is the admission result of that bus). A bus with none in front
+  (``keeps_local_first_marker=False``, local-first off for that bus) sends every message
+  marked ``local_first=false``, whatever marker the message came with, so a marker
+  copied from a received message or set by a caller never makes an owner drop it.
 
 ``send`` returns when ``transport.send`` returned: SENT proves what the transport's send
 proves (a producer ack, a stream add...), never that a consumer received or processed it.
@@ -37,6 +42,7 @@ from wow_core.model import (
     DecodeError,
     DecodeFailureKind,
     DomainEventStream,
+    Header,
     Message,
     MessageCodec,
     NamedAggregate,
@@ -118,9 +124,12 @@ class TransportMessageBus(Generic[M, E]):
         *,
         decode_failure_handler: TransportDecodeFailureHandler | None = None,
         metrics: Metrics | None = None,
+        keeps_local_first_marker: bool = True,
     ) -> None:
         self.transport = transport
         self.codec = codec
+        #: False when no local-first bus is in front of this one: see the module docstring.
+        self.keeps_local_first_marker = keeps_local_first_marker
         self.metrics: Metrics = metrics if metrics is not None else NoopMetrics()
         self.decode_failure_handler: TransportDecodeFailureHandler = (
             decode_failure_handler
@@ -148,6 +157,10 @@ class TransportMessageBus(Generic[M, E]):
 
     def encode(self, message: M) -> TransportMessage:
         """The record of ``message``: marked read-only first, keyed by aggregate id."""
+        if not self.keeps_local_first_marker and message.header.local_first:
+            # Never admitted by a local-first bus: the record says so (module docstring).
+            message = message.copy()
+            message.header[Header.LOCAL_FIRST] = "false"
         message.with_read_only()
         aggregate_id = message.aggregate_id
         return TransportMessage(
