@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import re
 import time
 
 import nats
@@ -11,6 +14,7 @@ import pytest
 from tests.wow_nats.conftest import MakeTransport, Names
 from tests.wow_nats.support import WAIT, eventually, message, next_record, opened
 from wow_core.messaging import BusClosedError
+from wow_core.testing.support import ConformanceTimeout
 from wow_core.transport import DecodeFailureDefault, Transport, TransportReceiver
 from wow_nats import InvalidTopicError
 
@@ -75,22 +79,63 @@ async def test_a_record_sent_after_ready_is_received_with_its_fields(
     await receiver.close()
 
 
-async def test_a_new_group_does_not_replay_history_by_default(
-    make_transport: MakeTransport, names: Names
+def starts(caplog: pytest.LogCaptureFixture, group: str) -> list[tuple[str, str]]:
+    """(topic, why) of every start the receivers of ``group`` logged."""
+    pattern = rf"NATS receiver of group '{re.escape(group)}': (\S+) starts .*\(([a-z ]+)\)$"
+    return [match.groups() for line in caplog.messages if (match := re.search(pattern, line))]
+
+
+async def test_a_new_group_starts_at_the_first_retained_record_by_default(
+    make_transport: MakeTransport, names: Names, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A record sent before any member created the group is not skipped (commands are deduplicated)."""
     transport = make_transport()
-    topic = names.topic()
+    assert transport.settings.deliver_policy == "all"
+    topic, other = names.topic(), names.topic("ctx", "other")  # one stream, two subjects
+    await transport.send_many([message(topic, "old-1"), message(other, "elsewhere"), message(topic, "old-2")])
+    group = names.group()
+    with caplog.at_level(logging.INFO, logger="wow_nats"):
+        receiver = await opened(transport, group, [topic])
+    assert starts(caplog, group) == [(topic, "new group at the beginning")]
+    await transport.send(message(topic, "new"))
+    records = aiter(receiver)
+    assert [(await next_record(records)).key for _ in range(3)] == ["old-1", "old-2", "new"]
+
+
+async def test_an_existing_group_resumes_where_it_left_off(
+    make_transport: MakeTransport, names: Names, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="wow_nats")
+    transport = make_transport()
+    topic, group = names.topic(), names.group()
+    first = await opened(transport, group, [topic])
+    await transport.send(message(topic, "one"))
+    await (await next_record(aiter(first))).ack()
+    await first.close()
+    again = await opened(transport, group, [topic])
+    assert [why for _, why in starts(caplog, group)] == ["new group at the beginning", "existing group"]
+    await transport.send(message(topic, "two"))
+    assert (await next_record(aiter(again))).key == "two"
+
+
+async def test_with_deliver_policy_new_a_new_group_skips_what_was_stored_before_its_open(
+    make_transport: MakeTransport, names: Names, caplog: pytest.LogCaptureFixture
+) -> None:
+    transport = make_transport(deliver_policy="new")
+    topic, group = names.topic(), names.group()
     await transport.send(message(topic, "old"))
-    receiver = await opened(transport, names.group(), [topic])
+    with caplog.at_level(logging.INFO, logger="wow_nats"):
+        receiver = await opened(transport, group, [topic])
+    assert starts(caplog, group) == [(topic, "new group at the end")]
     await transport.send(message(topic, "new"))
     record = await next_record(aiter(receiver))
     assert record.key == "new"
 
 
-async def test_a_new_group_gets_what_was_sent_after_open_even_before_ready(
+async def test_with_deliver_policy_new_a_group_gets_what_was_sent_after_open_even_before_ready(
     make_transport: MakeTransport, names: Names
 ) -> None:
-    transport = make_transport()
+    transport = make_transport(deliver_policy="new")
     topic = names.topic()
     await transport.send(message(topic, "before"))  # makes the stream
     receiver = transport.open(names.group(), [topic])
@@ -103,21 +148,72 @@ async def test_a_new_group_gets_what_was_sent_after_open_even_before_ready(
 async def test_the_start_margin_takes_in_records_stored_shortly_before_the_first_open(
     make_transport: MakeTransport, names: Names
 ) -> None:
-    transport = make_transport(start_margin=30.0)
+    transport = make_transport(deliver_policy="new", start_margin=30.0)
     topic = names.topic()
     await transport.send(message(topic, "before"))
     receiver = await opened(transport, names.group(), [topic])
     assert (await next_record(aiter(receiver))).key == "before"
 
 
-async def test_deliver_policy_all_replays_history_to_a_new_group(
-    make_transport: MakeTransport, names: Names
+CONCURRENT_TOTAL = 600
+
+
+async def test_two_members_creating_a_new_group_while_records_are_sent_lose_nothing_sent(
+    make_transport: MakeTransport, names: Names, caplog: pytest.LogCaptureFixture
 ) -> None:
-    transport = make_transport(deliver_policy="all")
-    topic = names.topic()
-    await transport.send(message(topic, "old"))
-    receiver = await opened(transport, names.group(), [topic])
-    assert (await next_record(aiter(receiver))).key == "old"
+    """Two members of a new group get ready at once on their own connections while a
+    third client sends: every record whose publish was acknowledged is delivered to the
+    group, those sent before the group existed too, and both members share one consumer."""
+    sender = make_transport()
+    topic, group = names.topic(), names.group()
+    sent: list[str] = []
+    some_sent = asyncio.Event()
+
+    async def send_all() -> None:
+        for batch in range(CONCURRENT_TOTAL // 20):
+            keys = [str(batch * 20 + n) for n in range(20)]
+            await sender.send_many([message(topic, key) for key in keys])
+            sent.extend(keys)
+            if len(sent) >= 100:
+                some_sent.set()
+            await asyncio.sleep(0.005)  # pacing: the sends span the members' creation
+
+    sending = asyncio.create_task(send_all())
+    await asyncio.wait_for(some_sent.wait(), WAIT)
+    members = [make_transport().open(group, [topic]) for _ in range(2)]
+    with caplog.at_level(logging.INFO, logger="wow_nats"):
+        await asyncio.wait_for(asyncio.gather(*(member.ready() for member in members)), WAIT)
+    got: list[str] = []
+
+    async def consume(receiver: TransportReceiver) -> None:
+        async for record in receiver:
+            got.append(record.key)
+            await record.ack()
+
+    for member in members:
+        member.open_processing()
+    consumers = [asyncio.create_task(consume(member)) for member in members]
+    try:
+        await asyncio.wait_for(sending, 30)
+
+        async def all_delivered() -> bool:
+            return set(got) >= set(sent)
+
+        with contextlib.suppress(ConformanceTimeout):  # the assertion says what is missing
+            await eventually(all_delivered, 20, "every sent record to be delivered")
+        missing = set(sent) - set(got)
+        assert not missing, (
+            f"{len(missing)} of {len(sent)} sent records never delivered, e.g. {sorted(missing, key=int)[:5]}"
+        )
+        assert len(got) == len(sent)  # acknowledged at once, one consumer: nothing twice
+        assert sorted(why for _, why in starts(caplog, group)) in (
+            ["new group at the beginning"] * 2,  # both sent the same configuration
+            ["existing group", "new group at the beginning"],
+        )
+    finally:
+        for task in consumers:
+            task.cancel()
+        await asyncio.gather(*consumers, return_exceptions=True)
 
 
 async def test_nothing_is_pulled_before_open_processing(
@@ -361,10 +457,10 @@ async def test_an_unreachable_server_fails_within_the_connect_timeout(names: Nam
     await transport.close()
 
 
-async def test_a_new_group_starts_exactly_at_its_open_among_many_records(
+async def test_with_deliver_policy_new_a_group_starts_exactly_at_its_open_among_many_records(
     make_transport: MakeTransport, names: Names
 ) -> None:
-    transport = make_transport()
+    transport = make_transport(deliver_policy="new")
     topic, other = names.topic(), names.topic("ctx", "other")
     await transport.send_many([message(topic if n % 3 else other, f"old-{n}") for n in range(57)])
     receiver = transport.open(names.group(), [topic])

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import re
 from collections.abc import Callable
 
 import pytest
@@ -13,6 +16,7 @@ from tests.wow_redis.helpers import eventually, message, next_record, opened, ta
 from wow_core.messaging import BusClosedError
 from wow_core.metrics import InMemoryMetrics
 from wow_core.model import NamedAggregate, TopicKind
+from wow_core.testing.support import ConformanceTimeout
 from wow_core.transport import TransportMessage
 from wow_redis import RedisMessageBusObserver, RedisStreamReceiver, RedisStreamTransport
 from wow_redis.observer import CLAIMED, DEAD_LETTERED, SEND_FAILURES, UNDECODABLE
@@ -163,7 +167,16 @@ async def test_ready_creates_the_group_on_every_stream(
         assert [g["name"] for g in groups] == [b"g1"]
 
 
-async def test_an_existing_group_is_reused_not_reset(make_transport: Make, redis: Redis) -> None:
+def starts(caplog: pytest.LogCaptureFixture, group: str) -> list[tuple[str, str, str]]:
+    """(consumer, stream, why) of every start the receivers of ``group`` logged."""
+    pattern = rf"Redis receiver (\S+) of group '{re.escape(group)}': stream (\S+) starts .*\(([a-z ]+)\)$"
+    return [match.groups() for line in caplog.messages if (match := re.search(pattern, line))]
+
+
+async def test_an_existing_group_is_reused_not_reset(
+    make_transport: Make, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="wow_redis")
     transport = make_transport()
     topic = topic_of(transport)
     first = await opened(transport, "g1", [topic])
@@ -172,30 +185,110 @@ async def test_an_existing_group_is_reused_not_reset(make_transport: Make, redis
     await record.ack()
     await first.close()
     again = await opened(transport, "g1", [topic])
+    assert [why for _, _, why in starts(caplog, "g1")] == ["new group at the beginning", "existing group"]
     await transport.send(message(topic, payload="2"))
     [record] = await take(again, 1)
     assert record.payload == "2"
 
 
-async def test_an_entry_added_after_ready_is_delivered_one_before_is_not(make_transport: Make) -> None:
+async def test_a_new_group_starts_at_the_first_retained_entry_by_default(
+    make_transport: Make, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An entry sent before any member created the group is not skipped (commands are deduplicated)."""
     transport = make_transport()
+    assert transport.settings.group_start == "earliest"
+    topics = [topic_of(transport), topic_of(transport, "card")]
+    await transport.send_many([message(topic, payload=f"before-{topic}") for topic in topics])
+    receiver = transport.open("g1", topics)
+    with caplog.at_level(logging.INFO, logger="wow_redis"):
+        await receiver.ready()
+    assert [(stream, why) for _, stream, why in starts(caplog, "g1")] == [
+        (topic, "new group at the beginning") for topic in topics
+    ]
+    await transport.send_many([message(topic, payload=f"after-{topic}") for topic in topics])
+    receiver.open_processing()
+    records = await take(receiver, 4)
+    assert sorted(r.payload for r in records) == sorted(
+        f"{when}-{t}" for when in ("before", "after") for t in topics
+    )
+
+
+async def test_with_group_start_latest_a_new_group_skips_what_was_sent_before(
+    make_transport: Make, caplog: pytest.LogCaptureFixture
+) -> None:
+    transport = make_transport(group_start="latest")
     topic = topic_of(transport)
     await transport.send(message(topic, payload="before"))
     receiver = transport.open("g1", [topic])
-    await receiver.ready()
+    with caplog.at_level(logging.INFO, logger="wow_redis"):
+        await receiver.ready()
+    assert [why for _, _, why in starts(caplog, "g1")] == ["new group at the end"]
     await transport.send(message(topic, payload="after"))
     receiver.open_processing()
     [record] = await take(receiver, 1)
     assert record.payload == "after"
 
 
-async def test_group_start_earliest_reads_what_the_stream_holds(make_transport: Make) -> None:
-    transport = make_transport(group_start="earliest")
-    topic = topic_of(transport)
-    await transport.send(message(topic, payload="before"))
-    receiver = await opened(transport, "g1", [topic])
-    [record] = await take(receiver, 1)
-    assert record.payload == "before"
+CONCURRENT_TOTAL = 600
+
+
+async def test_two_members_creating_a_new_group_while_entries_are_sent_lose_nothing_sent(
+    make_transport: Make, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two members of a new group get ready at once on their own connections, while a
+    third client sends: every entry whose XADD completed is delivered to the group, the
+    ones sent before the group existed too. One member creates the group, the other
+    finds it (BUSYGROUP) and reuses it unchanged."""
+    sender = make_transport()
+    topic = topic_of(sender)
+    sent: list[str] = []
+    some_sent = asyncio.Event()
+
+    async def send_all() -> None:
+        for batch in range(CONCURRENT_TOTAL // 20):
+            payloads = [str(batch * 20 + n) for n in range(20)]
+            await sender.send_many([message(topic, key=f"k{p[-1]}", payload=p) for p in payloads])
+            sent.extend(payloads)
+            if len(sent) >= 100:
+                some_sent.set()
+            await asyncio.sleep(0.005)  # pacing: the sends span the members' creation
+
+    sending = asyncio.create_task(send_all())
+    await asyncio.wait_for(some_sent.wait(), 10)
+    members = [make_transport().open("fresh", [topic]) for _ in range(2)]
+    with caplog.at_level(logging.INFO, logger="wow_redis"):
+        await asyncio.wait_for(asyncio.gather(*(member.ready() for member in members)), 10)
+    got: list[str] = []
+
+    async def consume(receiver: RedisStreamReceiver) -> None:
+        async for record in receiver:
+            got.append(record.payload)
+            await record.ack()
+
+    for member in members:
+        member.open_processing()
+    consumers = [asyncio.create_task(consume(member)) for member in members]
+    try:
+        await asyncio.wait_for(sending, 30)
+
+        async def all_delivered() -> bool:
+            return set(got) >= set(sent)
+
+        with contextlib.suppress(ConformanceTimeout):  # the assertion says what is missing
+            await eventually(all_delivered, 20, "every sent entry to be delivered")
+        missing = set(sent) - set(got)
+        assert not missing, (
+            f"{len(missing)} of {len(sent)} sent entries never delivered, e.g. {sorted(missing, key=int)[:5]}"
+        )
+        assert len(got) == len(sent)  # acknowledged at once: nothing delivered twice
+        assert sorted(why for _, _, why in starts(caplog, "fresh")) == [
+            "existing group",
+            "new group at the beginning",
+        ]
+    finally:
+        for task in consumers:
+            task.cancel()
+        await asyncio.gather(*consumers, return_exceptions=True)
 
 
 async def test_nothing_is_read_before_processing_opens(make_transport: Make, redis: Redis) -> None:
@@ -573,8 +666,9 @@ async def test_a_group_destroyed_while_reading_is_created_again(make_transport: 
 
     await eventually(group_is_back)
     await transport.send(message(topic, payload="2"))
-    [second] = await take(receiver, 1)
-    assert second.payload == "2"
+    # created again like a new group, at the first retained entry: redelivered, not skipped
+    again = await take(receiver, 2)
+    assert [r.payload for r in again] == ["1", "2"]
 
 
 async def test_an_error_the_reader_cannot_retry_ends_the_iteration_with_it(

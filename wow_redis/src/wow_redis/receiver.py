@@ -3,8 +3,17 @@
 A :class:`RedisStreamReceiver` is one member (one Redis *consumer*) of a consumer group
 over some streams. What it guarantees:
 
-- ``ready()`` returns once the group exists on every stream (created at ``$`` with
-  ``MKSTREAM``, or reused): an entry added after that is delivered to the group.
+- ``ready()`` returns once the group exists on every stream (created with
+  ``MKSTREAM``, or reused): an entry added after that is delivered to the group. A
+  group that does not exist yet is created at the stream's first retained entry
+  (``group_start=earliest``, the default: ``0``), so nothing sent before any member
+  created it is skipped; with ``latest`` it is created at the stream's end (``$``) and
+  skips what the stream held. Two members creating one new group at once is safe: one
+  creates it, the other finds it (``BUSYGROUP``) and reuses it as it is. An existing
+  group is never moved; one destroyed while reading is created again the same way,
+  so its retained entries are delivered again rather than skipped. Per stream, the
+  first ``ready()`` logs at INFO where the group starts and why: ``existing group``,
+  ``new group at the beginning`` or ``new group at the end``.
 - Nothing is read before ``open_processing()``; entries not read stay in the stream
   for the other members of the group.
 - Entries are read with ``XREADGROUP ... >``. First the consumer re-reads its own
@@ -253,12 +262,31 @@ class RedisStreamReceiver:
             raise BusClosedError(f"receiver {self.group}/{self.consumer} is closed")
         if self._groups is None:
             self._groups = self._create_groups(self.group, self.topics, self._group_start)
+            self._groups.add_done_callback(self._log_starts)
         try:
             await asyncio.shield(self._groups)
         except BaseException:
             if self._groups.done() and self._groups.exception() is not None:
                 self._groups = None  # a later ready() tries again
             raise
+
+    def _log_starts(self, groups: asyncio.Future[Any]) -> None:
+        """Per stream, where the group starts and why (once the creations answered)."""
+        if groups.cancelled() or groups.exception() is not None:
+            return
+        new = (
+            "at its end, skipping what it held (new group at the end)"
+            if self._group_start == "$"
+            else "at its first retained entry (new group at the beginning)"
+        )
+        for topic, created in zip(self.topics, groups.result(), strict=True):
+            log.info(
+                "Redis receiver %s of group %r: stream %s starts %s",
+                self.consumer,
+                self.group,
+                topic,
+                new if created else "where the group is (existing group)",
+            )
 
     def open_processing(self) -> None:
         if self._closing:

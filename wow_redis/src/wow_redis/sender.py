@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
@@ -32,14 +33,20 @@ from wow_redis.settings import RedisSettings
 
 @dataclass(frozen=True, slots=True)
 class GroupCreation:
-    """``XGROUP CREATE <topic> <group> <start> MKSTREAM``; an existing group is reused."""
+    """``XGROUP CREATE <topic> <group> <start> MKSTREAM``; an existing group is reused.
+
+    Its future resolves to ``True`` when this command created the group and ``False``
+    when it existed (``BUSYGROUP``: another member, or an earlier run, created it; both
+    mean the group is there and nothing about its position was changed). A creation
+    retried after a lost reply may answer ``BUSYGROUP`` for a group it created itself.
+    """
 
     topic: str
     group: str
     start: str
 
 
-_Item = tuple["TransportMessage | GroupCreation", "asyncio.Future[None]"]
+_Item = tuple["TransportMessage | GroupCreation", "asyncio.Future[Any]"]
 
 
 _KEY_FIELD = bulk(b"key")
@@ -72,19 +79,22 @@ class StreamWriter:
         self._kick()
         await future
 
-    def create_groups(self, group: str, topics: Sequence[str], start: str) -> asyncio.Future[list[None]]:
+    def create_groups(self, group: str, topics: Sequence[str], start: str) -> asyncio.Future[list[bool]]:
         """Queue the creation of ``group`` on every topic, in order with the sends.
 
-        Queued before a send that is called later, so the group (created at ``$``) holds
-        that send's entry: a receiver whose ``ready()`` was called before a ``send`` on
-        the same transport never misses it. Completes when every group exists.
+        Queued before a send that is called later, so the group (even one created at
+        ``$``) holds that send's entry: a receiver whose ``ready()`` was called before a
+        ``send`` on the same transport never misses it. Completes when every group
+        exists, with one flag per topic: ``True`` if this call created the group there,
+        ``False`` if it existed already (concurrent creation by two members is safe:
+        one creates, the other finds it, both read the same group).
         """
         if self._closed:
             raise BusClosedError("the Redis transport is closed")
         loop = asyncio.get_running_loop()
-        futures: list[asyncio.Future[None]] = []
+        futures: list[asyncio.Future[bool]] = []
         for topic in topics:
-            future: asyncio.Future[None] = loop.create_future()
+            future: asyncio.Future[bool] = loop.create_future()
             futures.append(future)
             self._queue.append((GroupCreation(topic, group, start), future))
         self._kick()
@@ -160,10 +170,13 @@ class StreamWriter:
             if future.done():
                 continue
             if isinstance(item, GroupCreation):
-                if isinstance(reply, ResponseError) and "BUSYGROUP" not in str(reply):
-                    future.set_exception(reply)
+                if isinstance(reply, ResponseError):
+                    if "BUSYGROUP" in str(reply):
+                        future.set_result(False)  # it exists: reused as it is
+                    else:
+                        future.set_exception(reply)
                 else:
-                    future.set_result(None)
+                    future.set_result(True)
             elif isinstance(reply, RedisError):
                 failed += 1
                 future.set_exception(reply)

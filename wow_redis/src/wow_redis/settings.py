@@ -30,12 +30,20 @@ SECTION = "redis"
 
 
 class GroupStart(StrEnum):
-    """Where a consumer group that does not exist yet starts reading."""
+    """Where a consumer group that does not exist yet starts reading.
 
-    LATEST = "latest"
-    """Only entries added after the group was created (``$``); the default."""
+    Only a group's creation uses it: an existing group resumes where it is, whatever
+    the setting.
+    """
+
     EARLIEST = "earliest"
-    """Everything the stream still holds (``0``)."""
+    """Everything the stream still holds (``0``); the default. Nothing sent before the
+    group was created is skipped: commands are deduplicated by request id, and a new
+    event group (projection, saga, event processor) starts with the events the stream
+    still retains (bounded by ``maxlen``)."""
+    LATEST = "latest"
+    """Only entries added after the group was created (``$``): whatever was sent
+    before any member created the group is skipped."""
 
 
 def _check_key_text(value: str) -> str:
@@ -94,7 +102,12 @@ class RedisSettings(SettingsSection):
         description="Consumer name in the groups; stable per process to re-read own pending entries "
         "after a restart (printable ASCII, no spaces). Default: <host>-<pid>-<random>.",
     )
-    group_start: GroupStart = Field(GroupStart.LATEST, description="Where a new consumer group starts.")
+    group_start: GroupStart = Field(
+        GroupStart.EARLIEST,
+        description="Where a consumer group that does not exist yet starts, on every stream kind: "
+        "earliest (0: the first retained entry, nothing sent before the group existed is skipped) "
+        "or latest ($: the stream's end when the group is created; what was sent before is skipped).",
+    )
     block_time: Seconds = Field(2.0, description="Seconds one XREADGROUP blocks waiting for entries.")
     batch_size: Count = Field(128, description="Entries read (XREADGROUP COUNT) or claimed at once.")
     claim_idle_time: float | None = Field(

@@ -4,12 +4,19 @@ Lifecycle:
 
 1. ``ready()`` creates (or reconciles) the context streams and one durable pull consumer
    per topic for the group, and a pull inbox for each. A consumer that already existed
-   resumes where the group left off. A new one starts (``deliver_policy="new"``) at the
-   time the receiver was *opened*, less ``start_margin`` seconds for clock skew between
-   this host and the server: a record stored after ``open()`` (so surely one stored
-   after ``ready()`` returned) is delivered to the group, and a new group may also get
-   the records of the margin before. With ``"all"`` a new group starts at the stream's
-   first record.
+   resumes where the group left off. A new one starts, by default
+   (``deliver_policy="all"``), at the first record of its topic the stream still
+   retains: nothing sent before any member created the group is skipped. With
+   ``"new"`` it starts at the time the receiver was *opened*, less ``start_margin``
+   seconds for clock skew between this host and the server: a record stored after
+   ``open()`` (so surely one stored after ``ready()`` returned) is delivered to the
+   group, what was stored before is skipped, except the records of the margin. Two
+   members creating one new consumer at once is safe: with ``"all"`` both send the
+   same configuration, which JetStream creates once; a creation refused because the
+   other member's consumer (another start) exists uses that consumer, whose start is
+   then the earlier of the two opens. Per topic, ``ready()`` logs at INFO where the
+   group starts and why: ``existing group``, ``new group at the beginning`` or ``new
+   group at the end``.
 2. Nothing is pulled before ``open_processing()``: JetStream delivers nothing to a pull
    consumer that does not ask, so records wait on the server, not in this process.
 3. One pull loop per topic asks for up to ``fetch_batch`` records and hands them, in
@@ -82,7 +89,7 @@ class NatsReceiver:
         self.topics = list(dict.fromkeys(topics))
         self.consumers = {topic: transport.layout.consumer(group, topic) for topic in self.topics}
         self.opened_at = datetime.datetime.now(datetime.UTC)
-        """A new group's consumers start here (``deliver_policy="new"``), not at readiness."""
+        """With ``deliver_policy="new"``, a new group's consumers start here, not at readiness."""
         self._queue: asyncio.Queue[NatsRecord | _End] = asyncio.Queue()
         self._room = asyncio.Event()
         self._prepared: asyncio.Future[list[_Puller]] | None = None
@@ -279,8 +286,9 @@ class NatsReceiver:
         settings = self.transport.settings
         name = self.consumers[topic]
         try:
-            await js.consumer_info(stream, name)
+            existing = await js.consumer_info(stream, name)
         except nats.js.errors.NotFoundError:
+            start, where, why = await self._start(stream)
             config = ConsumerConfig(
                 name=name,
                 durable_name=name,
@@ -293,19 +301,27 @@ class NatsReceiver:
                 max_deliver=-1,
                 max_ack_pending=settings.max_ack_pending,
                 replay_policy=ReplayPolicy.INSTANT,
-                **(await self._start(stream)),
+                **start,
             )
             try:
+                # the same configuration as an existing consumer's is created once (idempotent)
                 await js.add_consumer(stream, config)
                 log.info("created consumer %s on %s (%s)", name, stream, topic)
+                self._log_start(topic, where, why)
                 return
             except nats.js.errors.APIError as error:
                 # another member created it first (with its own start): use theirs
                 try:
-                    await js.consumer_info(stream, name)
+                    existing = await js.consumer_info(stream, name)
                 except nats.js.errors.NotFoundError:
                     raise error from None
+        self._log_start(
+            topic, f"after stream sequence {existing.delivered.stream_seq or 0}", "existing group"
+        )
         await self._reconcile_consumer(stream, topic)
+
+    def _log_start(self, topic: str, where: str, why: str) -> None:
+        log.info("NATS receiver of group %r: %s starts %s (%s)", self.group, topic, where, why)
 
     async def _reconcile_consumer(self, stream: str, topic: str) -> None:
         """Apply ``ack_wait`` and ``max_ack_pending`` to an existing consumer.
@@ -332,8 +348,11 @@ class NatsReceiver:
             raise nats.js.errors.APIError.from_error(answer["error"])
         log.info("updated consumer %s on %s (ack wait %ss)", name, stream, settings.ack_wait)
 
-    async def _start(self, stream: str) -> dict[str, Any]:
-        """Where a new consumer starts: the stream's start, or at this receiver's open.
+    async def _start(self, stream: str) -> tuple[dict[str, Any], str, str]:
+        """Where a new consumer starts (its configuration, where and why, for the log).
+
+        With ``deliver_policy="all"`` at the first record of its topic that the stream
+        retains; with ``"new"`` at this receiver's open, less ``start_margin``.
 
         The open time is turned into a stream sequence (the first record stored at or after
         it; binary search on stored times), since JetStream 2.9 cannot update a consumer
@@ -342,7 +361,11 @@ class NatsReceiver:
         """
         settings = self.transport.settings
         if settings.deliver_policy == "all":
-            return {"deliver_policy": DeliverPolicy.ALL}
+            return (
+                {"deliver_policy": DeliverPolicy.ALL},
+                "at its first retained record",
+                "new group at the beginning",
+            )
         since = self.opened_at - datetime.timedelta(seconds=settings.start_margin)
         js = await self.transport.jetstream()
         state = (await js.stream_info(stream)).state
@@ -358,7 +381,8 @@ class NatsReceiver:
                 high = middle
             else:
                 low = middle + 1
-        return {"deliver_policy": DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": high}
+        config = {"deliver_policy": DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": high}
+        return config, f"at stream sequence {high}, the first stored since its open", "new group at the end"
 
     async def _run(self) -> None:
         loops: list[asyncio.Future[None]] = []

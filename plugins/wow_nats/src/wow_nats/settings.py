@@ -75,12 +75,16 @@ class NatsSettings(SettingsSection):
     max_pending_publishes: Count = Field(
         4000, description="Publishes waiting for their ack at once; a send waits for room beyond it."
     )
-    deliver_policy: Literal["new", "all"] = Field(
-        "new",
-        description="Where a new group starts: at its first open (new) or at the stream's start (all).",
+    deliver_policy: Literal["all", "new"] = Field(
+        "all",
+        description="Where a group that has no consumer yet starts, on every topic kind: all (the "
+        "first retained record; nothing sent before the group existed is skipped) or new (its "
+        "receiver's open; what was stored before is skipped).",
     )
     start_margin: NonNegativeSeconds = Field(
-        0.0, description="Seconds before its first open a new group starts (allowance for clock skew)."
+        0.0,
+        description="With deliver_policy=new, seconds before its first open a new group starts "
+        "(allowance for clock skew).",
     )
 
     @field_validator("servers", mode="before")
