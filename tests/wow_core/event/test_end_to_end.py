@@ -46,9 +46,9 @@ from wow_core.runtime.container import create_container
 from wow_core.runtime.runtime import WowRuntime
 from wow_core.runtime.settings import EventSettings, WowSettings
 from wow_core.testing import eventually
+from wow_core.transport import DefaultTopicNaming, Transport
 from wow_core.transport.bus import TransportDomainEventBus, TransportStateEventBus
 from wow_core.transport.in_memory import InMemoryBroker, InMemoryTransport
-from wow_core.transport.spi import DefaultTopicNaming, Transport
 
 # -- the bank example on the embedded runtime -------------------------------------------
 

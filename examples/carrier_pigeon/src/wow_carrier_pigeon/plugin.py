@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 def _create_transport(settings: ProcessSettings) -> PigeonTransport:
     # The factory receives the process's settings; the plugin reads its own section from it.
-    return PigeonTransport(settings.section("pigeon", PigeonSettings), settings.messaging.topic_prefix)
+    return PigeonTransport(settings.section("pigeon", PigeonSettings))
 
 
 @hookimpl

@@ -55,14 +55,14 @@ def _default_decode_failure_handler(settings: ProcessSettings) -> TransportDecod
 
 def _dead_letter_handler(settings: ProcessSettings) -> TransportDecodeFailureHandler:
     from wow_core.transport.decode_failure import DefaultDecodeFailureHandler
-    from wow_core.transport.spi import DecodeFailureDefault
+    from wow_core.transport.defaults import DecodeFailureDefault
 
     return DefaultDecodeFailureHandler(DecodeFailureDefault.DEAD_LETTER)
 
 
 def _leave_pending_handler(settings: ProcessSettings) -> TransportDecodeFailureHandler:
     from wow_core.transport.decode_failure import DefaultDecodeFailureHandler
-    from wow_core.transport.spi import DecodeFailureDefault
+    from wow_core.transport.defaults import DecodeFailureDefault
 
     return DefaultDecodeFailureHandler(DecodeFailureDefault.LEAVE_PENDING)
 
