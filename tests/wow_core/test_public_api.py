@@ -94,7 +94,8 @@ def test_the_plugin_surface_holds_the_spi_the_hooks_and_the_settings() -> None:
         "TransportMessage",
         "TransportBase",
         "hookimpl",
-        "WowSettings",
+        "ProcessSettings",
+        "SettingsSection",
     } <= set(wow_core.spi.__all__)
 
 

@@ -10,8 +10,9 @@ derive from :class:`TransportBase`; its receivers implement :class:`TransportRec
 and yield :class:`TransportRecord` s. What a transport may ask of the bus (its topic
 naming, its decode-failure default) is the optional :class:`TransportDefaults`. A plugin
 module marks its hooks with :data:`hookimpl`; a factory is called with the process's
-:class:`WowSettings` and reads its own section (a pydantic model configured with
-:data:`BOUNDED`, using the bounded types :data:`Count`, :data:`Seconds`...).
+settings (:class:`ProcessSettings`) and reads its own section, a :class:`SettingsSection`
+(frozen, bounded, unknown fields refused) using the bounded types :data:`Count`,
+:data:`Seconds`... Nothing here imports the runtime.
 
 The conformance suites every plugin runs are test classes in :mod:`wow_core.testing`
 (``TransportConformance``, ``MessageBusConformance``, ``EventStoreConformance``), loaded
@@ -32,14 +33,7 @@ if TYPE_CHECKING:
     from wow_core.messaging.contract import BusClosedError
     from wow_core.metrics import Metrics
     from wow_core.plugins.hookspecs import Factory, TransportFactory, hookimpl
-    from wow_core.runtime.settings import (
-        BOUNDED,
-        Count,
-        NonNegativeSeconds,
-        Seconds,
-        SettingsError,
-        WowSettings,
-    )
+    from wow_core.settings import Count, NonNegativeSeconds, Seconds, SettingsError, SettingsSection
     from wow_core.transport.base import TransportBase
     from wow_core.transport.decode_failure import (
         DecodeFailure,
@@ -52,6 +46,7 @@ if TYPE_CHECKING:
         TopicNaming,
         TransportDefaults,
     )
+    from wow_core.transport.settings import ProcessSettings
     from wow_core.transport.spi import Transport, TransportMessage, TransportReceiver, TransportRecord
 
 _EXPORTS = {
@@ -81,12 +76,12 @@ _EXPORTS = {
     "Factory": "wow_core.plugins.hookspecs",
     "TransportFactory": "wow_core.plugins.hookspecs",
     # settings
-    "WowSettings": "wow_core.runtime.settings",
-    "SettingsError": "wow_core.runtime.settings",
-    "BOUNDED": "wow_core.runtime.settings",
-    "Count": "wow_core.runtime.settings",
-    "Seconds": "wow_core.runtime.settings",
-    "NonNegativeSeconds": "wow_core.runtime.settings",
+    "ProcessSettings": "wow_core.transport.settings",
+    "SettingsSection": "wow_core.settings",
+    "SettingsError": "wow_core.settings",
+    "Count": "wow_core.settings",
+    "Seconds": "wow_core.settings",
+    "NonNegativeSeconds": "wow_core.settings",
 }
 
 __all__ = [
@@ -111,9 +106,9 @@ __all__ = [
     "hookimpl",
     "Factory",
     "TransportFactory",
-    "WowSettings",
+    "ProcessSettings",
+    "SettingsSection",
     "SettingsError",
-    "BOUNDED",
     "Count",
     "Seconds",
     "NonNegativeSeconds",

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from wow_carrier_pigeon.transport import PigeonSettings, PigeonTransport
-from wow_core.plugins import hookimpl
+from wow_core.spi import hookimpl
 
 if TYPE_CHECKING:
-    from wow_core.transport.settings import ProcessSettings
+    from wow_core.spi import ProcessSettings
 
 
 def _create_transport(settings: ProcessSettings) -> PigeonTransport:

@@ -14,12 +14,7 @@ from dataclasses import dataclass
 
 from pydantic import Field, SecretStr
 
-from wow_core.settings import SettingsSection
-from wow_core.transport.spi import (
-    TransportMessage,
-    TransportReceiver,
-    TransportRecord,
-)
+from wow_core.spi import SettingsSection, TransportMessage, TransportReceiver, TransportRecord
 
 
 class PigeonSettings(SettingsSection):

@@ -72,19 +72,13 @@ class DefaultDecodeFailureHandler:
     """Log, count, keep the raw record retrievable, and let the receiver go on.
 
     Every failure is logged at warning with the group, topic, key, position and error,
-<<<<<<< HEAD
     and counted on ``wow.transport.decode_failures`` (tags: transport, failure kind)
     once its action is done (the dead letter written, or the decision to leave it
     pending taken), never before: the counter shows records the policy finished with.
     A record delivered again (left pending, or not acknowledged) is counted again.
-    The action is ``policy`` when given, else the transport's
-    :attr:`~wow_core.transport.Transport.decode_failure_default`:
-=======
-    and counted on ``wow.transport.decode_failures`` (tags: transport, failure kind).
     The action is ``policy`` when given, else the one the transport asks for
     (:func:`~wow_core.transport.defaults.decode_failure_default_of`: its
     ``decode_failure_default``, ``DEAD_LETTER`` when it has none):
->>>>>>> 2464181 (Transport SPI: name, start, send, open, close and nothing else; topic naming and the decode-failure default are the bus's (optional TransportDefaults a transport may offer, naming_of / decode_failure_default_of), send_many leaves the SPI (the conformance suite sends one by one))
 
     * ``DEAD_LETTER``: publish the raw record (same key, payload and timestamp) to
       ``<topic>.dlq`` on the same transport, then acknowledge it. If that publish fails,
