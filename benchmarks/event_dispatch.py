@@ -24,7 +24,8 @@ from typing import Any
 
 from benchmarks._harness import Figure, Harness
 from wow_core.command.coordinator import WaitCoordinator
-from wow_core.event import build_event_dispatch, on_event, projection
+from wow_core.event import on_event, projection
+from wow_core.event.pipeline import build_event_dispatch
 from wow_core.event.wait import CoordinatorNotifier
 from wow_core.messaging.in_memory import InMemoryDomainEventBus, InMemoryStateEventBus
 from wow_core.model import AggregateId, DomainEvent, DomainEventStream, NamedAggregate

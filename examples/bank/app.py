@@ -7,7 +7,7 @@ from examples.bank.processor import LargeMovementAudit
 from examples.bank.projection import BankSummary
 from examples.bank.saga import Notice, TransferNoticeSaga
 
-from wow_core.runtime.app import WowApp
+from wow_core import WowApp
 
 app = WowApp(
     "bank",

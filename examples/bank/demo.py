@@ -43,15 +43,17 @@ from examples.bank.domain import (
     Withdraw,
 )
 
-from wow_core.command import (
+from wow_core import (
+    AggregateId,
+    CommandMessage,
     CommandResult,
     CommandStage,
     CommandValidationError,
     CommandWait,
     CommandWaitTimeoutError,
+    NamedAggregate,
+    WowRuntime,
 )
-from wow_core.model import AggregateId, CommandMessage, NamedAggregate
-from wow_core.runtime.runtime import WowRuntime
 
 
 class DemoAborted(RuntimeError):

@@ -13,7 +13,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from wow_core.modeling import DomainError, Emit, aggregate, on_command, on_sourcing
+from wow_core import DomainError, Emit, aggregate, on_command, on_sourcing
 
 Amount = Annotated[int, Field(gt=0, le=1_000_000_000)]
 """Money in cents: positive, bounded."""

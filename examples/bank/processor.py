@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 
 from examples.bank.domain import MoneyDeposited, MoneyWithdrawn
 
-from wow_core.event import event_processor, on_event
-from wow_core.model import DomainEvent
+from wow_core import DomainEvent, event_processor, on_event
 
 LARGE = 10_000
 

@@ -21,8 +21,7 @@ from examples.bank.domain import (
     TransferPrepared,
 )
 
-from wow_core.event import on_event, projection
-from wow_core.model import DomainEvent
+from wow_core import DomainEvent, on_event, projection
 
 
 @dataclass

@@ -16,9 +16,17 @@ from dataclasses import dataclass, replace
 
 from examples.bank.domain import TransferCompleted, TransferFailed
 
-from wow_core.event import on_event, stateless_saga
-from wow_core.model import AggregateId, CommandMessage, DomainEvent, NamedAggregate
-from wow_core.modeling import aggregate, on_command, on_sourcing
+from wow_core import (
+    AggregateId,
+    CommandMessage,
+    DomainEvent,
+    NamedAggregate,
+    aggregate,
+    on_command,
+    on_event,
+    on_sourcing,
+    stateless_saga,
+)
 
 NOTICE = NamedAggregate("bank", "notice")
 

@@ -18,23 +18,22 @@ from tests.wow_core.event.support import (
 from wow_core.event import (
     ComponentKind,
     ErrorClassifier,
-    FilterChainBuilder,
     FunctionExchange,
-    FunctionFilter,
-    MessageFunction,
     Next,
     ProcessingStage,
     Recoverability,
     RecoverableError,
-    RetryableFilter,
-    SnapshotFunctionFilter,
     on_event,
     order,
-    parse_component,
     projection,
 )
+from wow_core.event.declare import parse_component
+from wow_core.event.filter import FilterChainBuilder
+from wow_core.event.function import MessageFunction
+from wow_core.event.function_filter import FunctionFilter
 from wow_core.event.notifier import notifier_filters
-from wow_core.event.snapshot import snapshot_functions
+from wow_core.event.retryable import RetryableFilter
+from wow_core.event.snapshot import SnapshotFunctionFilter, snapshot_functions
 from wow_core.messaging.contract import EventStreamExchange, StateEventExchange
 from wow_core.model import StateEvent, TopicKind
 

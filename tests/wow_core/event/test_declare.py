@@ -7,18 +7,9 @@ from typing import Any
 import pytest
 
 from tests.wow_core.event.support import ACCOUNT, TRANSFER, Deposited, Opened, Withdrawn, stream
-from wow_core.event import (
-    ComponentKind,
-    FunctionKind,
-    FunctionRegistrationError,
-    MessageFunctionRegistrar,
-    on_event,
-    on_state_event,
-    parse_component,
-    projection,
-    retry,
-    stateless_saga,
-)
+from wow_core.event import ComponentKind, on_event, on_state_event, projection, retry, stateless_saga
+from wow_core.event.declare import parse_component
+from wow_core.event.function import FunctionKind, FunctionRegistrationError, MessageFunctionRegistrar
 from wow_core.event.pipeline import register_components
 from wow_core.model import DomainEvent, NamedAggregate, StateEvent
 

@@ -26,24 +26,21 @@ from tests.wow_core.event.support import (
     wait_until,
 )
 from wow_core.event import (
-    OUTCOMES_METRIC,
     CompensationTarget,
     ComponentKind,
-    EventDispatch,
     FunctionExchange,
     ProcessingStage,
     RecordResult,
-    build_event_dispatch,
     event_processor,
     on_event,
     on_state_event,
     projection,
     retry,
     stateless_saga,
-    suppressed,
 )
 from wow_core.event.failure import NONE_RECORDER, FailureRecorder
-from wow_core.event.handler import ErrorHandler
+from wow_core.event.handler import OUTCOMES_METRIC, ErrorHandler, suppressed
+from wow_core.event.pipeline import EventDispatch, build_event_dispatch
 from wow_core.metrics import InMemoryMetrics
 from wow_core.model import AggregateId, CommandMessage, StateEvent, TopicKind
 from wow_core.runtime.keyed_executor import KeyedExecutor

@@ -32,8 +32,9 @@ from examples.bank.saga import NOTICE
 from tests.wow_core.event.support import ScriptedRecorder, wait_until
 from wow_core.command import CommandWait
 from wow_core.command.stages import ErrorCodes
-from wow_core.event import OUTCOMES_METRIC, EventDispatchOptions, RecordResult, on_event, projection
+from wow_core.event import EventDispatchOptions, RecordResult, on_event, projection
 from wow_core.event.failure import NONE_RECORDER, FailureRecorder
+from wow_core.event.handler import OUTCOMES_METRIC
 from wow_core.eventsourcing import EventStore, InMemoryEventStore
 from wow_core.messaging.in_memory import InMemoryDomainEventBus, InMemoryStateEventBus
 from wow_core.messaging.local_first import LocalFirstDomainEventBus, LocalFirstStateEventBus
@@ -46,9 +47,9 @@ from wow_core.runtime.container import create_container
 from wow_core.runtime.runtime import WowRuntime
 from wow_core.runtime.settings import EventSettings, WowSettings
 from wow_core.testing import eventually
+from wow_core.transport import DefaultTopicNaming, Transport
 from wow_core.transport.bus import TransportDomainEventBus, TransportStateEventBus
 from wow_core.transport.in_memory import InMemoryBroker, InMemoryTransport
-from wow_core.transport.spi import DefaultTopicNaming, Transport
 
 # -- the bank example on the embedded runtime -------------------------------------------
 

@@ -10,18 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wow_core.event import (
-    ComponentKind,
-    FilterChainBuilder,
-    FilterCycleError,
-    FunctionExchange,
-    Next,
-    Order,
-    filter_type,
-    order,
-    sort_filters,
-)
-from wow_core.event.filter import sort_by_order
+from wow_core.event import ComponentKind, FilterCycleError, FunctionExchange, Next, Order, filter_type, order
+from wow_core.event.filter import FilterChainBuilder, sort_by_order, sort_filters
 
 
 @dataclass

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field, SecretStr
 
 from wow_core.plugins import hookimpl
 from wow_core.runtime.settings import WowSettings
-from wow_core.transport.spi import (
+from wow_core.transport import (
     DecodeFailureDefault,
     DefaultTopicNaming,
     TopicNaming,
@@ -48,9 +48,6 @@ class ProbeTransport:
 
     async def send(self, message: TransportMessage) -> None:
         self.sent.append(message)
-
-    async def send_many(self, messages: Sequence[TransportMessage]) -> None:
-        self.sent.extend(messages)
 
     def open(self, group: str, topics: Sequence[str]) -> TransportReceiver:
         raise NotImplementedError("the probe transport only sends")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from wow_core.testing import InMemoryBusFactory, MessageBusConformance, TransportConformance
+from wow_core.transport import DecodeFailureDefault
 from wow_core.transport.in_memory import InMemoryBroker, InMemoryTransport
-from wow_core.transport.spi import DecodeFailureDefault
 
 
 class TestInMemoryTransport(TransportConformance, MessageBusConformance):

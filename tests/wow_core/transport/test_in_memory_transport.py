@@ -10,8 +10,8 @@ from wow_core.messaging import BusClosedError
 from wow_core.model import NamedAggregate, TopicKind
 from wow_core.runtime.settings import WowSettings
 from wow_core.testing.support import Rig
+from wow_core.transport import DecodeFailureDefault, TransportMessage
 from wow_core.transport.in_memory import InMemoryBroker, InMemoryTransport
-from wow_core.transport.spi import DecodeFailureDefault, TransportMessage
 
 TOPIC = "wow.test.note.command"
 TIMEOUT = 2.0

@@ -13,6 +13,7 @@ from wow_core.messaging import BusClosedError, MessageSubscription
 from wow_core.metrics import InMemoryMetrics, metrics_source
 from wow_core.model import DecodeFailureKind, NamedAggregate, TopicKind
 from wow_core.testing.support import Rig, command, conformance_codec, event_stream, state_event
+from wow_core.transport import DecodeFailureDefault, DefaultTopicNaming, Transport, TransportMessage
 from wow_core.transport.bus import (
     RECEIVED_COUNTER,
     SENT_COUNTER,
@@ -30,7 +31,6 @@ from wow_core.transport.decode_failure import (
     DefaultDecodeFailureHandler,
 )
 from wow_core.transport.in_memory import InMemoryBroker, InMemoryTransport, InMemoryTransportReceiver
-from wow_core.transport.spi import DecodeFailureDefault, DefaultTopicNaming, Transport, TransportMessage
 
 ACCOUNT = NamedAggregate("bank", "account")
 TIMEOUT = 2.0

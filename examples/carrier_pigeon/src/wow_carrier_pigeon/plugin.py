@@ -8,15 +8,15 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from wow_carrier_pigeon.transport import PigeonSettings, PigeonTransport
-from wow_core.plugins import hookimpl
+from wow_core.spi import hookimpl
 
 if TYPE_CHECKING:
-    from wow_core.transport.settings import ProcessSettings
+    from wow_core.spi import ProcessSettings
 
 
 def _create_transport(settings: ProcessSettings) -> PigeonTransport:
     # The factory receives the process's settings; the plugin reads its own section from it.
-    return PigeonTransport(settings.section("pigeon", PigeonSettings), settings.messaging.topic_prefix)
+    return PigeonTransport(settings.section("pigeon", PigeonSettings))
 
 
 @hookimpl

@@ -14,15 +14,7 @@ from dataclasses import dataclass
 
 from pydantic import Field, SecretStr
 
-from wow_core.settings import SettingsSection
-from wow_core.transport.spi import (
-    DecodeFailureDefault,
-    DefaultTopicNaming,
-    TopicNaming,
-    TransportMessage,
-    TransportReceiver,
-    TransportRecord,
-)
+from wow_core.spi import SettingsSection, TransportMessage, TransportReceiver, TransportRecord
 
 
 class PigeonSettings(SettingsSection):
@@ -82,22 +74,16 @@ class PigeonReceiver:
 
 
 class PigeonTransport:
-    def __init__(self, settings: PigeonSettings, topic_prefix: str = "wow.") -> None:
+    """The SPI's five members and nothing else: the bus names the topics (from
+    ``WOW_MESSAGING__TOPIC_PREFIX``) and dead-letters undecodable records."""
+
+    def __init__(self, settings: PigeonSettings) -> None:
         self.settings = settings
         self._loft = _LOFTS.setdefault(settings.loft, _Loft())
-        self._naming = DefaultTopicNaming(topic_prefix)
 
     @property
     def name(self) -> str:
         return "carrier_pigeon"
-
-    @property
-    def naming(self) -> TopicNaming:
-        return self._naming
-
-    @property
-    def decode_failure_default(self) -> DecodeFailureDefault:
-        return DecodeFailureDefault.DEAD_LETTER
 
     async def start(self) -> None:
         return None
@@ -109,10 +95,6 @@ class PigeonTransport:
                 queue.put_nowait(
                     PigeonRecord(message.topic, message.key, message.payload, message.timestamp, position)
                 )
-
-    async def send_many(self, messages: Sequence[TransportMessage]) -> None:
-        for message in messages:
-            await self.send(message)
 
     def open(self, group: str, topics: Sequence[str]) -> TransportReceiver:
         return PigeonReceiver(self._loft, group, topics)

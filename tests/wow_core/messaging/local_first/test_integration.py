@@ -33,9 +33,9 @@ from wow_core.metrics import InMemoryMetrics
 from wow_core.model import Header, NamedAggregate, TopicKind
 from wow_core.runtime.settings import LocalFirstSettings
 from wow_core.testing.support import conformance_codec, message_of, ordinal
+from wow_core.transport import DefaultTopicNaming, Transport
 from wow_core.transport.bus import TransportCommandBus, TransportDomainEventBus, TransportStateEventBus
 from wow_core.transport.in_memory import InMemoryBroker, InMemoryTransport
-from wow_core.transport.spi import DefaultTopicNaming, Transport
 
 TransportClients = Callable[[], Awaitable[Transport]]
 """A fresh client ("process") of one broker namespace per call."""

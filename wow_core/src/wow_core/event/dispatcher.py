@@ -6,7 +6,8 @@ An :class:`AbstractAggregateEventDispatcher` consumes one bus for the functions 
 * It subscribes only to the named aggregates its functions support, with one receiver
   per bounded context of those aggregates (group ``<context>.<dispatcher name>``,
   runtime-owned). An aggregate with no function gets no receiver.
-* Each received exchange runs on the :class:`KeyedExecutor` under its aggregate id: one
+* Each received exchange runs on the :class:`~wow_core.executor.Executor` (the runtime's
+  :class:`~wow_core.runtime.keyed_executor.KeyedExecutor`) under its aggregate id: one
   aggregate's messages serially within this dispatcher, different aggregates in
   parallel. Nothing is ordered across dispatchers, processes or external systems.
 * The events of one stream are handled in order; the functions matching one event run
@@ -31,12 +32,13 @@ import asyncio
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Hashable, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 from wow_core.event.compensation import CompensationTarget, InvalidCompensationHeaderError
 from wow_core.event.exchange import FunctionExchange
 from wow_core.event.function import ComponentKind, FunctionKind, MessageFunction, MessageFunctionRegistrar
 from wow_core.event.handler import FailureRecordingHandler, Settled
+from wow_core.executor import Executor
 from wow_core.messaging.contract import (
     EventStreamExchange,
     MessageBus,
@@ -56,14 +58,6 @@ T = TypeVar("T")
 REJECTED_METRIC = "wow.processing.rejected"
 
 
-class KeyedExecutor(Protocol):
-    """Runs work serially per key and in parallel across keys (the runtime's executor)."""
-
-    async def submit(self, key: Hashable, work: Callable[[], Awaitable[None]]) -> None:
-        """Queue ``work`` on the lane of ``key``; return once accepted (may wait for capacity)."""
-        ...
-
-
 class AbstractAggregateEventDispatcher(Generic[E]):
     """One bus, one function kind, one receiver per bounded context. See the module doc."""
 
@@ -76,7 +70,7 @@ class AbstractAggregateEventDispatcher(Generic[E]):
         functions: Sequence[MessageFunction],
         bus: MessageBus[Any, E],
         handler: FailureRecordingHandler,
-        executor: KeyedExecutor,
+        executor: Executor,
         *,
         metrics: Metrics | None = None,
     ) -> None:
@@ -389,7 +383,7 @@ class CompositeEventDispatcher:
         domain_event_bus: MessageBus[DomainEventStream, EventStreamExchange],
         state_event_bus: MessageBus[StateEvent[Any], StateEventExchange],
         handler: FailureRecordingHandler,
-        executor: KeyedExecutor,
+        executor: Executor,
         metrics: Metrics | None = None,
     ) -> None:
         if registrar.component is not self.component:

@@ -21,7 +21,6 @@ from wow_core.event.dispatcher import (
     AbstractAggregateEventDispatcher,
     CompositeEventDispatcher,
     DomainEventDispatcher,
-    KeyedExecutor,
     ProjectionDispatcher,
     StatelessSagaDispatcher,
 )
@@ -39,6 +38,7 @@ from wow_core.event.snapshot import (
     SnapshotSaver,
     snapshot_functions,
 )
+from wow_core.executor import Executor
 from wow_core.messaging.contract import DomainEventBus, StateEventBus
 from wow_core.metrics import Metrics, NoopMetrics
 from wow_core.model import NamedAggregate
@@ -103,7 +103,7 @@ def build_event_dispatch(
     service_name: str,
     domain_event_bus: DomainEventBus,
     state_event_bus: StateEventBus,
-    executor: KeyedExecutor,
+    executor: Executor,
     notifier: WaitNotifier | None = None,
     command_sender: CommandSender | None = None,
     recorder: FailureRecorder = NONE_RECORDER,

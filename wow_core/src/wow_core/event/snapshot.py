@@ -17,12 +17,13 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from wow_core.event.dispatcher import KeyedExecutor, StateEventDispatcher
+from wow_core.event.dispatcher import StateEventDispatcher
 from wow_core.event.exchange import FunctionExchange
 from wow_core.event.filter import Next, filter_type, order
 from wow_core.event.function import ComponentKind, FunctionKind, MessageFunction
 from wow_core.event.handler import FailureRecordingHandler
 from wow_core.eventsourcing.store import Snapshot, SnapshotRepository
+from wow_core.executor import Executor
 from wow_core.messaging.contract import MessageBus, StateEventExchange
 from wow_core.metrics import Metrics
 from wow_core.model import NamedAggregate, StateEvent
@@ -102,7 +103,7 @@ class SnapshotDispatcher(StateEventDispatcher):
         functions: list[MessageFunction],
         bus: MessageBus[StateEvent[Any], StateEventExchange],
         handler: FailureRecordingHandler,
-        executor: KeyedExecutor,
+        executor: Executor,
         *,
         metrics: Metrics | None = None,
     ) -> None:

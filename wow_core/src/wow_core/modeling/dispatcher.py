@@ -5,7 +5,7 @@ one receiver for all of them (group ``<service>.command``). For every exchange:
 
 - a **Void** command is acknowledged and dropped before the command pipeline: it never
   reaches the kernel and produces no ``PROCESSED`` or later stage (spec 000, Void);
-- any other command runs on the :class:`~wow_core.runtime.KeyedExecutor` in its
+- any other command runs on the :class:`~wow_core.runtime.keyed_executor.KeyedExecutor` in its
   aggregate's lane (one aggregate's commands in order, different aggregates in
   parallel, bounded in total); the kernel decides it, the ``PROCESSED`` signal goes to
   the :class:`~wow_core.command.WaitCoordinator`, then the exchange is acknowledged.
@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Hashable
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Awaitable
 
 from wow_core.command.coordinator import WaitCoordinator
 from wow_core.command.stages import CommandStage, ErrorCodes, WaitSignal
+from wow_core.executor import Executor, NowaitExecutor
 from wow_core.messaging.contract import (
     CommandBus,
     MessageReceiver,
@@ -37,17 +37,6 @@ from wow_core.model import NamedAggregate
 from wow_core.modeling.kernel import CommandKernel
 
 log = logging.getLogger(__name__)
-
-
-class Executor(Protocol):
-    async def submit(self, key: Hashable, work: Callable[[], Awaitable[Any]]) -> None: ...
-
-
-@runtime_checkable
-class NowaitExecutor(Executor, Protocol):
-    """An executor that can also admit without awaiting when a slot is free."""
-
-    def submit_nowait(self, key: Hashable, work: Callable[[], Awaitable[Any]]) -> bool: ...
 
 
 class CommandDispatcher:

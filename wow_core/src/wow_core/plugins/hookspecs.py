@@ -5,12 +5,20 @@ functions marked with :data:`hookimpl`. Each hook receives a ``register`` callab
 it once per thing you contribute. Names must be unique across every plugin.
 The core registers its own built-ins through these same hooks
 (:mod:`wow_core.runtime.builtin`).
+
+Each hookspec is declared with :func:`kind`, which names the plugin kind it contributes
+(``transport``, ``event_store``...): the list of kinds
+(:data:`wow_core.plugins.KINDS`) is read from this module, so a new hook is one function
+here and nothing else. The annotations say what each ``register`` takes: for the SPIs
+built at assembly time, a factory ``(ProcessSettings) -> instance`` (the runtime passes
+its ``WowSettings``); the runtime calls it once
+and checks the instance against the SPI's protocol where it is runtime-checkable.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 import pluggy
 
@@ -18,58 +26,85 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from wow_core.context import ContextCapture
+    from wow_core.event.failure import FailureRecorder
+    from wow_core.eventsourcing.store import EventStore, SnapshotRepository
+    from wow_core.metrics import Metrics
     from wow_core.plugins.commands import Command
+    from wow_core.transport.decode_failure import TransportDecodeFailureHandler
+    from wow_core.transport.settings import ProcessSettings
+    from wow_core.transport.spi import Transport
 
 PROJECT = "wow"
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
-Factory = Callable[..., Any]
-"""``factory(settings: ProcessSettings) -> instance``, called when the runtime is assembled
-(:class:`~wow_core.transport.settings.ProcessSettings`; the runtime passes its ``WowSettings``)."""
+KIND_ATTRIBUTE = "wow_kind"
+"""The attribute :func:`kind` sets on a hookspec function: the plugin kind it contributes."""
+
+F = TypeVar("F", bound=Callable[..., None])
+
+Factory: TypeAlias = "Callable[[ProcessSettings], object]"
+"""Any factory: ``factory(settings) -> instance``, called when the runtime is assembled."""
+TransportFactory: TypeAlias = "Callable[[ProcessSettings], Transport]"
+FailureRecorderFactory: TypeAlias = "Callable[[ProcessSettings], FailureRecorder]"
+DecodeFailureHandlerFactory: TypeAlias = "Callable[[ProcessSettings], TransportDecodeFailureHandler]"
+EventStoreFactory: TypeAlias = "Callable[[ProcessSettings], EventStore]"
+SnapshotRepositoryFactory: TypeAlias = "Callable[[ProcessSettings], SnapshotRepository]"
+MetricsFactory: TypeAlias = "Callable[[ProcessSettings], Metrics]"
 
 
-@hookspec
-def register_transports(register: Callable[[str, Factory], None]) -> None:
+def kind(name: str) -> Callable[[F], F]:
+    """Declare a hookspec contributing the plugin kind ``name`` (pluggy's hookspec too)."""
+
+    def declare(function: F) -> F:
+        setattr(function, KIND_ATTRIBUTE, name)
+        marked: F = hookspec(function)
+        return marked
+
+    return declare
+
+
+@kind("transport")
+def register_transports(register: Callable[[str, TransportFactory], None]) -> None:
     """Contribute transports: ``register(name, factory)`` where the factory returns a Transport."""
 
 
-@hookspec
-def register_failure_recorders(register: Callable[[str, Factory], None]) -> None:
+@kind("failure_recorder")
+def register_failure_recorders(register: Callable[[str, FailureRecorderFactory], None]) -> None:
     """Contribute failure recorders: ``register(name, factory)`` returning a FailureRecorder."""
 
 
-@hookspec
-def register_decode_failure_handlers(register: Callable[[str, Factory], None]) -> None:
+@kind("decode_failure_handler")
+def register_decode_failure_handlers(register: Callable[[str, DecodeFailureHandlerFactory], None]) -> None:
     """Contribute decode-failure policies: ``register(name, factory)`` returning a handler."""
 
 
-@hookspec
+@kind("context_capture")
 def register_context_captures(register: Callable[[str, ContextCapture], None]) -> None:
     """Contribute context captures for queued copies: ``register(name, capture)``."""
 
 
-@hookspec
-def register_event_stores(register: Callable[[str, Factory], None]) -> None:
+@kind("event_store")
+def register_event_stores(register: Callable[[str, EventStoreFactory], None]) -> None:
     """Contribute event stores: ``register(name, factory)`` returning an EventStore."""
 
 
-@hookspec
-def register_snapshot_repositories(register: Callable[[str, Factory], None]) -> None:
+@kind("snapshot_repository")
+def register_snapshot_repositories(register: Callable[[str, SnapshotRepositoryFactory], None]) -> None:
     """Contribute snapshot repositories: ``register(name, factory)``."""
 
 
-@hookspec
-def register_metrics(register: Callable[[str, Factory], None]) -> None:
+@kind("metrics")
+def register_metrics(register: Callable[[str, MetricsFactory], None]) -> None:
     """Contribute metrics backends: ``register(name, factory)`` returning a Metrics."""
 
 
-@hookspec
+@kind("command")
 def register_commands(register: Callable[[str, Command], None]) -> None:
     """Contribute ``wow`` subcommands: ``register("run", Command(...))``."""
 
 
-@hookspec
+@kind("settings")
 def register_settings(register: Callable[[str, type[BaseModel]], None]) -> None:
     """Contribute a settings section: ``register("kafka", KafkaSettings)`` reads ``WOW_KAFKA__*``."""

@@ -20,17 +20,21 @@ import pluggy
 from wow_core.plugins import hookspecs
 from wow_core.plugins.hookspecs import PROJECT
 
-KINDS: dict[str, str] = {
-    "transport": "register_transports",
-    "failure_recorder": "register_failure_recorders",
-    "decode_failure_handler": "register_decode_failure_handlers",
-    "context_capture": "register_context_captures",
-    "event_store": "register_event_stores",
-    "snapshot_repository": "register_snapshot_repositories",
-    "metrics": "register_metrics",
-    "command": "register_commands",
-    "settings": "register_settings",
-}
+
+def kinds_of(module: ModuleType) -> dict[str, str]:
+    """Plugin kind -> hook name, for every hookspec of ``module`` declared with
+    :func:`~wow_core.plugins.hookspecs.kind`, in the order the module defines them."""
+    kinds: dict[str, str] = {}
+    for name, value in vars(module).items():
+        kind = getattr(value, hookspecs.KIND_ATTRIBUTE, None)
+        if callable(value) and isinstance(kind, str):
+            kinds[kind] = name
+    return kinds
+
+
+KINDS: dict[str, str] = kinds_of(hookspecs)
+"""Plugin kind -> the hook that contributes it (``"transport"`` -> ``register_transports``),
+read from :mod:`wow_core.plugins.hookspecs`."""
 
 
 class PluginError(RuntimeError):

@@ -30,6 +30,7 @@ from wow_core.modeling.registry import AggregateRegistry
 from wow_core.runtime.keyed_executor import KeyedExecutor
 from wow_core.runtime.settings import WowSettings
 from wow_core.transport.bus import TransportCommandBus, TransportDomainEventBus, TransportStateEventBus
+from wow_core.transport.defaults import DefaultTopicNaming, naming_of
 
 if TYPE_CHECKING:
     from wow_core.plugins import PluginRegistry
@@ -90,11 +91,14 @@ def create_bus(container: WowContainer, kind: TopicKind) -> Any:
     local_type, transport_type, local_first_type = _BUSES[kind]
     metrics = container.metrics()
     section = local_first_settings(container.settings(), kind)
+    transport = container.transport()
+    messaging = container.settings().messaging
     distributed = transport_type(
-        container.transport(),
+        transport,
         container.codec(),
         decode_failure_handler=container.decode_failure_handler(),
         metrics=metrics,
+        naming=naming_of(transport, DefaultTopicNaming(messaging.topic_prefix, messaging.context_aliases)),
         # Only a local-first bus in front may send local_first=true (its admission result).
         keeps_local_first_marker=section.enabled,
     )

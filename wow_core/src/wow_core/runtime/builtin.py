@@ -10,74 +10,95 @@ Factories import lazily so that discovering plugins stays cheap.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from wow_core.context import MetricsSourceCapture
 from wow_core.metrics import InMemoryMetrics, NoopMetrics
-from wow_core.plugins.hookspecs import Factory, hookimpl
+from wow_core.plugins.hookspecs import (
+    DecodeFailureHandlerFactory,
+    EventStoreFactory,
+    FailureRecorderFactory,
+    MetricsFactory,
+    SnapshotRepositoryFactory,
+    TransportFactory,
+    hookimpl,
+)
 
 if TYPE_CHECKING:
     from wow_core.context import ContextCapture
+    from wow_core.event.failure import FailureRecorder
+    from wow_core.eventsourcing.store import EventStore, SnapshotRepository
+    from wow_core.metrics import Metrics
     from wow_core.plugins.commands import Command
+    from wow_core.transport.decode_failure import TransportDecodeFailureHandler
     from wow_core.transport.settings import ProcessSettings
+    from wow_core.transport.spi import Transport
 
 
-def _in_memory_transport(settings: ProcessSettings) -> Any:
+def _in_memory_transport(settings: ProcessSettings) -> Transport:
     from wow_core.transport.in_memory import InMemoryTransport
 
     return InMemoryTransport.from_settings(settings)
 
 
-def _none_recorder(settings: ProcessSettings) -> Any:
+def _none_recorder(settings: ProcessSettings) -> FailureRecorder:
     from wow_core.event.failure import NONE_RECORDER
 
     return NONE_RECORDER
 
 
-def _default_decode_failure_handler(settings: ProcessSettings) -> Any:
+def _default_decode_failure_handler(settings: ProcessSettings) -> TransportDecodeFailureHandler:
     from wow_core.transport.decode_failure import DefaultDecodeFailureHandler
 
     return DefaultDecodeFailureHandler()
 
 
-def _dead_letter_handler(settings: ProcessSettings) -> Any:
+def _dead_letter_handler(settings: ProcessSettings) -> TransportDecodeFailureHandler:
     from wow_core.transport.decode_failure import DefaultDecodeFailureHandler
-    from wow_core.transport.spi import DecodeFailureDefault
+    from wow_core.transport.defaults import DecodeFailureDefault
 
     return DefaultDecodeFailureHandler(DecodeFailureDefault.DEAD_LETTER)
 
 
-def _leave_pending_handler(settings: ProcessSettings) -> Any:
+def _leave_pending_handler(settings: ProcessSettings) -> TransportDecodeFailureHandler:
     from wow_core.transport.decode_failure import DefaultDecodeFailureHandler
-    from wow_core.transport.spi import DecodeFailureDefault
+    from wow_core.transport.defaults import DecodeFailureDefault
 
     return DefaultDecodeFailureHandler(DecodeFailureDefault.LEAVE_PENDING)
 
 
-def _in_memory_event_store(settings: ProcessSettings) -> Any:
+def _in_memory_event_store(settings: ProcessSettings) -> EventStore:
     from wow_core.eventsourcing.in_memory import InMemoryEventStore
 
     return InMemoryEventStore()
 
 
-def _in_memory_snapshot_repository(settings: ProcessSettings) -> Any:
+def _in_memory_snapshot_repository(settings: ProcessSettings) -> SnapshotRepository:
     from wow_core.eventsourcing.in_memory import InMemorySnapshotRepository
 
     return InMemorySnapshotRepository()
 
 
+def _noop_metrics(settings: ProcessSettings) -> Metrics:
+    return NoopMetrics()
+
+
+def _in_memory_metrics(settings: ProcessSettings) -> Metrics:
+    return InMemoryMetrics()
+
+
 @hookimpl
-def register_transports(register: Callable[[str, Factory], None]) -> None:
+def register_transports(register: Callable[[str, TransportFactory], None]) -> None:
     register("in_memory", _in_memory_transport)
 
 
 @hookimpl
-def register_failure_recorders(register: Callable[[str, Factory], None]) -> None:
+def register_failure_recorders(register: Callable[[str, FailureRecorderFactory], None]) -> None:
     register("none", _none_recorder)
 
 
 @hookimpl
-def register_decode_failure_handlers(register: Callable[[str, Factory], None]) -> None:
+def register_decode_failure_handlers(register: Callable[[str, DecodeFailureHandlerFactory], None]) -> None:
     register("default", _default_decode_failure_handler)  # by the transport's default
     register("dead_letter", _dead_letter_handler)
     register("leave_pending", _leave_pending_handler)
@@ -89,19 +110,19 @@ def register_context_captures(register: Callable[[str, ContextCapture], None]) -
 
 
 @hookimpl
-def register_event_stores(register: Callable[[str, Factory], None]) -> None:
+def register_event_stores(register: Callable[[str, EventStoreFactory], None]) -> None:
     register("in_memory", _in_memory_event_store)
 
 
 @hookimpl
-def register_snapshot_repositories(register: Callable[[str, Factory], None]) -> None:
+def register_snapshot_repositories(register: Callable[[str, SnapshotRepositoryFactory], None]) -> None:
     register("in_memory", _in_memory_snapshot_repository)
 
 
 @hookimpl
-def register_metrics(register: Callable[[str, Factory], None]) -> None:
-    register("noop", lambda settings: NoopMetrics())
-    register("in_memory", lambda settings: InMemoryMetrics())
+def register_metrics(register: Callable[[str, MetricsFactory], None]) -> None:
+    register("noop", _noop_metrics)
+    register("in_memory", _in_memory_metrics)
 
 
 @hookimpl

@@ -1,12 +1,15 @@
 """Test support for wow-py and its plugins: the conformance suites every transport runs.
 
-``TransportConformance`` and ``MessageBusConformance`` are test classes to subclass; the
+``TransportConformance``, ``MessageBusConformance`` and ``EventStoreConformance`` are
+test classes to subclass (``InMemoryMetrics`` records what a test asserts on); the
 fixtures they use come from the pytest plugin :mod:`wow_core.testing.pytest_plugin`
 (loaded automatically through the ``pytest11`` entry point). See
 ``docs/transports/conformance.md``.
 """
 
+from wow_core.metrics import InMemoryMetrics
 from wow_core.testing.bus_conformance import MessageBusConformance
+from wow_core.testing.event_store import CONFORMANCE_BODY_TYPES, EventStoreConformance
 from wow_core.testing.support import (
     BusFactory,
     InMemoryBusFactory,
@@ -20,6 +23,9 @@ from wow_core.testing.support import (
 from wow_core.testing.transport_conformance import TransportConformance
 
 __all__ = [
+    "CONFORMANCE_BODY_TYPES",
+    "EventStoreConformance",
+    "InMemoryMetrics",
     "BusFactory",
     "InMemoryBusFactory",
     "MessageBusConformance",

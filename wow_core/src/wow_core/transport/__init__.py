@@ -14,11 +14,14 @@ from wow_core.transport.decode_failure import (
     DefaultDecodeFailureHandler,
     TransportDecodeFailureHandler,
 )
-from wow_core.transport.in_memory import InMemoryBroker, InMemoryTransport
-from wow_core.transport.spi import (
+from wow_core.transport.defaults import (
     DecodeFailureDefault,
     DefaultTopicNaming,
     TopicNaming,
+    TransportDefaults,
+)
+from wow_core.transport.in_memory import InMemoryBroker, InMemoryTransport
+from wow_core.transport.spi import (
     Transport,
     TransportMessage,
     TransportReceiver,
@@ -39,6 +42,7 @@ __all__ = [
     "TransportCommandBus",
     "TransportBase",
     "TransportDecodeFailureHandler",
+    "TransportDefaults",
     "TransportDomainEventBus",
     "TransportMessage",
     "TransportMessageBus",

@@ -3,11 +3,12 @@
 A :class:`~wow_core.transport.Transport` implementation may derive from it (the in-memory,
 Redis and NATS transports do); the SPI stays a protocol, so deriving is a convenience,
 never a requirement. What it holds: the topic naming and the decode-failure default the
-transport reports, a ``closed`` flag that makes ``send``/``open`` refuse work with
-:class:`~wow_core.messaging.BusClosedError`, and the set of receivers the transport opened
-and has not seen close. What it does not do: connect, send, open or close anything; how
-its receivers are closed (one by one, concurrently, errors kept or raised) stays with the
-transport, which documents it.
+transport asks of the bus (the optional
+:class:`~wow_core.transport.defaults.TransportDefaults`), a ``closed`` flag that makes
+``send``/``open`` refuse work with :class:`~wow_core.messaging.BusClosedError`, and the
+set of receivers the transport opened and has not seen close. What it does not do:
+connect, send, open or close anything; how its receivers are closed (one by one,
+concurrently, errors kept or raised) stays with the transport, which documents it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 from typing import ClassVar, Generic, TypeVar
 
 from wow_core.messaging.contract import BusClosedError
-from wow_core.transport.spi import DecodeFailureDefault, TopicNaming
+from wow_core.transport.defaults import DecodeFailureDefault, TopicNaming
 
 R = TypeVar("R")
 """The transport's receiver type."""

@@ -2,7 +2,8 @@
 
 Everything a broker does not need to know lives here, once for every backend:
 
-* topic names, through the transport's :class:`~wow_core.transport.TopicNaming`,
+* topic names, through the bus's :class:`~wow_core.transport.TopicNaming` (the one
+  the transport asks for, if it asks: :func:`~wow_core.transport.defaults.naming_of`),
   memoised per named aggregate (bounded context and aggregate name);
 * JSON encoding through :class:`~wow_core.model.MessageCodec`: a message is marked
   read-only before it is encoded, the record key is the aggregate id;
@@ -56,6 +57,7 @@ from wow_core.transport.decode_failure import (
     DefaultDecodeFailureHandler,
     TransportDecodeFailureHandler,
 )
+from wow_core.transport.defaults import TopicNaming, naming_of
 from wow_core.transport.spi import Transport, TransportMessage, TransportReceiver, TransportRecord
 
 _log = logging.getLogger(__name__)
@@ -111,7 +113,8 @@ class TransportMessageBus(Generic[M, E]):
     """A bus of one message kind over a transport.
 
     The bus does not own the transport: ``close`` closes the bus's receivers and refuses
-    new sends; the runtime closes the transport after every bus over it.
+    new sends; the runtime closes the transport after every bus over it. ``naming``
+    defaults to the transport's (:func:`~wow_core.transport.defaults.naming_of`).
     """
 
     topic_kind: ClassVar[TopicKind]
@@ -124,10 +127,12 @@ class TransportMessageBus(Generic[M, E]):
         *,
         decode_failure_handler: TransportDecodeFailureHandler | None = None,
         metrics: Metrics | None = None,
+        naming: TopicNaming | None = None,
         keeps_local_first_marker: bool = True,
     ) -> None:
         self.transport = transport
         self.codec = codec
+        self.naming: TopicNaming = naming if naming is not None else naming_of(transport)
         #: False when no local-first bus is in front of this one: see the module docstring.
         self.keeps_local_first_marker = keeps_local_first_marker
         self.metrics: Metrics = metrics if metrics is not None else NoopMetrics()
@@ -150,9 +155,7 @@ class TransportMessageBus(Generic[M, E]):
         """The topic of ``named_aggregate`` for this bus's kind (memoised)."""
         topic = self._topics.get(named_aggregate)
         if topic is None:
-            topic = self._topics[named_aggregate] = self.transport.naming.topic(
-                named_aggregate, self.topic_kind
-            )
+            topic = self._topics[named_aggregate] = self.naming.topic(named_aggregate, self.topic_kind)
         return topic
 
     def encode(self, message: M) -> TransportMessage:

@@ -15,7 +15,8 @@ from typing import Protocol, runtime_checkable
 
 from wow_core.metrics import Metrics, NoopMetrics
 from wow_core.model import DecodeError
-from wow_core.transport.spi import DecodeFailureDefault, Transport, TransportMessage, TransportRecord
+from wow_core.transport.defaults import DecodeFailureDefault, decode_failure_default_of
+from wow_core.transport.spi import Transport, TransportMessage, TransportRecord
 
 _log = logging.getLogger(__name__)
 
@@ -75,8 +76,9 @@ class DefaultDecodeFailureHandler:
     once its action is done (the dead letter written, or the decision to leave it
     pending taken), never before: the counter shows records the policy finished with.
     A record delivered again (left pending, or not acknowledged) is counted again.
-    The action is ``policy`` when given, else the transport's
-    :attr:`~wow_core.transport.Transport.decode_failure_default`:
+    The action is ``policy`` when given, else the one the transport asks for
+    (:func:`~wow_core.transport.defaults.decode_failure_default_of`: its
+    ``decode_failure_default``, ``DEAD_LETTER`` when it has none):
 
     * ``DEAD_LETTER``: publish the raw record (same key, payload and timestamp) to
       ``<topic>.dlq`` on the same transport, then acknowledge it. If that publish fails,
@@ -98,7 +100,7 @@ class DefaultDecodeFailureHandler:
         self.metrics: Metrics = metrics if metrics is not None else NoopMetrics()
 
     async def handle(self, failure: DecodeFailure, transport: Transport) -> DecodeFailureAction:
-        policy = self.policy or transport.decode_failure_default
+        policy = self.policy or decode_failure_default_of(transport)
         _log.warning(
             "undecodable record on %s (group %s, key %r, position %s): %s; policy %s",
             failure.topic,

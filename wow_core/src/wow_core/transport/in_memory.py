@@ -32,12 +32,8 @@ from typing import TYPE_CHECKING
 
 from wow_core.messaging.contract import BusClosedError
 from wow_core.transport.base import TransportBase
-from wow_core.transport.spi import (
-    DecodeFailureDefault,
-    DefaultTopicNaming,
-    TopicNaming,
-    TransportMessage,
-)
+from wow_core.transport.defaults import DecodeFailureDefault, DefaultTopicNaming, TopicNaming
+from wow_core.transport.spi import TransportMessage
 
 if TYPE_CHECKING:
     from wow_core.transport.settings import ProcessSettings
@@ -366,11 +362,6 @@ class InMemoryTransport(TransportBase["InMemoryTransportReceiver"]):
         if self._closed:
             raise self._closed_error(message.topic)
         self.broker.publish(message)
-
-    async def send_many(self, messages: Sequence[TransportMessage]) -> None:
-        self._check_open()
-        for message in messages:
-            self.broker.publish(message)
 
     def open(self, group: str, topics: Sequence[str]) -> InMemoryTransportReceiver:
         self._check_open()

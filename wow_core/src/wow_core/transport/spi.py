@@ -1,21 +1,28 @@
-"""The Transport SPI (spec 000, "Transport SPI").
+"""The Transport SPI (spec 000, "Transport SPI"): what a transport must do, and no more.
 
 A transport moves strings and nothing else: ``send`` publishes a topic, a key, a
 payload and a timestamp; ``open(group, topics)`` returns a :class:`TransportReceiver`
-with the records, readiness, processing admission and close. Everything else (topic
-names, JSON, key and topic checks, the decode-failure policy, exchanges) lives once in
-:class:`~wow_core.transport.bus.TransportMessageBus`. The line is drawn here so that a
-new broker is one class and its semantics can be proven by one conformance suite.
+with the records, readiness, processing admission and close; ``start`` and ``close``
+bound its life; ``name`` labels it in logs and metrics. At this layer there are only
+plain primitives: no message, no codec, no named aggregate, no policy. Everything else
+(topic names, JSON, key and topic checks, the decode-failure policy, exchanges,
+acknowledgement per exchange, metrics) lives once in
+:class:`~wow_core.transport.bus.TransportMessageBus`.
+
+The line is drawn here, strictly, so that a new broker is one small class whose
+semantics one conformance suite proves, and so that what the bus decides cannot drift
+between backends. What a transport *may* say to the bus (its own topic naming, its
+decode-failure default) is the optional :class:`~wow_core.transport.defaults.TransportDefaults`,
+not part of this protocol; a batch send (``send_many`` of the Kafka, Redis and NATS
+transports) is a method of those classes, not of the SPI: nothing above a transport
+calls it.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Protocol, runtime_checkable
-
-from wow_core.model import NamedAggregate, TopicKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,59 +81,9 @@ class TransportReceiver(Protocol):
     async def close(self) -> None: ...
 
 
-class TopicNaming(Protocol):
-    """How a transport names the topic of a named aggregate and message kind."""
-
-    def topic(self, named_aggregate: NamedAggregate, kind: TopicKind) -> str: ...
-
-
-class DefaultTopicNaming:
-    """``<prefix><context>.<aggregate><kind_separator><kind>``, the prefix defaulting to
-    ``wow.`` and the separator to ``.``.
-
-    ``context_aliases`` replaces a context name (a renamed or shared context). A
-    transport with its own layout passes its prefix and separator (the Redis transport
-    names streams ``<key_prefix><context>.<aggregate>:<kind>``). Names are memoised per
-    named aggregate and kind.
-    """
-
-    __slots__ = ("_memo", "context_aliases", "kind_separator", "prefix")
-
-    def __init__(
-        self,
-        prefix: str = "wow.",
-        context_aliases: Mapping[str, str] | None = None,
-        *,
-        kind_separator: str = ".",
-    ) -> None:
-        self.prefix = prefix
-        self.context_aliases = dict(context_aliases or {})
-        self.kind_separator = kind_separator
-        self._memo: dict[tuple[NamedAggregate, TopicKind], str] = {}
-
-    def topic(self, named_aggregate: NamedAggregate, kind: TopicKind) -> str:
-        key = (named_aggregate, kind)
-        name = self._memo.get(key)
-        if name is None:
-            context = self.context_aliases.get(named_aggregate.context_name, named_aggregate.context_name)
-            name = self._memo[key] = (
-                f"{self.prefix}{context}.{named_aggregate.aggregate_name}{self.kind_separator}{kind.value}"
-            )
-        return name
-
-
-class DecodeFailureDefault(StrEnum):
-    """What the default decode-failure policy does with a record it cannot decode."""
-
-    DEAD_LETTER = "dead_letter"
-    """Publish the raw record to ``<topic>.dlq``, then acknowledge it."""
-    LEAVE_PENDING = "leave_pending"
-    """Leave it unacknowledged where the backend keeps it visible (Redis pending list)."""
-
-
 @runtime_checkable
 class Transport(Protocol):
-    """A message broker, reduced to strings.
+    """A message broker, reduced to strings (see the module docstring for why the line is here).
 
     ``send`` returns when the backend accepted the record (what that means is the
     transport's SENT evidence: a producer ack, a stream add, a JetStream publish ack)
@@ -137,21 +94,11 @@ class Transport(Protocol):
     @property
     def name(self) -> str: ...
 
-    @property
-    def naming(self) -> TopicNaming: ...
-
-    @property
-    def decode_failure_default(self) -> DecodeFailureDefault: ...
-
     async def start(self) -> None:
         """Connect; idempotent. ``send`` and ``open`` may start lazily too."""
         ...
 
     async def send(self, message: TransportMessage) -> None: ...
-
-    async def send_many(self, messages: Sequence[TransportMessage]) -> None:
-        """Send several records; completes when every one was accepted."""
-        ...
 
     def open(self, group: str, topics: Sequence[str]) -> TransportReceiver: ...
 

@@ -1,0 +1,117 @@
+"""The surface for plugin authors: what a transport, store or other plugin is built from.
+
+::
+
+    from wow_core.spi import Transport, TransportMessage, TransportReceiver, hookimpl
+
+A transport implements :class:`Transport` (five members: ``name``, ``start``, ``send``,
+``open``, ``close``; see ``docs/transports/spi.md`` for why the line is there) and may
+derive from :class:`TransportBase`; its receivers implement :class:`TransportReceiver`
+and yield :class:`TransportRecord` s. What a transport may ask of the bus (its topic
+naming, its decode-failure default) is the optional :class:`TransportDefaults`. A plugin
+module marks its hooks with :data:`hookimpl`; a factory is called with the process's
+settings (:class:`ProcessSettings`) and reads its own section, a :class:`SettingsSection`
+(frozen, bounded, unknown fields refused) using the bounded types :data:`Count`,
+:data:`Seconds`... Nothing here imports the runtime.
+
+The conformance suites every plugin runs are test classes in :mod:`wow_core.testing`
+(``TransportConformance``, ``MessageBusConformance``, ``EventStoreConformance``), loaded
+with pytest; they are not imported from here. Users' services import from
+:mod:`wow_core`. Importing this module is cheap: each name is imported on first use.
+"""
+
+from __future__ import annotations
+
+from wow_core._lazy import lazy_exports
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING (see wow_core/__init__.py)
+
+if TYPE_CHECKING:
+    from wow_core.context import ContextCapture
+    from wow_core.event.failure import FailureRecorder
+    from wow_core.eventsourcing.store import EventStore, SnapshotRepository
+    from wow_core.messaging.contract import BusClosedError
+    from wow_core.metrics import Metrics
+    from wow_core.plugins.hookspecs import Factory, TransportFactory, hookimpl
+    from wow_core.settings import Count, NonNegativeSeconds, Seconds, SettingsError, SettingsSection
+    from wow_core.transport.base import TransportBase
+    from wow_core.transport.decode_failure import (
+        DecodeFailure,
+        DecodeFailureAction,
+        TransportDecodeFailureHandler,
+    )
+    from wow_core.transport.defaults import (
+        DecodeFailureDefault,
+        DefaultTopicNaming,
+        TopicNaming,
+        TransportDefaults,
+    )
+    from wow_core.transport.settings import ProcessSettings
+    from wow_core.transport.spi import Transport, TransportMessage, TransportReceiver, TransportRecord
+
+_EXPORTS = {
+    # transports
+    "Transport": "wow_core.transport.spi",
+    "TransportReceiver": "wow_core.transport.spi",
+    "TransportRecord": "wow_core.transport.spi",
+    "TransportMessage": "wow_core.transport.spi",
+    "TransportBase": "wow_core.transport.base",
+    "TransportDefaults": "wow_core.transport.defaults",
+    "TopicNaming": "wow_core.transport.defaults",
+    "DefaultTopicNaming": "wow_core.transport.defaults",
+    "DecodeFailureDefault": "wow_core.transport.defaults",
+    "BusClosedError": "wow_core.messaging.contract",
+    # decode-failure policies
+    "TransportDecodeFailureHandler": "wow_core.transport.decode_failure",
+    "DecodeFailure": "wow_core.transport.decode_failure",
+    "DecodeFailureAction": "wow_core.transport.decode_failure",
+    # the other SPIs a plugin may implement
+    "EventStore": "wow_core.eventsourcing.store",
+    "SnapshotRepository": "wow_core.eventsourcing.store",
+    "FailureRecorder": "wow_core.event.failure",
+    "Metrics": "wow_core.metrics",
+    "ContextCapture": "wow_core.context",
+    # hooks
+    "hookimpl": "wow_core.plugins.hookspecs",
+    "Factory": "wow_core.plugins.hookspecs",
+    "TransportFactory": "wow_core.plugins.hookspecs",
+    # settings
+    "ProcessSettings": "wow_core.transport.settings",
+    "SettingsSection": "wow_core.settings",
+    "SettingsError": "wow_core.settings",
+    "Count": "wow_core.settings",
+    "Seconds": "wow_core.settings",
+    "NonNegativeSeconds": "wow_core.settings",
+}
+
+__all__ = [
+    "Transport",
+    "TransportReceiver",
+    "TransportRecord",
+    "TransportMessage",
+    "TransportBase",
+    "TransportDefaults",
+    "TopicNaming",
+    "DefaultTopicNaming",
+    "DecodeFailureDefault",
+    "BusClosedError",
+    "TransportDecodeFailureHandler",
+    "DecodeFailure",
+    "DecodeFailureAction",
+    "EventStore",
+    "SnapshotRepository",
+    "FailureRecorder",
+    "Metrics",
+    "ContextCapture",
+    "hookimpl",
+    "Factory",
+    "TransportFactory",
+    "ProcessSettings",
+    "SettingsSection",
+    "SettingsError",
+    "Count",
+    "Seconds",
+    "NonNegativeSeconds",
+]
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
