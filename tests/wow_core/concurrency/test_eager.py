@@ -22,7 +22,8 @@ async def test_a_coroutine_that_never_waits_is_finished_when_the_call_returns() 
 
     task = start_eagerly(quick())
     assert ran == ["ran"]
-    assert await task == 42
+    assert task.done()  # awaiting it does not yield to the loop
+    assert task.result() == 42
 
 
 async def test_the_first_step_runs_as_the_new_task_and_the_caller_is_current_again_after() -> None:
@@ -81,7 +82,9 @@ async def test_an_error_raised_in_the_first_step_or_later_is_the_tasks_error() -
         raise ValueError("later")
 
     at_once = start_eagerly(fails_at_once())  # not raised into the caller
+    assert at_once.done()
     later = start_eagerly(fails_later())
+    assert not later.done()
     with pytest.raises(ValueError, match="at once"):
         await at_once
     with pytest.raises(ValueError, match="later"):
@@ -134,3 +137,11 @@ async def test_a_task_woken_by_what_its_first_step_awaited_continues_from_there(
     assert not task.done()
     future.set_result("it")
     assert await asyncio.wait_for(task, 5) == "got it"
+
+
+async def test_a_coroutine_cancelled_in_its_first_step_gives_a_cancelled_future() -> None:
+    async def cancels_itself() -> None:
+        raise asyncio.CancelledError
+
+    future = start_eagerly(cancels_itself())
+    assert future.cancelled()

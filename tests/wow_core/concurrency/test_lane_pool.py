@@ -236,8 +236,10 @@ async def test_run_now_of_a_turn_that_suspends_is_a_task_close_cancels() -> None
     await owner.pool.close()
     assert owner.abandoned == ["now"]
     assert owner.pool.workers == 0
-    with pytest.raises(RuntimeError, match="closed"):
-        owner.pool.run_now(Lane("after"))
+    after = Lane("after")
+    owner.pool.run_now(after)  # closed: only queued, never run
+    assert owner.order == [("now", 0)]
+    assert await owner.pool.close() == [after]
 
 
 def test_max_idle_workers_must_be_positive() -> None:

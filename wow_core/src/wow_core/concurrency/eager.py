@@ -17,10 +17,14 @@ selected on the version, so no later Python uses it). What holds on both:
 - the task's result, exception and cancellation are those of the coroutine;
 - the caller's ``current_task()`` is restored when the call returns.
 
-Differences, not relied upon: on 3.12 a coroutine that finished in its first step gives an
-already done task; on 3.11 the task still takes one loop step to report it (its
-``done()`` is False until then), and every later step of the coroutine goes through one
-extra generator frame.
+- a coroutine that finished in its first step gives an already done future, so awaiting
+  it does not yield to the loop either (on 3.11 that future is not the task: the task,
+  created before the first step so that the step could run as it, still takes one loop
+  step to end and reports nothing).
+
+Not guaranteed: that the object returned is a ``Task`` (on 3.11 it is a plain future when
+the coroutine finished at once; on 3.12 it is always the task). On 3.11 every later step
+of the coroutine goes through one extra generator frame.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ if sys.version_info >= (3, 12):
         *,
         name: str | None = None,
         context: contextvars.Context | None = None,
-    ) -> asyncio.Task[T]:
+    ) -> asyncio.Future[T]:
         """A task running ``coro`` whose first step runs now, inside the caller (see the
         module doc); ``context`` defaults to a copy of the caller's. Needs a running loop."""
         loop = asyncio.get_running_loop()
@@ -93,7 +97,7 @@ else:
             self.value: Any = None
             self.error: BaseException | None = None
 
-        def first(self, task: asyncio.Task[T]) -> None:
+        def first(self, task: asyncio.Task[Any]) -> None:
             loop = task.get_loop()
             caller = asyncio.current_task(loop)
             if caller is not None:
@@ -112,11 +116,9 @@ else:
                 if caller is not None:
                     _enter_task(loop, caller)
 
-        async def rest(self) -> T:
+        async def rest(self) -> T | None:
             if self.finished:
-                if self.error is not None:
-                    raise self.error
-                return self.value  # type: ignore[no-any-return]
+                return None  # the outcome went to the future start_eagerly returned
             return await _Continue(self.coro, self.awaited)
 
         def close(self, _: object = None) -> None:
@@ -129,15 +131,24 @@ else:
         *,
         name: str | None = None,
         context: contextvars.Context | None = None,
-    ) -> asyncio.Task[T]:
+    ) -> asyncio.Future[T]:
         """A task running ``coro`` whose first step runs now, inside the caller (see the
         module doc); ``context`` defaults to a copy of the caller's. Needs a running loop."""
         loop = asyncio.get_running_loop()
         if context is None:
             context = contextvars.copy_context()
-        step = _EagerStep(coro, context)
+        step: _EagerStep[T] = _EagerStep(coro, context)
         task = loop.create_task(step.rest(), name=name, context=context)
         step.first(task)
         if not step.finished:
             task.add_done_callback(step.close)
-        return task
+            return task  # type: ignore[return-value]  # rest() returns T once not finished
+        done: asyncio.Future[T] = loop.create_future()
+        error = step.error
+        if error is None:
+            done.set_result(step.value)
+        elif isinstance(error, asyncio.CancelledError):
+            done.cancel()
+        else:
+            done.set_exception(error)
+        return done

@@ -84,7 +84,7 @@ class LanePool(Generic[L]):
         self._ready: deque[L] = deque()
         # Idle workers, each waiting on its future.
         self._parked: deque[asyncio.Future[None]] = deque()
-        self._workers: set[asyncio.Task[None]] = set()
+        self._workers: set[asyncio.Future[None]] = set()
         # Workers woken (or created) that have not looked at the ready queue yet.
         self._waking = 0
         self._stopping = False
@@ -121,10 +121,11 @@ class LanePool(Generic[L]):
         For a lane that is not ready and has nothing ahead of it: a turn that does not
         suspend is over when this returns. The task counts among :attr:`workers` until it
         ends and is cancelled by :meth:`close`; when the turn returns True the lane is
-        made :meth:`ready`.
+        made :meth:`ready`. After :meth:`close` the lane is only queued, as by :meth:`ready`.
         """
         if self._stopping:
-            raise RuntimeError(f"{self.name} is closed")
+            self._ready.append(lane)
+            return
         task = start_eagerly(self._once(lane), name=name or self.name, context=contextvars.Context())
         if not task.done():
             self._workers.add(task)
