@@ -1,14 +1,16 @@
 """start_eagerly: the first step runs inside the call, as the new task, in its context;
-the task then behaves as any task (result, error, cancellation), on 3.11 as on 3.12+."""
+the task then behaves as any task (result, error, cancellation), on 3.11 as on 3.12+.
+start_task: the same where Python has eager tasks (3.12+), an ordinary task on 3.11."""
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import sys
 
 import pytest
 
-from wow_core.concurrency import start_eagerly
+from wow_core.concurrency import start_eagerly, start_task
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
 
@@ -145,3 +147,25 @@ async def test_a_coroutine_cancelled_in_its_first_step_gives_a_cancelled_future(
 
     future = start_eagerly(cancels_itself())
     assert future.cancelled()
+
+
+async def test_start_task_is_eager_only_where_python_has_eager_tasks() -> None:
+    ran: list[str] = []
+    VAR.set("caller")
+
+    async def quick() -> str:
+        ran.append("ran")
+        return VAR.get()
+
+    task = start_task(quick(), name="quick")
+    assert ran == (["ran"] if sys.version_info >= (3, 12) else [])
+    assert await task == "caller"
+    assert ran == ["ran"]
+
+
+async def test_start_task_gives_the_coroutines_error() -> None:
+    async def fails() -> None:
+        raise ValueError("failed")
+
+    with pytest.raises(ValueError, match="failed"):
+        await start_task(fails())

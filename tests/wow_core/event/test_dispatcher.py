@@ -180,52 +180,6 @@ async def test_functions_matching_one_event_run_concurrently() -> None:
     await h.dispatch.stop(5)
 
 
-class LoopTicks:
-    """Counts event-loop iterations: a callback that schedules itself again every turn."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._handle = asyncio.get_running_loop().call_soon(self._tick)
-
-    def _tick(self) -> None:
-        self.count += 1
-        self._handle = asyncio.get_running_loop().call_soon(self._tick)
-
-    def stop(self) -> None:
-        self._handle.cancel()
-
-
-async def test_the_functions_of_one_event_that_never_wait_all_run_in_one_loop_iteration() -> None:
-    """The functions beside the first start as eager tasks (Python 3.11 as 3.12+): one that
-    does not wait never costs a scheduling round trip."""
-    ran: dict[str, int] = {}
-
-    @event_processor(aggregates=["bank.account"])
-    class Quick:
-        @on_event
-        async def first(self, event: Opened) -> None:
-            ran["first"] = ticks.count
-
-        @on_event
-        async def second(self, event: Opened) -> None:
-            ran["second"] = ticks.count
-
-        @on_event
-        def third(self, event: Opened) -> None:
-            ran["third"] = ticks.count
-
-    h = await start(Quick())
-    ticks = LoopTicks()
-    try:
-        await h.events.send(stream(ACCOUNT, "a1", 1, Opened("ann")))
-        await h.settle(1)
-    finally:
-        ticks.stop()
-    assert set(ran) == {"first", "second", "third"}
-    assert len(set(ran.values())) == 1, ran
-    await h.dispatch.stop(5)
-
-
 async def test_one_aggregate_is_serial_and_different_aggregates_run_in_parallel() -> None:
     gates: dict[str, asyncio.Event] = {"a1": asyncio.Event(), "a2": asyncio.Event()}
     trace: list[str] = []

@@ -33,7 +33,7 @@ import logging
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any, Generic, TypeVar
 
-from wow_core.concurrency import start_eagerly
+from wow_core.concurrency import start_task
 from wow_core.event.compensation import CompensationTarget, InvalidCompensationHeaderError
 from wow_core.event.exchange import FunctionExchange
 from wow_core.event.function import ComponentKind, FunctionKind, MessageFunction, MessageFunctionRegistrar
@@ -263,9 +263,9 @@ class AbstractAggregateEventDispatcher(Generic[E]):
             FunctionExchange(component, source, message, f, compensation, last=last_of[f] == index)
             for f in functions
         ]
-        # Eager: a function that does not wait is over before the next one starts and
-        # costs no scheduling round trip (Python 3.11 as 3.12+, see start_eagerly).
-        others = [start_eagerly(handle(exchange)) for exchange in exchanges[1:]]
+        # On Python 3.12+ eager tasks: a function that does not wait costs no scheduling
+        # round trip (on 3.11 ordinary tasks, cheaper there than a backport: start_task).
+        others = [start_task(handle(exchange)) for exchange in exchanges[1:]]
         try:
             settled = [await handle(exchanges[0])]
             # Every task is already running; awaiting them in turn only collects the
