@@ -6,15 +6,16 @@ aggregates proceed concurrently. ``submit`` waits while ``max_in_flight`` pieces
 are admitted and unfinished: that is the back-pressure a dispatcher passes on to its
 receiver.
 
-How: a pool of long-lived worker tasks takes keys from a ready queue. A key with work is
-either in the ready queue or owned by exactly one worker, never both, so its work runs
-one piece at a time in submission order. A worker runs one piece, then puts the key back
-at the end of the queue when it has more (fairness between keys), and moves on to the
-next ready key without going through the event loop. Before it starts a piece while
-other keys wait, it wakes one more worker (a parked one, or a new one): if the piece
-suspends (I/O), that helper takes the next key, so keys that wait on I/O run in
-parallel, while work that never suspends is drained by one worker in one go. Workers are
-at most ``max_in_flight + 1``; idle ones beyond ``max_idle_workers`` exit.
+How: the lanes run on a :class:`~wow_core.concurrency.LanePool` of long-lived worker
+tasks. A key with work is either in the pool's ready queue or in one worker's turn,
+never both, so its work runs one piece at a time in submission order. A turn runs one
+piece; a key with more goes back at the end of the ready queue (fairness between keys)
+and the worker moves on to the next ready key without going through the event loop.
+Before it starts a piece while other keys wait, a worker wakes one more (a parked one, or
+a new one): if the piece suspends (I/O), that helper takes the next key, so keys that
+wait on I/O run in parallel, while work that never suspends is drained by one worker in
+one go. Workers are at most ``max_in_flight + 1``; idle ones beyond
+``max_idle_workers`` exit.
 
 Not guaranteed: any order between keys, or between two executors. Work runs in the
 workers' own (initially empty) ``contextvars`` context, not in the submitter's; a
@@ -25,11 +26,12 @@ same worker.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, TypeVar
+
+from wow_core.concurrency import LanePool
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +53,8 @@ class KeyedExecutor:
         "_idle",
         "_in_flight",
         "_lanes",
-        "_parked",
-        "_ready",
-        "_stopping",
+        "_pool",
         "_waiters",
-        "_waking",
-        "_workers",
-        "max_idle_workers",
         "max_in_flight",
         "name",
     )
@@ -70,24 +67,30 @@ class KeyedExecutor:
         if max_idle_workers < 1:
             raise ValueError("max_idle_workers must be >= 1")
         self.max_in_flight = max_in_flight
-        self.max_idle_workers = max_idle_workers
         self.name = name
         # Submitters waiting for a slot; a finishing piece of work hands its slot over.
         self._waiters: deque[asyncio.Future[None]] = deque()
         # Work per key, admitted and not finished; the running piece is the lane's first.
         self._lanes: dict[Hashable, deque[_Item]] = {}
-        # Keys with work that no worker owns.
-        self._ready: deque[Hashable] = deque()
-        # Idle workers, each waiting on its future.
-        self._parked: deque[asyncio.Future[None]] = deque()
-        self._workers: set[asyncio.Task[None]] = set()
-        # Workers woken (or created) that have not looked at the ready queue yet.
-        self._waking = 0
+        # The pool runs the keys' turns; a key is in its ready queue or in one turn.
+        self._pool: LanePool[Hashable] = LanePool(
+            self._turn, abandon=self._abandon, name=f"{name}-worker", max_idle_workers=max_idle_workers
+        )
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
         self._closed = False
-        self._stopping = False
+
+    @property
+    def max_idle_workers(self) -> int:
+        """Idle workers kept at most; one that would park beyond it ends."""
+        return self._pool.max_idle_workers
+
+    @max_idle_workers.setter
+    def max_idle_workers(self, value: int) -> None:
+        if value < 1:
+            raise ValueError("max_idle_workers must be >= 1")
+        self._pool.max_idle_workers = value
 
     @property
     def in_flight(self) -> int:
@@ -102,7 +105,7 @@ class KeyedExecutor:
     @property
     def workers(self) -> int:
         """Worker tasks alive (running, parked or about to start)."""
-        return len(self._workers)
+        return self._pool.workers
 
     @property
     def closed(self) -> bool:
@@ -160,99 +163,52 @@ class KeyedExecutor:
         self._idle.clear()
         lane = self._lanes.get(key)
         if lane is not None:
-            lane.append((work, future))  # its owner (or the ready queue) has the key
+            lane.append((work, future))  # the pool has the key (ready or in its turn)
             return
         self._lanes[key] = deque(((work, future),))
-        self._ready.append(key)
-        if not self._waking:
-            self._wake()
+        self._pool.ready(key)
 
-    def _wake(self) -> None:
-        """Get one more worker looking at the ready queue: a parked one, else a new one."""
-        self._waking += 1
-        parked = self._parked
-        while parked:
-            park = parked.popleft()
-            if not park.done():
-                park.set_result(None)
-                return
-        task = asyncio.get_running_loop().create_task(
-            self._work(), name=f"{self.name}-worker", context=contextvars.Context()
-        )
-        self._workers.add(task)
-
-    async def _work(self) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        ready = self._ready
-        lanes = self._lanes
-        self._waking -= 1
-        key: Hashable = None
-        lane: deque[_Item] | None = None
+    async def _turn(self, key: Hashable) -> bool:
+        """Run the first piece of ``key``'s lane; True when the lane has more."""
+        lane = self._lanes[key]
+        work, future = lane[0]
         try:
-            while True:
-                if not ready:
-                    if self._stopping or len(self._parked) >= self.max_idle_workers:
-                        return
-                    park: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                    self._parked.append(park)
-                    try:
-                        await park
-                    except asyncio.CancelledError:
-                        if park.done() and not park.cancelled():
-                            self._waking -= 1
-                        else:
-                            self._parked.remove(park)
-                        raise
-                    self._waking -= 1
-                    continue
-                key = ready.popleft()
-                lane = lanes[key]
-                if ready and not self._waking:
-                    self._wake()  # others wait: a helper takes them if this piece suspends
-                work, future = lane[0]
-                try:
-                    if future is None:
-                        await work()
-                    elif not future.cancelled():
-                        value = await work()
-                        if not future.done():
-                            future.set_result(value)
-                except asyncio.CancelledError:
-                    if future is not None and not future.done():
-                        future.cancel()
-                    if task.cancelling():
-                        raise  # the worker is stopped (close); the lane is abandoned below
-                except Exception as error:
-                    if future is not None and not future.done():
-                        future.set_exception(error)
-                    else:
-                        log.exception("%s: work of %r failed", self.name, key)
-                finally:
-                    lane.popleft()
-                    self._done()
-                if lane:
-                    ready.append(key)
-                else:
-                    del lanes[key]
-                lane = None
+            if future is None:
+                await work()
+            elif not future.cancelled():
+                value = await work()
+                if not future.done():
+                    future.set_result(value)
+        except asyncio.CancelledError:
+            if future is not None and not future.done():
+                future.cancel()
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the worker is stopped (close); the pool abandons the lane
+        except Exception as error:
+            if future is not None and not future.done():
+                future.set_exception(error)
+            else:
+                log.exception("%s: work of %r failed", self.name, key)
         finally:
-            self._workers.discard(task)
-            if lane is not None:
-                # The worker was stopped while it owned this key: its work left behind
-                # is abandoned, not run.
-                self._abandon(key, lane)
-            if ready and not self._waking and not self._stopping:
-                self._wake()
+            lane.popleft()
+            self._done()
+        if lane:
+            return True
+        del self._lanes[key]
+        return False
 
-    def _abandon(self, key: Hashable, lane: deque[_Item]) -> None:
+    def _abandon(self, key: Hashable) -> None:
+        """The worker was stopped while it owned ``key``: its work left behind is
+        abandoned, not run."""
+        lane = self._lanes.pop(key, None)
+        if lane is None:
+            return
         while lane:
             _, future = lane.popleft()
             if future is not None and not future.done():
                 future.cancel()
             self._done()
-        if self._lanes.get(key) is lane:
-            del self._lanes[key]
 
     def _done(self) -> None:
         """Release one slot: to the first waiting submitter, else to the pool."""
@@ -279,13 +235,9 @@ class KeyedExecutor:
         rest; the workers end. True when everything finished."""
         self._closed = True
         finished = await self.drain(timeout)
-        self._stopping = True
-        workers = list(self._workers)
-        for worker in workers:
-            worker.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
         # Keys no worker owned when the workers stopped: abandoned, not run.
-        self._ready.clear()
-        for key, lane in list(self._lanes.items()):
-            self._abandon(key, lane)
+        for key in await self._pool.close():
+            self._abandon(key)
+        for key in list(self._lanes):
+            self._abandon(key)
         return finished

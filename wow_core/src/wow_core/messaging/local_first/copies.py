@@ -31,12 +31,13 @@ import asyncio
 import contextlib
 import contextvars
 import logging
-import sys
 from collections import deque
-from collections.abc import Coroutine, Generator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Generic, TypeVar
 
+from wow_core.concurrency import LanePool
 from wow_core.context import CapturedContext, ContextCapture
 from wow_core.messaging.contract import BusClosedError, MessageBus
 from wow_core.metrics import Metrics, NoopMetrics
@@ -149,21 +150,32 @@ def _retrieve(future: asyncio.Future[None]) -> None:
         future.exception()
 
 
-_IDLE = 0
-"""No copy of the lane can go out yet: the lane is empty or its first copy was queued
-without being started."""
-_WAITING = 1
-"""The first copy waits for its hand-off result (a callback and a deadline timer armed)."""
-_READY = 2
-"""The lane's key is in the ready queue."""
-_RUNNING = 3
-"""A worker owns the lane and is sending its first copy."""
+class _LaneState(Enum):
+    """Where a copy lane is; exactly one at a time."""
+
+    IDLE = "idle"
+    """No copy of the lane can go out yet: the lane is empty or its first copy was queued
+    without being started."""
+    WAITING = "waiting"
+    """The first copy waits for its hand-off result (a callback and a deadline timer armed)."""
+    READY = "ready"
+    """The lane is in the worker pool's ready queue."""
+    RUNNING = "running"
+    """A task (a pool worker, or the task that sends a copy at once) owns the lane and is
+    sending its first copy."""
+
+
+# Module-level names of the states: the hot paths read a global, not an Enum attribute.
+_IDLE = _LaneState.IDLE
+_WAITING = _LaneState.WAITING
+_READY = _LaneState.READY
+_RUNNING = _LaneState.RUNNING
 
 
 class _Lane:
-    """The copy queue of one aggregate id and its state (see ``_IDLE`` ... ``_RUNNING``).
+    """The copy queue of one aggregate id and its :class:`_LaneState`.
 
-    A lane is in the ready queue, owned by one worker, or waiting on one callback, never
+    A lane is in the ready queue, owned by one task, or waiting on one callback, never
     two of those at once: its copies go out one at a time, in queue order.
     """
 
@@ -190,101 +202,6 @@ class _Lane:
             self.admission = None
 
 
-if sys.version_info >= (3, 12):
-
-    def _start_eagerly(
-        loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None], name: str
-    ) -> asyncio.Task[None]:
-        """A task in an empty context whose first step runs now, inside the caller."""
-        return asyncio.Task(coro, loop=loop, name=name, context=contextvars.Context(), eager_start=True)
-
-else:
-    from asyncio.tasks import _enter_task, _leave_task
-
-    class _Continue:
-        """Continues, inside a task, a coroutine whose first step already ran: the task
-        forwards what it is sent or thrown (a wake-up, a cancellation), as ``await`` would."""
-
-        __slots__ = ("awaited", "coro")
-
-        def __init__(self, coro: Coroutine[Any, Any, None], awaited: Any) -> None:
-            self.coro = coro
-            self.awaited = awaited
-
-        def __await__(self) -> Generator[Any, Any, None]:
-            coro, awaited = self.coro, self.awaited
-            while True:
-                try:
-                    sent = yield awaited
-                except BaseException as error:
-                    try:
-                        awaited = coro.throw(error)
-                    except StopIteration:
-                        return
-                else:
-                    try:
-                        awaited = coro.send(sent)
-                    except StopIteration:
-                        return
-
-    class _EagerStep:
-        """Python 3.11 has no eager tasks: the task is created (scheduled) first, then its
-        coroutine's first step runs at once with the task made current (so
-        ``current_task()``, and the timeouts that cancel it, see the task, not the caller)
-        in the task's own context. The scheduled step only continues what is left."""
-
-        __slots__ = ("awaited", "context", "coro", "error", "finished")
-
-        def __init__(self, coro: Coroutine[Any, Any, None], context: contextvars.Context) -> None:
-            self.coro = coro
-            self.context = context
-            self.awaited: Any = None
-            self.finished = False
-            self.error: BaseException | None = None
-
-        def first(self, task: asyncio.Task[None]) -> None:
-            loop = task.get_loop()
-            caller = asyncio.current_task(loop)
-            if caller is not None:
-                _leave_task(loop, caller)
-            _enter_task(loop, task)
-            try:
-                self.awaited = self.context.run(self.coro.send, None)
-            except StopIteration:
-                self.finished = True
-            except BaseException as error:
-                self.finished = True
-                self.error = error
-            finally:
-                _leave_task(loop, task)
-                if caller is not None:
-                    _enter_task(loop, caller)
-
-        async def rest(self) -> None:
-            if self.finished:
-                if self.error is not None:
-                    raise self.error
-                return
-            await _Continue(self.coro, self.awaited)
-
-        def close(self, _: object = None) -> None:
-            """Close a coroutine whose task was cancelled before it could continue it."""
-            if getattr(self.coro, "cr_frame", None) is not None:
-                self.context.run(self.coro.close)
-
-    def _start_eagerly(
-        loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None], name: str
-    ) -> asyncio.Task[None]:
-        """A task in an empty context whose first step runs now, inside the caller."""
-        context = contextvars.Context()
-        step = _EagerStep(coro, context)
-        task = loop.create_task(step.rest(), name=name, context=context)
-        step.first(task)
-        if not step.finished:
-            task.add_done_callback(step.close)
-        return task
-
-
 class LocalFirstDistributedCopies(Generic[M]):
     """The distributed copies of one local-first bus, queued per aggregate id.
 
@@ -292,12 +209,12 @@ class LocalFirstDistributedCopies(Generic[M]):
     ``settings_key`` names the settings of the bus in log messages.
 
     How the queues are drained: a lane whose first copy can go out (its hand-off result is
-    known, or its deadline passed) puts its key in a ready queue; a pool of long-lived
-    worker tasks takes keys from it and sends one copy per turn, then puts the key back at
-    the end when the lane's next copy can go out (fairness between aggregates). A lane
+    known, or its deadline passed) is made ready in a :class:`~wow_core.concurrency.LanePool`;
+    its long-lived worker tasks send one copy per turn, and a lane whose next copy can go
+    out goes back at the end of the ready queue (fairness between aggregates). A lane
     whose first copy waits for its hand-off result holds no worker: a callback on the
     admission (and one deadline timer) makes it ready. Before a worker sends while other
-    keys are ready, it wakes one more worker, so a send that suspends (I/O) does not delay
+    lanes are ready, it wakes one more worker, so a send that suspends (I/O) does not delay
     other aggregates. Idle workers beyond ``max_idle_workers`` end.
     """
 
@@ -317,8 +234,6 @@ class LocalFirstDistributedCopies(Generic[M]):
             raise ValueError("backlog_high_water_mark must be >= 1")
         if hand_off_timeout <= 0:
             raise ValueError("hand_off_timeout must be > 0")
-        if max_idle_workers < 1:
-            raise ValueError("max_idle_workers must be >= 1")
         self._distributed = distributed
         self.bus_name = bus_name
         self._settings_key = settings_key or f"WOW_{bus_name.upper()}__BUS__LOCAL_FIRST"
@@ -327,19 +242,18 @@ class LocalFirstDistributedCopies(Generic[M]):
         self.backlog_high_water_mark = backlog_high_water_mark
         self._rearm_below = max(1, int(backlog_high_water_mark * REARM_RATIO))
         self.hand_off_timeout = hand_off_timeout
-        self.max_idle_workers = max_idle_workers
         self._lanes: dict[AggregateId, _Lane] = {}
-        # Keys whose lane is ready; the lane state is _READY exactly while its key is here.
-        self._ready: deque[AggregateId] = deque()
-        self._parked: deque[asyncio.Future[None]] = deque()
-        self._workers: set[asyncio.Task[None]] = set()
-        # Workers woken (or created) that have not looked at the ready queue yet.
-        self._waking = 0
+        # The lane state is READY exactly while the lane is in the pool's ready queue.
+        self._pool: LanePool[_Lane] = LanePool(
+            self._turn,
+            abandon=self._abandon,
+            name=f"local-first {bus_name} copies",
+            max_idle_workers=max_idle_workers,
+        )
         # Lanes not idle (waiting, ready or running); join and flush wait for 0.
         self._active = 0
         self._quiet = asyncio.Event()
         self._quiet.set()
-        self._stopping = False
         self._backlog: dict[NamedAggregate, int] = {}
         self._above_mark: set[NamedAggregate] = set()
         self._tag_cache: dict[NamedAggregate, dict[str, str]] = {}
@@ -356,7 +270,18 @@ class LocalFirstDistributedCopies(Generic[M]):
     @property
     def workers(self) -> int:
         """Worker tasks alive (sending, parked or about to start)."""
-        return len(self._workers)
+        return self._pool.workers
+
+    @property
+    def max_idle_workers(self) -> int:
+        """Idle workers kept at most; one that would park beyond it ends."""
+        return self._pool.max_idle_workers
+
+    @max_idle_workers.setter
+    def max_idle_workers(self, value: int) -> None:
+        if value < 1:
+            raise ValueError("max_idle_workers must be >= 1")
+        self._pool.max_idle_workers = value
 
     def queue(self, message: M, *, start: bool = True) -> QueuedCopy[M]:
         """Queue ``message`` (an independent copy) behind the earlier copies of its aggregate.
@@ -389,7 +314,7 @@ class LocalFirstDistributedCopies(Generic[M]):
         """
         entry.started = True
         lane = self._lanes.get(entry.message.aggregate_id)
-        if lane is None or lane.state != _IDLE or lane.copies[0] is not entry:
+        if lane is None or lane.state is not _IDLE or lane.copies[0] is not entry:
             return  # an earlier copy is in its lane; this one follows in its turn
         self._active += 1
         self._quiet.clear()
@@ -399,13 +324,10 @@ class LocalFirstDistributedCopies(Generic[M]):
             # step runs inside this call, so a send that does not wait completes before
             # this returns (a refused sender then waits for no loop turn).
             lane.state = _RUNNING
-            loop = asyncio.get_running_loop()
-            task = _start_eagerly(loop, self._send_first(lane), f"local-first {self.bus_name} copy")
-            if not task.done():
-                self._workers.add(task)
-                task.add_done_callback(self._workers.discard)
+            self._pool.run_now(lane, name=f"local-first {self.bus_name} copy")
             return
-        self._arm(lane)
+        if self._arm(lane):
+            self._pool.ready(lane)
 
     def backlog(self, named_aggregate: NamedAggregate | None = None) -> int:
         """Copies waiting to be sent, for one aggregate type or in total."""
@@ -420,8 +342,9 @@ class LocalFirstDistributedCopies(Generic[M]):
 
     # -- draining -----------------------------------------------------------------------
 
-    def _arm(self, lane: _Lane) -> None:
-        """Make a lane whose first copy was started ready, or wait for its hand-off result."""
+    def _arm(self, lane: _Lane) -> bool:
+        """A lane whose first copy was started: True when that copy can go out now (the lane
+        is READY; the caller puts it in the pool), else it waits for its hand-off result."""
         entry = lane.copies[0]
         admission = entry.admission
         if admission is not None and not admission.done():
@@ -434,105 +357,42 @@ class LocalFirstDistributedCopies(Generic[M]):
                 empty = contextvars.Context()
                 admission.add_done_callback(lane.decided, context=empty)
                 lane.timer = loop.call_at(entry.deadline, lane.decided, context=empty)
-                return
+                return False
         lane.state = _READY
-        self._ready.append(lane.key)
-        if not self._waking:
-            self._wake()
+        return True
 
     def _decided(self, lane: _Lane) -> None:
-        if lane.state != _WAITING:
+        if lane.state is not _WAITING:
             return
         lane.disarm()
         lane.state = _READY
-        self._ready.append(lane.key)
-        if not self._waking:
-            self._wake()
+        self._pool.ready(lane)
 
-    def _wake(self) -> None:
-        """Get one more worker looking at the ready queue: a parked one, else a new one."""
-        if self._stopping:
-            return
-        self._waking += 1
-        parked = self._parked
-        while parked:
-            park = parked.popleft()
-            if not park.done():
-                park.set_result(None)
-                return
-        task = asyncio.get_running_loop().create_task(
-            self._work(), name=f"local-first {self.bus_name} copies", context=contextvars.Context()
-        )
-        self._workers.add(task)
-
-    async def _work(self) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        ready = self._ready
-        lanes = self._lanes
-        self._waking -= 1
-        lane: _Lane | None = None
-        try:
-            while True:
-                if not ready:
-                    if self._stopping or len(self._parked) >= self.max_idle_workers:
-                        return
-                    park: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                    self._parked.append(park)
-                    try:
-                        await park
-                    except asyncio.CancelledError:
-                        if park.done() and not park.cancelled():
-                            self._waking -= 1
-                        else:
-                            self._parked.remove(park)
-                        raise
-                    self._waking -= 1
-                    continue
-                lane = lanes[ready.popleft()]
-                lane.state = _RUNNING
-                if ready and not self._waking:
-                    self._wake()  # others wait: a helper takes them if this send suspends
-                entry = lane.copies[0]
-                await self._send_in_turn(entry, task)
-                lane.copies.popleft()
-                self._add_backlog(lane.key.named_aggregate, -1)
-                self._advance(lane)
-                lane = None
-        finally:
-            self._workers.discard(task)
-            if lane is not None and lane.state == _RUNNING:
-                # Stopped while sending (flush timeout, loop shutdown): the lane's copies,
-                # the one being sent included, are cancelled and counted.
-                self._cancel_all(lane)
-                self._retire(lane)
-            if ready and not self._waking:
-                self._wake()
-
-    async def _send_first(self, lane: _Lane) -> None:
-        """Send a lane's first copy (the lane is owned by this task), then let the pool
-        take the lane's next copy."""
-        task = asyncio.current_task()
-        assert task is not None
-        try:
-            await self._send_in_turn(lane.copies[0], task)
-        except BaseException:
-            # Stopped while sending (flush timeout, loop shutdown): cancelled and counted.
-            if lane.state == _RUNNING:
-                self._cancel_all(lane)
-                self._retire(lane)
-            raise
+    async def _turn(self, lane: _Lane) -> bool:
+        """Send a lane's first copy (the lane is owned by the calling task); True when the
+        lane's next copy can go out now (the pool puts the lane back in its ready queue)."""
+        lane.state = _RUNNING
+        await self._send_in_turn(lane.copies[0])
         lane.copies.popleft()
         self._add_backlog(lane.key.named_aggregate, -1)
-        self._advance(lane)
+        return self._advance(lane)
 
-    def _advance(self, lane: _Lane) -> None:
-        """After a worker sent a lane's first copy: the next one, or the lane goes idle."""
+    def _abandon(self, lane: _Lane) -> None:
+        """The task sending the lane's first copy was stopped (flush timeout, loop
+        shutdown, a cancelled worker): the lane's copies, that one included, are cancelled
+        and counted."""
+        if lane.state is _RUNNING:
+            self._cancel_all(lane)
+            self._retire(lane)
+
+    def _advance(self, lane: _Lane) -> bool:
+        """After a lane's first copy was sent: True when the next one can go out now, else
+        it waits for its hand-off result or the lane goes idle."""
         copies = lane.copies
         if copies and copies[0].started:
-            self._arm(lane)
-            return
+            return self._arm(lane)
         self._retire(lane)
+        return False
 
     def _retire(self, lane: _Lane) -> None:
         """An active lane goes idle (and is forgotten when it has no copies)."""
@@ -554,8 +414,8 @@ class LocalFirstDistributedCopies(Generic[M]):
         self._add_backlog(key.named_aggregate, -count)
         self._metrics.increment(COPIES_CANCELLED, count, self._tags(key.named_aggregate))
 
-    async def _send_in_turn(self, entry: QueuedCopy[M], worker: asyncio.Task[None]) -> None:
-        """Send one copy; raises only when the worker itself is cancelled."""
+    async def _send_in_turn(self, entry: QueuedCopy[M]) -> None:
+        """Send one copy; raises only when the task sending it is cancelled itself."""
         local_first = self._decide(entry)
         message = entry.message
         message.header[Header.LOCAL_FIRST] = "true" if local_first else "false"
@@ -564,8 +424,10 @@ class LocalFirstDistributedCopies(Generic[M]):
             with entry.context.restored():
                 await self._distributed.send(message)
         except (Exception, asyncio.CancelledError) as error:
-            if isinstance(error, asyncio.CancelledError) and worker.cancelling():
-                raise
+            if isinstance(error, asyncio.CancelledError):
+                worker = asyncio.current_task()
+                if worker is not None and worker.cancelling():
+                    raise
             self._metrics.increment(COPY_FAILED, 1.0, {**tags, "handed_off": _flag(entry.handed_off)})
             if not entry.awaited:
                 log.error(
@@ -680,19 +542,14 @@ class LocalFirstDistributedCopies(Generic[M]):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.join(), timeout)
         cancelled = sum(len(lane.copies) for lane in self._lanes.values())
-        self._stopping = True
-        workers = list(self._workers)
-        for worker in workers:
-            worker.cancel()
-        if workers:
-            await asyncio.gather(*workers, return_exceptions=True)
+        # Stops the workers; a lane one of them was sending is cancelled through _abandon.
+        await self._pool.close()
         # Whatever is still queued now (waiting for a hand-off result, ready but not taken,
         # or never started) is cancelled.
-        self._ready.clear()
         for lane in list(self._lanes.values()):
             lane.disarm()
             self._cancel_all(lane)
-            if lane.state != _IDLE:
+            if lane.state is not _IDLE:
                 self._retire(lane)
             elif self._lanes.get(lane.key) is lane:
                 del self._lanes[lane.key]
