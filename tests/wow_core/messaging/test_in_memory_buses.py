@@ -578,3 +578,61 @@ async def test_a_member_quiescing_with_plain_messages_and_no_member_left_drops_t
     assert receiver.pending == 0
     assert "dropped 2 messages" in caplog.text
     await bus.close()
+
+
+@pytest.mark.parametrize("leave", ["settles", "closes"])
+async def test_a_moved_key_waits_until_the_quiescing_member_settled_what_it_still_processes(
+    leave: str,
+) -> None:
+    # The member taking over an aggregate id must not start on its next message while the
+    # stopping member still processes an earlier one: the id's messages keep their order.
+    bus = InMemoryDomainEventBus()
+    leaving, staying = bus.receiver(sub("g1")), bus.receiver(sub("g1"))
+    for member in (leaving, staying):
+        member.open_processing()
+    before = await owners(bus, [leaving, staying], IDS)
+    moved = next(aggregate for aggregate in IDS if before[aggregate] is leaving)
+    kept = next(aggregate for aggregate in IDS if before[aggregate] is staying)
+    await bus.send(stream(moved, 1))
+    await bus.send(stream(moved, 2))
+    processing = await pull(leaving)  # version 1, in flight
+    assert await leaving.quiesce(0) is False  # quiescing now, version 1 still in flight
+    await bus.send(stream(moved, 3))
+    await bus.send(stream(kept, 1))
+
+    assert leaving.pending == 0
+    assert await take_all(staying) == [(kept, 1)]  # other ids go on; the moved one waits
+    if leave == "settles":
+        await processing.ack()
+        assert await leaving.quiesce(TIMEOUT) is True
+    else:
+        await leaving.close()
+    assert await take_all(staying) == [(moved, 2), (moved, 3)]
+    await bus.close()
+
+
+async def test_a_hand_off_for_a_key_the_quiescing_member_still_processes_is_refused() -> None:
+    # Refused, its copy goes out in its turn behind the copy of the message in flight.
+    bus = InMemoryDomainEventBus()
+    leaving, staying = (
+        bus.receiver(sub("g1", runtime_owned=True)),
+        bus.receiver(sub("g1", runtime_owned=True)),
+    )
+    for member in (leaving, staying):
+        member.open_processing()
+    before = await owners(bus, [leaving, staying], IDS)
+    moved = next(aggregate for aggregate in IDS if before[aggregate] is leaving)
+    kept = next(aggregate for aggregate in IDS if before[aggregate] is staying)
+    first = bus.hand_off(stream(moved, 1))
+    processing = await pull(leaving)
+    assert await leaving.quiesce(0) is False
+
+    assert not bus.hand_off(stream(moved, 2)).accepted
+    assert bus.hand_off(stream(kept, 1)).accepted
+    await processing.ack()
+    assert await leaving.quiesce(TIMEOUT) is True
+    assert first.admission.result() is True
+    moved_on = bus.hand_off(stream(moved, 3))  # settled: the id has moved
+    assert moved_on.accepted
+    assert await take_all(staying) == [(kept, 1), (moved, 3)]
+    await bus.close()

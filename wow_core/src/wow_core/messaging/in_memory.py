@@ -9,11 +9,14 @@ What they guarantee:
 * ``send`` returns once the message entered the sink of every routed receiver (one
   receiver per group; members of a group share the messages, each aggregate id sticks
   to one member so its messages stay in order). A member that is quiescing or closed is
-  never chosen: its aggregate ids move to the other members of its group, and what its
-  sink held and will never yield moves with them, ahead of anything sent later for those
-  ids. A group with no member left is a group without subscriber. SENT proves only that
-  the in-process sink emission ended; with no subscriber it logs at debug and completes,
-  so it does not prove that a processor exists.
+  never given a message to yield: its aggregate ids move to the other members of its
+  group, and what its sink held and will never yield moves with them, ahead of anything
+  sent later for those ids. While it quiesces with exchanges in flight (*draining*) it
+  still holds its ids: what arrives for them waits, in order, until it settled them or
+  closed, so the next member never starts on an id's next message while the earlier one
+  is still processed. A group with no other member is a group without subscriber. SENT
+  proves only that the in-process sink emission ended; with no subscriber it logs at
+  debug and completes, so it does not prove that a processor exists.
 * A message is marked read-only before it is emitted.
 * Sinks are unbounded: a sender never waits for a receiver to pull.
 * Nothing reaches a consumer before ``open_processing()``.
@@ -23,9 +26,8 @@ What they do not: durability. A message in a sink exists only in this process; a
 that quiesces or closes with no other member in its group to take over drops what it did
 not yield (logged at warning; closing the bus drops everything), and rejects the hand-off
 admissions still pending in any case. There is no redelivery: ``ack`` only settles the
-exchange, and a message a member already yielded stays with it: the member taking over
-its aggregate id may start on the next message of that id while the stopping member
-still processes it.
+exchange. A hand-off for an id a draining member holds is refused (its local-first copy
+goes out in its turn, behind the copy of the message still in flight).
 
 A handed-off message is admitted by a receiver when its consumer *acknowledges* the
 exchange, after processing it; releasing the exchange without ``ack`` (a function outcome
@@ -115,7 +117,7 @@ class _Settlement:
             self.admission.reject()
         receiver = self.receiver
         receiver._unsettled.discard(self)
-        receiver._in_flight.leave()
+        receiver._settled_one()
 
 
 class _Delivery:
@@ -145,6 +147,7 @@ class InMemoryReceiver(Generic[E]):
         "_exchange_type",
         "_in_flight",
         "_opened",
+        "_parked",
         "_quiescing",
         "_salt",
         "_sink",
@@ -161,6 +164,9 @@ class InMemoryReceiver(Generic[E]):
         self.subscription = subscription
         self._exchange_type = exchange_type
         self._sink: deque[_Delivery] = deque()
+        self._parked: deque[_Delivery] = deque()
+        """Messages for its aggregate ids that arrived while it quiesces with exchanges in
+        flight: they wait here, in order, until it drained or closed, then move on."""
         self._waiter: asyncio.Future[None] | None = None
         self._watchers: list[Callable[[], None]] = []
         self._opened = False
@@ -182,6 +188,13 @@ class InMemoryReceiver(Generic[E]):
         """Takes new messages: neither quiescing nor closed (a member that will yield nothing
         more is never chosen, so nothing is emitted where it would never be yielded)."""
         return not self._quiescing and not self._closed
+
+    @property
+    def draining(self) -> bool:
+        """Quiescing with exchanges still in flight: it still holds its aggregate ids, so
+        that another member does not start on the next message of one of them before this
+        one settled the earlier; what arrives for them waits (parked) meanwhile."""
+        return self._quiescing and not self._closed and self._in_flight.count > 0
 
     def _emit(self, delivery: _Delivery) -> None:
         self._sink.append(delivery)
@@ -237,7 +250,13 @@ class InMemoryReceiver(Generic[E]):
                 self._waiter = None
 
     def _on_settle(self) -> None:
+        self._settled_one()
+
+    def _settled_one(self) -> None:
         self._in_flight.leave()
+        if self._quiescing and self._parked and self._in_flight.count == 0:
+            # Drained: the aggregate ids it still held move on, with what waited for them.
+            self._bus._hand_back(self)
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -279,7 +298,9 @@ class InMemoryReceiver(Generic[E]):
         every later copy of that aggregate, a refused send's included) goes out unmarked
         without waiting for this receiver's demand. Its other messages go, in order, to
         the members of its group that take their aggregate ids now (dropped and logged
-        when no member is left), ahead of anything sent later for those ids.
+        when no other member is left), ahead of anything sent later for those ids; while
+        exchanges are in flight here, the ids stay here and their messages wait (parked,
+        not yielded) until the last one settled or this receiver closed.
         """
         if not self._quiescing and not self._closed:
             self._quiescing = True
@@ -336,12 +357,14 @@ def _score(key_hash: int, salt: int) -> int:
 def _choose(
     members: list[InMemoryReceiver[Any]], key: str, eligible: Callable[[InMemoryReceiver[Any]], bool]
 ) -> InMemoryReceiver[Any] | None:
-    """The member of a group that takes ``key``: of the eligible members, the one scoring
-    highest for it (rendezvous hashing), ``None`` when no member is eligible.
+    """The member of a group that holds ``key``: of the eligible and the draining members,
+    the one scoring highest for it (rendezvous hashing); ``None`` when no member is
+    eligible (a draining member alone hands its ids to nobody).
 
     A key's member changes only when that member stops being eligible (its keys spread
-    over the others) or a new member scores higher for it: a member leaving moves no key
-    between two members that stay, so their keys keep their order.
+    over the others, once it drained) or a new member scores higher for it: a member
+    leaving moves no key between two members that stay, so their keys keep their order.
+    The caller parks a message whose member is draining.
     """
     if len(members) == 1:
         member = members[0]
@@ -349,12 +372,16 @@ def _choose(
     key_hash = zlib.crc32(key.encode("utf-8"))
     best: InMemoryReceiver[Any] | None = None
     best_score = -1
+    any_eligible = False
     for member in members:
         if eligible(member):
-            score = _score(key_hash, member._salt)
-            if score > best_score:
-                best, best_score = member, score
-    return best
+            any_eligible = True
+        elif not member.draining:
+            continue
+        score = _score(key_hash, member._salt)
+        if score > best_score:
+            best, best_score = member, score
+    return best if any_eligible else None
 
 
 def _accepting(member: InMemoryReceiver[Any]) -> bool:
@@ -363,6 +390,14 @@ def _accepting(member: InMemoryReceiver[Any]) -> bool:
 
 def _routable(member: InMemoryReceiver[Any]) -> bool:
     return member.routable
+
+
+def _deliver(member: InMemoryReceiver[Any], delivery: _Delivery) -> None:
+    """Into ``member``'s sink, or parked with it while it drains."""
+    if member.draining:
+        member._parked.append(delivery)
+    else:
+        member._emit(delivery)
 
 
 class _InMemoryBus(Generic[M, E]):
@@ -437,24 +472,28 @@ class _InMemoryBus(Generic[M, E]):
                     message.id,
                 )
                 continue
-            member._emit(delivery)
+            _deliver(member, delivery)
 
     def _hand_back(self, receiver: InMemoryReceiver[Any]) -> None:
-        """Empty the sink of ``receiver``, which stopped taking messages (quiescing, closed).
+        """Empty the sink of ``receiver``, which stopped taking messages (quiescing, closed),
+        and, once it is not draining any more, what was parked with it.
 
         A handed-off message's admission is rejected (its distributed copy goes out
-        unmarked). Every other message goes, in sink order, to the member of the group
-        that now takes its key, so it is yielded there before anything sent later for
-        that key; with no member left it is dropped, as a send without subscriber keeps
-        nothing, and the drop is logged.
+        unmarked). Every other message goes, sink first and in order, to the member of the
+        group that now holds its key (parked with ``receiver`` itself while it drains), so
+        it is yielded before anything sent later for that key; with no member left it is
+        dropped, as a send without subscriber keeps nothing, and the drop is logged.
         """
-        sink = receiver._sink
-        if not sink:
+        deliveries = receiver._sink
+        if not receiver.draining and receiver._parked:
+            deliveries.extend(receiver._parked)
+            receiver._parked = deque()
+        if not deliveries:
             return
+        receiver._sink = deque()
         group = receiver.subscription.group
         dropped = 0
-        while sink:
-            delivery = sink.popleft()
+        for delivery in deliveries:
             if delivery.admission is not None:
                 delivery.admission.reject()
                 continue
@@ -465,7 +504,7 @@ class _InMemoryBus(Generic[M, E]):
             if member is None:
                 dropped += 1
             else:
-                member._emit(delivery)
+                _deliver(member, delivery)
         if dropped:
             _log.log(
                 logging.DEBUG if self._closing else logging.WARNING,
@@ -503,7 +542,8 @@ class _InMemoryBus(Generic[M, E]):
             if len(members) == 1:  # the common case, without the scans below
                 member = members[0]
                 if not member.subscription.runtime_owned:
-                    plain.append(member)
+                    if member.accepting:
+                        plain.append(member)
                 elif member.routable:
                     counted.append(member)
                 else:
@@ -516,6 +556,13 @@ class _InMemoryBus(Generic[M, E]):
                 if chosen is None:
                     return HandOffReceipt.refused(
                         f"group {group!r} of {aggregate_id.named_aggregate} has no processing-open receiver"
+                    )
+                if chosen.draining:
+                    # Refused: its copy goes out in its turn, behind the copy of the message
+                    # the draining member still processes, so the order is kept.
+                    return HandOffReceipt.refused(
+                        f"the member of group {group!r} holding {aggregate_id} is stopping "
+                        "with a message of it in flight"
                     )
                 counted.append(chosen)
             else:
@@ -532,7 +579,7 @@ class _InMemoryBus(Generic[M, E]):
         if plain:
             delivery = _Delivery(message, None)
             for receiver in plain:
-                receiver._emit(delivery)
+                _deliver(receiver, delivery)
         return HandOffReceipt(True, future, receivers=len(counted))
 
     async def close(self) -> None:
