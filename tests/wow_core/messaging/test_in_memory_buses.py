@@ -447,3 +447,192 @@ async def test_a_second_concurrent_pull_is_a_clear_error_and_a_cancelled_pull_lo
     await exchange.ack()
     assert receipt.admission.result() is True
     await bus.close()
+
+
+# -- members of one group that quiesce or close ---------------------------------------------
+
+
+async def take_all(receiver: InMemoryReceiver[Any]) -> list[tuple[str, int]]:
+    """Pull and acknowledge what ``receiver`` holds now: (aggregate id, version), in order."""
+    taken: list[tuple[str, int]] = []
+    while receiver.pending:
+        exchange = await pull(receiver)
+        taken.append((exchange.message.aggregate_id.id, exchange.message.version))
+        await exchange.ack()
+    return taken
+
+
+async def owners(
+    bus: InMemoryDomainEventBus, members: list[InMemoryReceiver[Any]], ids: list[str]
+) -> dict[str, InMemoryReceiver[Any]]:
+    """Which member each aggregate id goes to now, found by sending (and taking) one stream each."""
+    found: dict[str, InMemoryReceiver[Any]] = {}
+    for aggregate in ids:
+        await bus.send(stream(aggregate, version=PROBE))
+        (owner,) = [member for member in members if member.pending]
+        assert await take_all(owner) == [(aggregate, PROBE)]
+        found[aggregate] = owner
+    return found
+
+
+IDS = [f"id-{n}" for n in range(60)]
+PROBE = 99
+
+
+async def test_a_quiescing_member_is_never_chosen_its_keys_move_to_the_remaining_members() -> None:
+    bus = InMemoryDomainEventBus()
+    leaving, staying = bus.receiver(sub("g1")), bus.receiver(sub("g1"))
+    for member in (leaving, staying):
+        member.open_processing()
+    before = await owners(bus, [leaving, staying], IDS)
+    moved = [aggregate for aggregate in IDS if before[aggregate] is leaving]
+    assert moved, "some keys hashed to the leaving member"
+
+    assert await leaving.quiesce(0)
+    for aggregate in IDS:
+        await bus.send(stream(aggregate, version=1))
+
+    assert leaving.pending == 0  # nothing lands where it would never be yielded
+    assert sorted(await take_all(staying)) == sorted((aggregate, 1) for aggregate in IDS)
+    with pytest.raises(StopAsyncIteration):
+        await anext(leaving)
+    await bus.close()
+
+
+async def test_keys_of_the_other_members_stay_where_they_are_when_one_quiesces() -> None:
+    # Sends and hand-offs choose alike, and a member leaving moves only its own keys:
+    # another key moving between two running members could be processed out of order.
+    bus = InMemoryDomainEventBus()
+    members = [bus.receiver(sub("g1", runtime_owned=True)) for _ in range(3)]
+    for member in members:
+        member.open_processing()
+    before = await owners(bus, members, IDS)
+    leaving = members[2]
+    assert await leaving.quiesce(0)
+
+    after = await owners(bus, members, IDS)
+    for aggregate in IDS:
+        receipt = bus.hand_off(stream(aggregate, version=1))
+        assert receipt.accepted
+        (handed_to,) = [member for member in members if member.pending]
+        assert handed_to is after[aggregate], f"{aggregate}: send and hand-off choose the same member"
+        await take_all(handed_to)
+        assert receipt.admission.result() is True
+    assert all(after[a] is before[a] for a in IDS if before[a] is not leaving)
+    assert all(after[a] is not leaving for a in IDS)
+    await bus.close()
+
+
+@pytest.mark.parametrize("leave", ["quiesce", "close"])
+async def test_what_a_leaving_member_did_not_yield_goes_to_the_remaining_members_in_order(leave: str) -> None:
+    bus = InMemoryDomainEventBus()
+    leaving, staying = bus.receiver(sub("g1")), bus.receiver(sub("g1"))
+    for member in (leaving, staying):
+        member.open_processing()
+    before = await owners(bus, [leaving, staying], IDS)
+    moved = [aggregate for aggregate in IDS if before[aggregate] is leaving][:3]
+    kept = [aggregate for aggregate in IDS if before[aggregate] is staying][:3]
+    for version in (1, 2, 3):
+        for aggregate in moved + kept:
+            await bus.send(stream(aggregate, version))
+    assert leaving.pending == 3 * len(moved)
+
+    if leave == "quiesce":
+        assert await leaving.quiesce(0)
+    else:
+        await leaving.close()
+    for aggregate in moved + kept:
+        await bus.send(stream(aggregate, version=4))
+
+    assert leaving.pending == 0
+    taken = await take_all(staying)
+    for aggregate in moved + kept:
+        assert [version for key, version in taken if key == aggregate] == [1, 2, 3, 4], aggregate
+    await bus.close()
+
+
+async def test_with_no_member_left_a_send_is_a_send_without_subscriber(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    bus = InMemoryCommandBus()
+    receiver = bus.receiver(sub())
+    receiver.open_processing()
+    assert await receiver.quiesce(0)
+    with caplog.at_level(logging.DEBUG, logger="wow_core.messaging.in_memory"):
+        await bus.send(command())
+    assert "no subscriber for bank.account" in caplog.text
+    assert receiver.pending == 0
+    await bus.close()
+
+
+async def test_a_member_quiescing_with_plain_messages_and_no_member_left_drops_them_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    bus = InMemoryCommandBus()
+    receiver = bus.receiver(sub())
+    receiver.open_processing()
+    await bus.send(command("a-1"))
+    await bus.send(command("a-2"))
+    with caplog.at_level(logging.WARNING, logger="wow_core.messaging.in_memory"):
+        assert await receiver.quiesce(0)
+    assert receiver.pending == 0
+    assert "dropped 2 messages" in caplog.text
+    await bus.close()
+
+
+@pytest.mark.parametrize("leave", ["settles", "closes"])
+async def test_a_moved_key_waits_until_the_quiescing_member_settled_what_it_still_processes(
+    leave: str,
+) -> None:
+    # The member taking over an aggregate id must not start on its next message while the
+    # stopping member still processes an earlier one: the id's messages keep their order.
+    bus = InMemoryDomainEventBus()
+    leaving, staying = bus.receiver(sub("g1")), bus.receiver(sub("g1"))
+    for member in (leaving, staying):
+        member.open_processing()
+    before = await owners(bus, [leaving, staying], IDS)
+    moved = next(aggregate for aggregate in IDS if before[aggregate] is leaving)
+    kept = next(aggregate for aggregate in IDS if before[aggregate] is staying)
+    await bus.send(stream(moved, 1))
+    await bus.send(stream(moved, 2))
+    processing = await pull(leaving)  # version 1, in flight
+    assert await leaving.quiesce(0) is False  # quiescing now, version 1 still in flight
+    await bus.send(stream(moved, 3))
+    await bus.send(stream(kept, 1))
+
+    assert leaving.pending == 0
+    assert await take_all(staying) == [(kept, 1)]  # other ids go on; the moved one waits
+    if leave == "settles":
+        await processing.ack()
+        assert await leaving.quiesce(TIMEOUT) is True
+    else:
+        await leaving.close()
+    assert await take_all(staying) == [(moved, 2), (moved, 3)]
+    await bus.close()
+
+
+async def test_a_hand_off_for_a_key_the_quiescing_member_still_processes_is_refused() -> None:
+    # Refused, its copy goes out in its turn behind the copy of the message in flight.
+    bus = InMemoryDomainEventBus()
+    leaving, staying = (
+        bus.receiver(sub("g1", runtime_owned=True)),
+        bus.receiver(sub("g1", runtime_owned=True)),
+    )
+    for member in (leaving, staying):
+        member.open_processing()
+    before = await owners(bus, [leaving, staying], IDS)
+    moved = next(aggregate for aggregate in IDS if before[aggregate] is leaving)
+    kept = next(aggregate for aggregate in IDS if before[aggregate] is staying)
+    first = bus.hand_off(stream(moved, 1))
+    processing = await pull(leaving)
+    assert await leaving.quiesce(0) is False
+
+    assert not bus.hand_off(stream(moved, 2)).accepted
+    assert bus.hand_off(stream(kept, 1)).accepted
+    await processing.ack()
+    assert await leaving.quiesce(TIMEOUT) is True
+    assert first.admission.result() is True
+    moved_on = bus.hand_off(stream(moved, 3))  # settled: the id has moved
+    assert moved_on.accepted
+    assert await take_all(staying) == [(kept, 1), (moved, 3)]
+    await bus.close()

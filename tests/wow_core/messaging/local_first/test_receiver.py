@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,11 +18,14 @@ from tests.wow_core.messaging.local_first.local_first_doubles import (
     WatchableQueueReceiver,
     command,
 )
-from wow_core.messaging.contract import MessageSubscription
+from wow_core.messaging.contract import HandOffReceipt, MessageReceiver, MessageSubscription
+from wow_core.messaging.in_memory import InMemoryCommandBus
 from wow_core.messaging.local_first import LocalFirstCommandBus, LocalFirstReceiver, local_aggregates
 from wow_core.messaging.local_first.receiver import FILTERED
 from wow_core.metrics import InMemoryMetrics
-from wow_core.model import Header
+from wow_core.model import CommandMessage, Header, NamedAggregate, TopicKind
+from wow_core.runtime.settings import LocalFirstSettings
+from wow_core.testing.support import eventually
 
 SUBSCRIPTION = MessageSubscription.of("shop.processor", [ORDERS, CARTS], runtime_owned=True)
 
@@ -224,3 +229,141 @@ async def test_lifecycle_is_forwarded_to_both_receivers(pair: Any) -> None:
     assert receiver.in_flight == 1
     assert await receiver.quiesce(0.1) is False
     await receiver.close()
+
+
+# -- a local pull that completes as the receiver stops -------------------------------------
+
+
+class LatePull:
+    """A local receiver whose pull, once it took an exchange from ``inner``, hands it over
+    only when ``finish`` is set, even if the pull was cancelled meanwhile: the merged
+    receiver's cancellation of that pull comes too late. No ``call_when_pullable`` and no
+    ``pending``, so the merged receiver pulls it with a task."""
+
+    def __init__(self, inner: MessageReceiver[Any]) -> None:
+        self.inner = inner
+        self.took = asyncio.Event()
+        self.finish = asyncio.Event()
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self
+
+    async def __anext__(self) -> Any:
+        exchange = await self.inner.__aiter__().__anext__()
+        self.took.set()
+        while not self.finish.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.finish.wait()
+        return exchange
+
+    async def ready(self) -> None:
+        await self.inner.ready()
+
+    @property
+    def processing_open(self) -> bool:
+        return self.inner.processing_open
+
+    def open_processing(self) -> None:
+        self.inner.open_processing()
+
+    @property
+    def in_flight(self) -> int:
+        return self.inner.in_flight
+
+    async def quiesce(self, timeout: float | None = None) -> bool:
+        return await self.inner.quiesce(timeout)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+async def stop(receiver: MessageReceiver[Any], how: str) -> None:
+    if how == "close":
+        await receiver.close()
+    else:
+        await receiver.quiesce(0)
+
+
+@pytest.mark.parametrize("how", ["close", "quiesce"])
+async def test_a_local_pull_completing_as_the_receiver_stops_is_released_not_kept(how: str) -> None:
+    local = QueueReceiver(SUBSCRIPTION)
+    late = LatePull(local)
+    receiver: LocalFirstReceiver[Any] = LocalFirstReceiver(
+        late, QueueReceiver(SUBSCRIPTION), is_local=lambda _: True
+    )
+    receiver.open_processing()
+    consumer = asyncio.create_task(receiver.__anext__())
+    exchange = local.put(command())
+    await asyncio.wait_for(late.took.wait(), 5)  # taken locally; the consumer does not have it
+
+    await stop(receiver, how)  # the close (or quiescence) at exactly this point
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(consumer, 5)
+    late.finish.set()  # the pull hands its exchange over only now
+
+    async def released() -> bool:
+        return local.in_flight == 0
+
+    await eventually(released, timeout=5, what="the late exchange to be released")
+    assert exchange.acked is False
+    assert local.acked == []
+    with pytest.raises(StopAsyncIteration):
+        await next_of(receiver)  # and it is not delivered after the stop either
+    await receiver.close()
+
+
+class LateLocalBus:
+    """The in-memory command bus, its receivers seen through :class:`LatePull`."""
+
+    topic_kind = TopicKind.COMMAND
+
+    def __init__(self) -> None:
+        self.inner = InMemoryCommandBus()
+        self.late: list[LatePull] = []
+
+    async def send(self, message: CommandMessage[Any]) -> None:
+        await self.inner.send(message)
+
+    def hand_off(self, message: CommandMessage[Any]) -> HandOffReceipt:
+        return self.inner.hand_off(message)
+
+    def subscriber_count(self, named_aggregate: NamedAggregate) -> int:
+        return self.inner.subscriber_count(named_aggregate)
+
+    def receiver(self, subscription: MessageSubscription) -> LatePull:
+        late = LatePull(self.inner.receiver(subscription))
+        self.late.append(late)
+        return late
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+@pytest.mark.parametrize("how", ["close", "quiesce"])
+async def test_a_receiver_stopping_just_after_its_local_side_took_a_message_sends_its_copy_unmarked(
+    how: str,
+) -> None:
+    # The loss the wave-1 notes described: the local side has just taken the message, the
+    # consumer never gets it, the receiver stops. Admission is the acknowledgement, so the
+    # copy goes out false (the transport delivers it) and well before the hand-off timeout.
+    local = LateLocalBus()
+    distributed = RecordingDistributedBus()
+    bus = LocalFirstCommandBus(local, distributed, settings=LocalFirstSettings(hand_off_timeout=30.0))
+    receiver = bus.receiver(SUBSCRIPTION)
+    await receiver.ready()
+    receiver.open_processing()
+    (late,) = local.late
+    consumer = asyncio.ensure_future(receiver.__aiter__().__anext__())
+    message = command()
+    await bus.send(message)  # handed off
+    await asyncio.wait_for(late.took.wait(), 5)
+
+    await stop(receiver, how)
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(consumer, 5)
+    late.finish.set()
+
+    await distributed.wait_for(1, timeout=5)
+    assert distributed.marks() == {message.id: "false"}
+    await receiver.close()
+    await bus.close()

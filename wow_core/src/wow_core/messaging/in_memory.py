@@ -8,17 +8,26 @@ What they guarantee:
 
 * ``send`` returns once the message entered the sink of every routed receiver (one
   receiver per group; members of a group share the messages, each aggregate id sticks
-  to one member so its messages stay in order). SENT proves only that the in-process
-  sink emission ended; with no subscriber it logs at debug and completes, so it does
-  not prove that a processor exists.
+  to one member so its messages stay in order). A member that is quiescing or closed is
+  never given a message to yield: its aggregate ids move to the other members of its
+  group, and what its sink held and will never yield moves with them, ahead of anything
+  sent later for those ids. While it quiesces with exchanges in flight (*draining*) it
+  still holds its ids: what arrives for them waits, in order, until it settled them or
+  closed, so the next member never starts on an id's next message while the earlier one
+  is still processed. A group with no other member is a group without subscriber. SENT
+  proves only that the in-process sink emission ended; with no subscriber it logs at
+  debug and completes, so it does not prove that a processor exists.
 * A message is marked read-only before it is emitted.
 * Sinks are unbounded: a sender never waits for a receiver to pull.
 * Nothing reaches a consumer before ``open_processing()``.
 * Nothing is kept for an aggregate nobody subscribes to.
 
-What they do not: durability. A message in a sink exists only in this process; closing a
-receiver drops what it did not yield (and rejects the hand-off admissions still pending).
-There is no redelivery: ``ack`` only settles the exchange.
+What they do not: durability. A message in a sink exists only in this process; a receiver
+that quiesces or closes with no other member in its group to take over drops what it did
+not yield (logged at warning; closing the bus drops everything), and rejects the hand-off
+admissions still pending in any case. There is no redelivery: ``ack`` only settles the
+exchange. A hand-off for an id a draining member holds is refused (its local-first copy
+goes out in its turn, behind the copy of the message still in flight).
 
 A handed-off message is admitted by a receiver when its consumer *acknowledges* the
 exchange, after processing it; releasing the exchange without ``ack`` (a function outcome
@@ -39,6 +48,7 @@ first, rejecting every pending admission, before refusing new sends.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import zlib
 from collections import deque
@@ -107,7 +117,7 @@ class _Settlement:
             self.admission.reject()
         receiver = self.receiver
         receiver._unsettled.discard(self)
-        receiver._in_flight.leave()
+        receiver._settled_one()
 
 
 class _Delivery:
@@ -124,10 +134,11 @@ class InMemoryReceiver(Generic[E]):
     It is routed (and so ready) from the moment it is created. Its iteration yields only
     after :meth:`open_processing`; acknowledging a handed-off message confirms that
     delivery's admission, releasing it unacknowledged rejects it. :meth:`quiesce` stops
-    it taking new work (it leaves the local-first routes at once, drops what was not
-    pulled and rejects those admissions) and waits for in-flight exchanges;
-    :meth:`close` drops what was not pulled, rejects every pending admission (of the
-    exchanges still in flight too) and ends the iteration.
+    it taking new work (it is chosen for nothing any more, leaves the local-first routes
+    at once, rejects the admissions in its sink and hands its other messages to the
+    group's remaining members) and waits for in-flight exchanges; :meth:`close` does the
+    same without waiting, rejects the admissions of the exchanges still in flight too and
+    ends the iteration.
     """
 
     __slots__ = (
@@ -136,7 +147,9 @@ class InMemoryReceiver(Generic[E]):
         "_exchange_type",
         "_in_flight",
         "_opened",
+        "_parked",
         "_quiescing",
+        "_salt",
         "_sink",
         "_unsettled",
         "_waiter",
@@ -151,6 +164,9 @@ class InMemoryReceiver(Generic[E]):
         self.subscription = subscription
         self._exchange_type = exchange_type
         self._sink: deque[_Delivery] = deque()
+        self._parked: deque[_Delivery] = deque()
+        """Messages for its aggregate ids that arrived while it quiesces with exchanges in
+        flight: they wait here, in order, until it drained or closed, then move on."""
         self._waiter: asyncio.Future[None] | None = None
         self._watchers: list[Callable[[], None]] = []
         self._opened = False
@@ -158,6 +174,7 @@ class InMemoryReceiver(Generic[E]):
         self._closed = False
         self._in_flight = InFlight()
         self._unsettled: set[_Settlement] = set()
+        self._salt = next(_salts)
 
     # -- routing side (called by the bus, synchronously) ---------------------------------
 
@@ -168,7 +185,16 @@ class InMemoryReceiver(Generic[E]):
 
     @property
     def accepting(self) -> bool:
-        return not self._closed
+        """Takes new messages: neither quiescing nor closed (a member that will yield nothing
+        more is never chosen, so nothing is emitted where it would never be yielded)."""
+        return not self._quiescing and not self._closed
+
+    @property
+    def draining(self) -> bool:
+        """Quiescing with exchanges still in flight: it still holds its aggregate ids, so
+        that another member does not start on the next message of one of them before this
+        one settled the earlier; what arrives for them waits (parked) meanwhile."""
+        return self._quiescing and not self._closed and self._in_flight.count > 0
 
     def _emit(self, delivery: _Delivery) -> None:
         self._sink.append(delivery)
@@ -224,7 +250,13 @@ class InMemoryReceiver(Generic[E]):
                 self._waiter = None
 
     def _on_settle(self) -> None:
+        self._settled_one()
+
+    def _settled_one(self) -> None:
         self._in_flight.leave()
+        if self._quiescing and self._parked and self._in_flight.count == 0:
+            # Drained: the aggregate ids it still held move on, with what waited for them.
+            self._bus._hand_back(self)
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -260,21 +292,21 @@ class InMemoryReceiver(Generic[E]):
     async def quiesce(self, timeout: float | None = None) -> bool:
         """Stop taking new work, then wait up to ``timeout`` for in-flight exchanges.
 
-        The iteration ends at once, so what the sink holds is never yielded: it is dropped
-        and its pending admissions are rejected now, not at close. A local-first copy
-        waiting for one of them (and every later copy of that aggregate, a refused send's
-        included) goes out unmarked without waiting for this receiver's demand.
+        The iteration ends at once and this receiver is chosen for nothing any more, so
+        what its sink holds would never be yielded here: its pending admissions are
+        rejected now, not at close, and a local-first copy waiting for one of them (and
+        every later copy of that aggregate, a refused send's included) goes out unmarked
+        without waiting for this receiver's demand. Its other messages go, in order, to
+        the members of its group that take their aggregate ids now (dropped and logged
+        when no other member is left), ahead of anything sent later for those ids; while
+        exchanges are in flight here, the ids stay here and their messages wait (parked,
+        not yielded) until the last one settled or this receiver closed.
         """
-        self._quiescing = True
-        self._reject_sink()
+        if not self._quiescing and not self._closed:
+            self._quiescing = True
+            self._bus._hand_back(self)
         self._wake()
         return await self._in_flight.settled(timeout)
-
-    def _reject_sink(self) -> None:
-        while self._sink:
-            admission = self._sink.popleft().admission
-            if admission is not None:
-                admission.reject()
 
     async def close(self) -> None:
         self._close()
@@ -284,7 +316,7 @@ class InMemoryReceiver(Generic[E]):
             return
         self._closed = True
         self._bus._unroute(self)
-        self._reject_sink()
+        self._bus._hand_back(self)
         for settlement in self._unsettled:
             # Still in flight at close: nobody waits for it any more here, so its copy goes
             # out unmarked (acknowledging it later changes nothing).
@@ -308,10 +340,64 @@ class _Route:
         return bool(self.groups)
 
 
-def _member(members: list[InMemoryReceiver[Any]], key: str) -> InMemoryReceiver[Any]:
+_salts = itertools.count(1)
+"""Each receiver's own salt for choosing members: stable for its lifetime."""
+
+_MASK = (1 << 64) - 1
+
+
+def _score(key_hash: int, salt: int) -> int:
+    """How much a member with ``salt`` wants a key (splitmix64 of the pair)."""
+    z = (key_hash ^ (salt * 0x9E3779B97F4A7C15)) & _MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
+
+
+def _choose(
+    members: list[InMemoryReceiver[Any]], key: str, eligible: Callable[[InMemoryReceiver[Any]], bool]
+) -> InMemoryReceiver[Any] | None:
+    """The member of a group that holds ``key``: of the eligible and the draining members,
+    the one scoring highest for it (rendezvous hashing); ``None`` when no member is
+    eligible (a draining member alone hands its ids to nobody).
+
+    A key's member changes only when that member stops being eligible (its keys spread
+    over the others, once it drained) or a new member scores higher for it: a member
+    leaving moves no key between two members that stay, so their keys keep their order.
+    The caller parks a message whose member is draining.
+    """
     if len(members) == 1:
-        return members[0]
-    return members[zlib.crc32(key.encode("utf-8")) % len(members)]
+        member = members[0]
+        return member if eligible(member) else None
+    key_hash = zlib.crc32(key.encode("utf-8"))
+    best: InMemoryReceiver[Any] | None = None
+    best_score = -1
+    any_eligible = False
+    for member in members:
+        if eligible(member):
+            any_eligible = True
+        elif not member.draining:
+            continue
+        score = _score(key_hash, member._salt)
+        if score > best_score:
+            best, best_score = member, score
+    return best if any_eligible else None
+
+
+def _accepting(member: InMemoryReceiver[Any]) -> bool:
+    return member.accepting
+
+
+def _routable(member: InMemoryReceiver[Any]) -> bool:
+    return member.routable
+
+
+def _deliver(member: InMemoryReceiver[Any], delivery: _Delivery) -> None:
+    """Into ``member``'s sink, or parked with it while it drains."""
+    if member.draining:
+        member._parked.append(delivery)
+    else:
+        member._emit(delivery)
 
 
 class _InMemoryBus(Generic[M, E]):
@@ -323,6 +409,7 @@ class _InMemoryBus(Generic[M, E]):
     def __init__(self) -> None:
         self._routes: dict[NamedAggregate, _Route] = {}
         self._closed = False
+        self._closing = False
         self._exchange_type: type[E] = EXCHANGE_TYPES[self.topic_kind]  # type: ignore[assignment]
 
     @property
@@ -374,8 +461,58 @@ class _InMemoryBus(Generic[M, E]):
             return
         message.with_read_only()
         delivery = _Delivery(message, None)
-        for members in route.groups.values():
-            _member(members, aggregate_id.id)._emit(delivery)
+        for group, members in route.groups.items():
+            member = _choose(members, aggregate_id.id, _accepting)
+            if member is None:
+                _log.debug(
+                    "no subscriber for %s in group %r (its members are stopping): %s %s not kept",
+                    aggregate_id.named_aggregate,
+                    group,
+                    message.name,
+                    message.id,
+                )
+                continue
+            _deliver(member, delivery)
+
+    def _hand_back(self, receiver: InMemoryReceiver[Any]) -> None:
+        """Empty the sink of ``receiver``, which stopped taking messages (quiescing, closed),
+        and, once it is not draining any more, what was parked with it.
+
+        A handed-off message's admission is rejected (its distributed copy goes out
+        unmarked). Every other message goes, sink first and in order, to the member of the
+        group that now holds its key (parked with ``receiver`` itself while it drains), so
+        it is yielded before anything sent later for that key; with no member left it is
+        dropped, as a send without subscriber keeps nothing, and the drop is logged.
+        """
+        deliveries = receiver._sink
+        if not receiver.draining and receiver._parked:
+            deliveries.extend(receiver._parked)
+            receiver._parked = deque()
+        if not deliveries:
+            return
+        receiver._sink = deque()
+        group = receiver.subscription.group
+        dropped = 0
+        for delivery in deliveries:
+            if delivery.admission is not None:
+                delivery.admission.reject()
+                continue
+            aggregate_id = delivery.message.aggregate_id
+            route = self._routes.get(aggregate_id.named_aggregate)
+            members = route.groups.get(group) if route and not self._closing else None
+            member = _choose(members, aggregate_id.id, _accepting) if members else None
+            if member is None:
+                dropped += 1
+            else:
+                _deliver(member, delivery)
+        if dropped:
+            _log.log(
+                logging.DEBUG if self._closing else logging.WARNING,
+                "%r stopped and no other member of group %r takes what it did not yield: dropped %d messages",
+                receiver,
+                group,
+                dropped,
+            )
 
     def subscriber_count(self, named_aggregate: NamedAggregate) -> int:
         """Runtime-owned, processing-open receivers routed for ``named_aggregate``."""
@@ -405,7 +542,8 @@ class _InMemoryBus(Generic[M, E]):
             if len(members) == 1:  # the common case, without the scans below
                 member = members[0]
                 if not member.subscription.runtime_owned:
-                    plain.append(member)
+                    if member.accepting:
+                        plain.append(member)
                 elif member.routable:
                     counted.append(member)
                 else:
@@ -414,14 +552,23 @@ class _InMemoryBus(Generic[M, E]):
                     )
                 continue
             if any(member.subscription.runtime_owned for member in members):
-                routable = [member for member in members if member.routable]
-                if not routable:
+                chosen = _choose(members, aggregate_id.id, _routable)
+                if chosen is None:
                     return HandOffReceipt.refused(
                         f"group {group!r} of {aggregate_id.named_aggregate} has no processing-open receiver"
                     )
-                counted.append(_member(routable, aggregate_id.id))
+                if chosen.draining:
+                    # Refused: its copy goes out in its turn, behind the copy of the message
+                    # the draining member still processes, so the order is kept.
+                    return HandOffReceipt.refused(
+                        f"the member of group {group!r} holding {aggregate_id} is stopping "
+                        "with a message of it in flight"
+                    )
+                counted.append(chosen)
             else:
-                plain.append(_member(members, aggregate_id.id))
+                chosen = _choose(members, aggregate_id.id, _accepting)
+                if chosen is not None:
+                    plain.append(chosen)
         if not counted:
             return HandOffReceipt.refused(f"no runtime-owned receiver for {aggregate_id.named_aggregate}")
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
@@ -432,11 +579,13 @@ class _InMemoryBus(Generic[M, E]):
         if plain:
             delivery = _Delivery(message, None)
             for receiver in plain:
-                receiver._emit(delivery)
+                _deliver(receiver, delivery)
         return HandOffReceipt(True, future, receivers=len(counted))
 
     async def close(self) -> None:
-        """Close every route (rejecting pending admissions), then refuse new sends."""
+        """Close every route (rejecting pending admissions, dropping what no receiver
+        yielded), then refuse new sends."""
+        self._closing = True
         for route in list(self._routes.values()):
             for members in list(route.groups.values()):
                 for receiver in list(members):

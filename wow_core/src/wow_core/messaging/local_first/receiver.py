@@ -12,7 +12,11 @@ local side only while its consumer is waiting for the next exchange (a message p
 never handed on would hold its copy until the close): a local pull still pending when a
 distributed exchange arrives first is cancelled. A local receiver must therefore lose
 nothing and take nothing when a pending ``__anext__`` is cancelled (the in-memory
-receivers guarantee it).
+receivers guarantee it). Should a cancelled pull still complete with an exchange, it is
+kept for the consumer's next ``__anext__``; when the receiver quiesces or closes first
+(or meanwhile) it is released unacknowledged and logged: its admission is rejected, so a
+receiver stopping just as its local side took a message sends that message's copy
+unmarked, and the transport delivers it. Nothing taken locally is lost by a stop.
 
 The distributed side is pulled by a task of its own, which acknowledges and drops the
 copies handled locally without waking the consumer, and holds at most one other exchange
@@ -124,9 +128,13 @@ class LocalFirstReceiver(Generic[E]):
     async def quiesce(self, timeout: float | None = None) -> bool:
         """Stop taking new work (the iteration ends), then wait for in-flight exchanges.
 
-        The distributed exchange pulled ahead, if any, is released unacknowledged.
+        The distributed exchange pulled ahead, if any, is released unacknowledged, and so
+        is a local exchange taken but not delivered (its admission is rejected: its
+        distributed copy goes out unmarked), now or when a local pull cancelled too late
+        completes.
         """
         self._quiescing = True
+        self._release_held("quiescing")
         self._wake_consumer()
         await self._stop_pump()
         if self._local is None:
@@ -150,19 +158,27 @@ class LocalFirstReceiver(Generic[E]):
             return
         self._closed = True
         await self._stop_pump()
-        for exchange in self._held:
-            log.warning(
-                "local-first receiver closed with %s taken locally but not delivered; released, "
-                "so its distributed copy goes out unmarked",
-                exchange,
-            )
-            exchange.release()
-        self._held.clear()
+        self._release_held("closed")
         self._wake_consumer()
         closing = [self._distributed.close()]
         if self._local is not None:
             closing.append(self._local.close())
         await asyncio.gather(*closing)
+
+    def _release_held(self, state: str) -> None:
+        while self._held:
+            self._release_undelivered(self._held.popleft(), state)
+
+    @staticmethod
+    def _release_undelivered(exchange: E, state: str) -> None:
+        """Release a local exchange the consumer will never get: its admission is rejected."""
+        log.warning(
+            "local-first receiver %s with %s taken locally but not delivered; released, "
+            "so its distributed copy goes out unmarked",
+            state,
+            exchange,
+        )
+        exchange.release()
 
     # -- the distributed side -----------------------------------------------------------
 
@@ -289,7 +305,8 @@ class LocalFirstReceiver(Generic[E]):
         return local is not None and local.processing_open and getattr(local, "pending", 0) > 0
 
     def _keep_late(self, task: asyncio.Task[E | _End]) -> None:
-        """A local pull cancelled too late already took its exchange: keep it for the consumer."""
+        """A local pull cancelled too late already took its exchange: keep it for the consumer,
+        or release it when this receiver stopped meanwhile (the consumer will never get it)."""
         if task.cancelled():
             return
         error = task.exception()
@@ -299,6 +316,8 @@ class LocalFirstReceiver(Generic[E]):
         found = task.result()
         if isinstance(found, _End):
             self._local_ended = True
+        elif self._closed or self._quiescing:
+            self._release_undelivered(found, "closed" if self._closed else "quiescing")
         else:
             self._held.append(found)
             self._wake_consumer()
