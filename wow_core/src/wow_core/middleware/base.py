@@ -119,15 +119,15 @@ def decorate_local_bus(middleware: Sequence[Middleware], bus: LocalMessageBus[M,
 
 
 def decorate_gateway(middleware: Sequence[Middleware], gateway: CommandGateway) -> CommandGateway:
-    return _fold(middleware, gateway, Middleware.decorate_gateway)
+    return _fold(middleware, gateway, lambda item, inner: item.decorate_gateway(inner))
 
 
 def decorate_command_handler(middleware: Sequence[Middleware], handler: CommandKernel) -> CommandKernel:
-    return _fold(middleware, handler, Middleware.decorate_command_handler)
+    return _fold(middleware, handler, lambda item, inner: item.decorate_command_handler(inner))
 
 
 def decorate_event_store(middleware: Sequence[Middleware], store: EventStore) -> EventStore:
-    return _fold(middleware, store, Middleware.decorate_event_store)
+    return _fold(middleware, store, lambda item, inner: item.decorate_event_store(inner))
 
 
 def undecorated(component: Any) -> Any:
