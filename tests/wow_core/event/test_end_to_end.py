@@ -39,6 +39,7 @@ from wow_core.eventsourcing import EventStore, InMemoryEventStore
 from wow_core.messaging.in_memory import InMemoryDomainEventBus, InMemoryStateEventBus
 from wow_core.messaging.local_first import LocalFirstDomainEventBus, LocalFirstStateEventBus
 from wow_core.metrics import InMemoryMetrics
+from wow_core.middleware import BusLayer, MetricsMiddleware
 from wow_core.model import AggregateId
 from wow_core.plugins import hookimpl, load_plugins
 from wow_core.runtime.app import WowApp
@@ -344,8 +345,9 @@ def transport_runtime(
     container = create_container(settings)
     codec = container.codec()
     metrics = container.metrics()
-    events: Any = TransportDomainEventBus(transport, codec, metrics=metrics)
-    states: Any = TransportStateEventBus(transport, codec, metrics=metrics)
+    counting = MetricsMiddleware(metrics)
+    events: Any = counting.decorate_bus(TransportDomainEventBus(transport, codec), BusLayer.TRANSPORT)
+    states: Any = counting.decorate_bus(TransportStateEventBus(transport, codec), BusLayer.TRANSPORT)
     if local_first:
         events = LocalFirstDomainEventBus(InMemoryDomainEventBus(), events, metrics=metrics)
         states = LocalFirstStateEventBus(InMemoryStateEventBus(), states, metrics=metrics)

@@ -15,6 +15,7 @@ from wow_core.command import CommandStage, ErrorCodes, WaitCoordinator, WaitSign
 from wow_core.eventsourcing import InMemoryEventStore
 from wow_core.messaging.in_memory import InMemoryCommandBus
 from wow_core.metrics import InMemoryMetrics
+from wow_core.middleware import MetricCommandHandler
 from wow_core.modeling import AggregateRegistry, CommandKernel
 from wow_core.modeling.dispatcher import CommandDispatcher
 from wow_core.runtime.keyed_executor import KeyedExecutor
@@ -107,14 +108,17 @@ async def test_a_publication_failure_leaves_the_command_processed() -> None:
     registry = AggregateRegistry([Account])
     metrics = InMemoryMetrics()
     store = InMemoryEventStore()
-    kernel = CommandKernel(
-        registry,
-        store,
-        domain_event_bus=FailingBus(),  # type: ignore[arg-type]
-        state_event_bus=FailingBus(),  # type: ignore[arg-type]
-        metrics=metrics,
+    kernel = MetricCommandHandler(
+        CommandKernel(
+            registry,
+            store,
+            domain_event_bus=FailingBus(),  # type: ignore[arg-type]
+            state_event_bus=FailingBus(),  # type: ignore[arg-type]
+        ),
+        metrics,
     )
     outcome = await kernel.process(registry.command(Open("ada")))
     assert outcome.succeeded
+    assert outcome.publish_failures == ("event", "state")
     assert await store.last_version(outcome.aggregate_id) == 1
     assert metrics.counter_value("wow.command.publish_failures") == 2

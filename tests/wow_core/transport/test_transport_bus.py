@@ -11,6 +11,7 @@ import pytest
 
 from wow_core.messaging import BusClosedError, MessageSubscription
 from wow_core.metrics import InMemoryMetrics, metrics_source
+from wow_core.middleware import BusLayer, MetricsMiddleware
 from wow_core.model import DecodeFailureKind, NamedAggregate, TopicKind
 from wow_core.testing.support import Rig, command, conformance_codec, event_stream, state_event
 from wow_core.transport import DecodeFailureDefault, DefaultTopicNaming, Transport, TransportMessage
@@ -102,7 +103,9 @@ async def test_each_kind_has_its_exchange_whose_ack_acks_the_record(rig: Rig) ->
 
 async def test_send_and_receive_are_counted(rig: Rig) -> None:
     transport = await rig.transport()
-    bus = rig.transport_bus(transport, TopicKind.COMMAND)
+    bus = MetricsMiddleware(rig.metrics).decorate_bus(
+        rig.transport_bus(transport, TopicKind.COMMAND), BusLayer.TRANSPORT
+    )
     receiver = await rig.subscribe(bus, MessageSubscription.of("bank.p", [ACCOUNT]))
     token = metrics_source.set("gateway")
     try:
@@ -270,7 +273,10 @@ async def test_a_default_handler_without_metrics_counts_on_the_bus_metrics() -> 
     metrics = InMemoryMetrics()
     transport = InMemoryTransport()
     handler = DefaultDecodeFailureHandler()
-    TransportCommandBus(transport, conformance_codec(), decode_failure_handler=handler, metrics=metrics)
+    MetricsMiddleware(metrics).decorate_bus(
+        TransportCommandBus(transport, conformance_codec(), decode_failure_handler=handler),
+        BusLayer.TRANSPORT,
+    )
     receiver = transport.open("g", ["t"])
     await transport.send(TransportMessage("t", "k", "raw", 5))
     receiver.open_processing()

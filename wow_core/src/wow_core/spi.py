@@ -12,7 +12,9 @@ naming, its decode-failure default) is the optional :class:`TransportDefaults`. 
 module marks its hooks with :data:`hookimpl`; a factory is called with the process's
 settings (:class:`ProcessSettings`) and reads its own section, a :class:`SettingsSection`
 (frozen, bounded, unknown fields refused) using the bounded types :data:`Count`,
-:data:`Seconds`... Nothing here imports the runtime.
+:data:`Seconds`... Cross-cutting behaviour is a :class:`Middleware` whose hooks return
+decorators (:class:`MessageBusDecorator` and its siblings; ``docs/plugins/middleware.md``).
+Nothing here imports the runtime.
 
 The conformance suites every plugin runs are test classes in :mod:`wow_core.testing`
 (``TransportConformance``, ``MessageBusConformance``, ``EventStoreConformance``), loaded
@@ -32,6 +34,16 @@ if TYPE_CHECKING:
     from wow_core.eventsourcing.store import EventStore, SnapshotRepository
     from wow_core.messaging.contract import BusClosedError
     from wow_core.metrics import Metrics
+    from wow_core.middleware import (
+        BusLayer,
+        CommandGatewayDecorator,
+        CommandHandlerDecorator,
+        EventStoreDecorator,
+        LocalMessageBusDecorator,
+        MessageBusDecorator,
+        Middleware,
+        MiddlewareFactory,
+    )
     from wow_core.plugins.hookspecs import Factory, TransportFactory, hookimpl
     from wow_core.settings import Count, NonNegativeSeconds, Seconds, SettingsError, SettingsSection
     from wow_core.transport.base import TransportBase
@@ -82,6 +94,15 @@ _EXPORTS = {
     "Count": "wow_core.settings",
     "Seconds": "wow_core.settings",
     "NonNegativeSeconds": "wow_core.settings",
+    # middleware (wow_core.middleware)
+    "Middleware": "wow_core.middleware",
+    "MiddlewareFactory": "wow_core.middleware",
+    "BusLayer": "wow_core.middleware",
+    "MessageBusDecorator": "wow_core.middleware",
+    "LocalMessageBusDecorator": "wow_core.middleware",
+    "CommandGatewayDecorator": "wow_core.middleware",
+    "CommandHandlerDecorator": "wow_core.middleware",
+    "EventStoreDecorator": "wow_core.middleware",
 }
 
 __all__ = [
@@ -112,6 +133,14 @@ __all__ = [
     "Count",
     "Seconds",
     "NonNegativeSeconds",
+    "Middleware",
+    "MiddlewareFactory",
+    "BusLayer",
+    "MessageBusDecorator",
+    "LocalMessageBusDecorator",
+    "CommandGatewayDecorator",
+    "CommandHandlerDecorator",
+    "EventStoreDecorator",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -30,6 +30,7 @@ from wow_core.messaging.local_first import (
 )
 from wow_core.messaging.local_first.copies import HAND_OFF_TIMEOUTS
 from wow_core.metrics import InMemoryMetrics
+from wow_core.middleware import BusLayer, MetricsMiddleware
 from wow_core.model import Header, NamedAggregate, TopicKind
 from wow_core.runtime.settings import LocalFirstSettings
 from wow_core.testing.support import conformance_codec, message_of, ordinal
@@ -191,8 +192,8 @@ class Process:
         self.local = LOCAL[kind]()
         self.transport = transport
         self.metrics = metrics
-        self.distributed: MessageBus[Any, Any] = DISTRIBUTED[kind](
-            transport, conformance_codec(), metrics=metrics
+        self.distributed: MessageBus[Any, Any] = MetricsMiddleware(metrics).decorate_bus(
+            DISTRIBUTED[kind](transport, conformance_codec()), BusLayer.TRANSPORT
         )
         self.bus = LOCAL_FIRST[kind](
             self.local,  # type: ignore[arg-type]

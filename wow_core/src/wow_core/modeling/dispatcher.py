@@ -32,7 +32,6 @@ from wow_core.messaging.contract import (
     MessageSubscription,
     ServerCommandExchange,
 )
-from wow_core.metrics import Metrics, NoopMetrics
 from wow_core.model import NamedAggregate
 from wow_core.modeling.kernel import CommandKernel
 
@@ -51,7 +50,6 @@ class CommandDispatcher:
         *,
         group: str = "wow-service.command",
         named_aggregates: frozenset[NamedAggregate] | None = None,
-        metrics: Metrics | None = None,
     ) -> None:
         self.bus = bus
         self.kernel = kernel
@@ -61,7 +59,6 @@ class CommandDispatcher:
         self.named_aggregates = (
             kernel.registry.named_aggregates if named_aggregates is None else named_aggregates
         )
-        self._metrics = metrics or NoopMetrics()
         self._receiver: MessageReceiver[ServerCommandExchange] | None = None
         self._loop: asyncio.Task[None] | None = None
         self.void_dropped = 0
@@ -102,7 +99,7 @@ class CommandDispatcher:
             command = exchange.message
             if command.is_void:
                 self.void_dropped += 1
-                self._metrics.increment("wow.command.void_dropped")
+                self.kernel.dropped(command)
                 await exchange.ack()
                 continue
             work = _Work(self, exchange)

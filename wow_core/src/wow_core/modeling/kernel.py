@@ -29,7 +29,8 @@ runs one aggregate's commands in order.
 
 Not guaranteed: publication is after the append, so a crash between the two leaves
 events in the store that the buses never carried; the outcome is PROCESSED either way
-(a failed publication is logged and counted, the history stands).
+(a failed publication is logged and named in the outcome's ``publish_failures``, the
+history stands).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -50,7 +51,6 @@ from wow_core.eventsourcing.store import (
     SnapshotRepository,
 )
 from wow_core.messaging.contract import DomainEventBus, StateEventBus
-from wow_core.metrics import Metrics, NoopMetrics
 from wow_core.model import (
     AggregateId,
     CommandMessage,
@@ -74,7 +74,9 @@ class CommandOutcome:
 
     ``stream`` is the appended stream (``None`` for a rejection, a duplicate or a
     command that returned no events). For a duplicate, ``aggregate_id`` and ``version``
-    are those of the original append.
+    are those of the original append. ``conflicts`` counts the version conflicts met on
+    the way (each one reloaded and decided again); ``publish_failures`` names the buses
+    (``event``, ``state``) whose publication of the appended stream failed.
     """
 
     command: CommandMessage[Any]
@@ -88,6 +90,8 @@ class CommandOutcome:
     errors: tuple[Violation, ...] = ()
     duplicate: bool = False
     attempts: int = 1
+    conflicts: int = 0
+    publish_failures: tuple[str, ...] = ()
 
     @property
     def succeeded(self) -> bool:
@@ -175,7 +179,6 @@ class CommandKernel:
         max_conflict_retries: int = 3,
         state_cache: StateCache | None = None,
         validators: Iterable[Any] = (validate_body,),
-        metrics: Metrics | None = None,
     ) -> None:
         if max_conflict_retries < 0:
             raise ValueError("max_conflict_retries must be >= 0")
@@ -187,7 +190,6 @@ class CommandKernel:
         self.max_conflict_retries = max_conflict_retries
         self.state_cache = StateCache() if state_cache is None else state_cache
         self._validators = tuple(validators)
-        self._metrics = metrics or NoopMetrics()
 
     async def process(self, command: CommandMessage[Any]) -> CommandOutcome:
         """Decide ``command``; business outcomes are returned, store failures raise."""
@@ -217,17 +219,19 @@ class CommandKernel:
                 1,
             )
         attempts = 0
+        conflicts = 0
         while True:
             attempts += 1
             try:
                 outcome = await self._attempt(command, metadata, function, attempts)
             except _Rejected as rejection:
-                return await self._rejected_or_duplicate(command, rejection, attempts)
+                outcome = await self._rejected_or_duplicate(command, rejection, attempts)
+                break
             except EventVersionConflictError as conflict:
                 self.state_cache.evict(command.aggregate_id)
-                self._metrics.increment("wow.command.version_conflicts")
+                conflicts += 1
                 if attempts > self.max_conflict_retries:
-                    return await self._rejected_or_duplicate(
+                    outcome = await self._rejected_or_duplicate(
                         command,
                         _Rejected(
                             ErrorCodes.EVENT_VERSION_CONFLICT,
@@ -235,15 +239,27 @@ class CommandKernel:
                         ),
                         attempts,
                     )
+                    break
                 continue
             except DuplicateRequestIdError as duplicate:
-                return self._duplicate(command, duplicate.aggregate_id, duplicate.version, attempts)
+                outcome = self._duplicate(command, duplicate.aggregate_id, duplicate.version, attempts)
+                break
             if outcome.stream is None:
                 # Nothing was appended, so the store's request-id check never ran: a repeated
                 # request is a duplicate whatever this decision returned.
-                return await self._unless_duplicate(outcome)
-            await self._publish(outcome.stream, outcome.state)
-            return outcome
+                outcome = await self._unless_duplicate(outcome)
+                break
+            failures = await self._publish(outcome.stream, outcome.state)
+            if failures:
+                outcome = replace(outcome, publish_failures=failures)
+            break
+        if conflicts:
+            outcome = replace(outcome, conflicts=conflicts)
+        return outcome
+
+    def dropped(self, command: CommandMessage[Any]) -> None:
+        """The dispatcher acknowledged the Void ``command`` without deciding it (spec 000,
+        Void): nothing to decide, nothing written. A named hook for middleware."""
 
     async def load_state(
         self, metadata: AggregateMetadata[Any], aggregate_id: AggregateId
@@ -400,12 +416,14 @@ class CommandKernel:
             create_time=created,
         )
 
-    async def _publish(self, stream: DomainEventStream, state: Any) -> None:
+    async def _publish(self, stream: DomainEventStream, state: Any) -> tuple[str, ...]:
+        """Publish the stream, then the state; the buses that failed (``event``, ``state``)."""
+        failures: tuple[str, ...] = ()
         if self.domain_event_bus is not None:
             try:
                 await self.domain_event_bus.send(stream)
             except Exception:
-                self._metrics.increment("wow.command.publish_failures", tags={"bus": "event"})
+                failures = ("event",)
                 log.exception(
                     "publishing %s v%d failed; it is in the store", stream.aggregate_id, stream.version
                 )
@@ -415,13 +433,13 @@ class CommandKernel:
                     StateEvent(stream=stream, state=state, create_time=stream.create_time)
                 )
             except Exception:
-                self._metrics.increment("wow.command.publish_failures", tags={"bus": "state"})
+                failures = (*failures, "state")
                 log.exception("publishing the state of %s v%d failed", stream.aggregate_id, stream.version)
+        return failures
 
     def _rejected(
         self, command: CommandMessage[Any], code: str, message: str, errors: tuple[Violation, ...] = ()
     ) -> CommandOutcome:
-        self._metrics.increment("wow.command.rejections", tags={"code": code})
         return CommandOutcome(
             command, command.aggregate_id, 0, error_code=code, error_msg=message, errors=errors
         )
@@ -457,5 +475,4 @@ class CommandKernel:
     def _duplicate(
         self, command: CommandMessage[Any], aggregate_id: AggregateId, version: int, attempts: int
     ) -> CommandOutcome:
-        self._metrics.increment("wow.command.duplicates")
         return CommandOutcome(command, aggregate_id, version, duplicate=True, attempts=attempts)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from wow_core.event.failure import FailureRecorder
     from wow_core.eventsourcing.store import EventStore, SnapshotRepository
     from wow_core.metrics import Metrics
+    from wow_core.middleware import Middleware
     from wow_core.plugins.commands import Command
     from wow_core.transport.decode_failure import TransportDecodeFailureHandler
     from wow_core.transport.settings import ProcessSettings
@@ -52,6 +53,7 @@ DecodeFailureHandlerFactory: TypeAlias = "Callable[[ProcessSettings], TransportD
 EventStoreFactory: TypeAlias = "Callable[[ProcessSettings], EventStore]"
 SnapshotRepositoryFactory: TypeAlias = "Callable[[ProcessSettings], SnapshotRepository]"
 MetricsFactory: TypeAlias = "Callable[[ProcessSettings], Metrics]"
+MiddlewareFactory: TypeAlias = "Callable[[ProcessSettings, Metrics], Middleware | None]"
 
 
 def kind(name: str) -> Callable[[F], F]:
@@ -98,6 +100,12 @@ def register_snapshot_repositories(register: Callable[[str, SnapshotRepositoryFa
 @kind("metrics")
 def register_metrics(register: Callable[[str, MetricsFactory], None]) -> None:
     """Contribute metrics backends: ``register(name, factory)`` returning a Metrics."""
+
+
+@kind("middleware")
+def register_middleware(register: Callable[[str, MiddlewareFactory], None]) -> None:
+    """Contribute middleware: ``register(name, factory)``, ``factory(settings, metrics)``
+    returning a :class:`~wow_core.middleware.Middleware` (or ``None``: not active)."""
 
 
 @kind("command")

@@ -9,12 +9,14 @@ These are the factories behind the providers of
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from dependency_injector import providers
 
 from wow_core.command.coordinator import WaitCoordinator
 from wow_core.command.gateway import CommandGateway
+from wow_core.eventsourcing.store import EventStore
 from wow_core.messaging.in_memory import InMemoryCommandBus, InMemoryDomainEventBus, InMemoryStateEventBus
 from wow_core.messaging.local_first import (
     LocalFirstCommandBus,
@@ -23,7 +25,16 @@ from wow_core.messaging.local_first import (
     LocalFirstStateEventBus,
 )
 from wow_core.messaging.local_first.settings import LocalFirstSettings
-from wow_core.metrics import Metrics
+from wow_core.middleware import (
+    BusLayer,
+    Middleware,
+    decorate_bus,
+    decorate_command_handler,
+    decorate_event_store,
+    decorate_gateway,
+    decorate_local_bus,
+    undecorated,
+)
 from wow_core.model import NamedAggregate, TopicKind
 from wow_core.modeling.kernel import CommandKernel
 from wow_core.modeling.registry import AggregateRegistry
@@ -51,20 +62,32 @@ def create_kernel(
     snapshot_repository: Any,
     domain_event_bus: Any,
     state_event_bus: Any,
-    metrics: Metrics,
+    middleware: Sequence[Middleware] = (),
 ) -> CommandKernel:
-    return CommandKernel(
+    """The command handler: the kernel, decorated by every middleware."""
+    kernel = CommandKernel(
         aggregates,
         event_store,
         snapshot_repository,
         domain_event_bus=domain_event_bus,
         state_event_bus=state_event_bus,
-        metrics=metrics,
     )
+    return decorate_command_handler(middleware, kernel)
 
 
-def create_gateway(command_bus: Any, coordinator: WaitCoordinator, settings: WowSettings) -> CommandGateway:
-    return CommandGateway(command_bus, coordinator, default_timeout=settings.command.wait_timeout)
+def create_gateway(
+    command_bus: Any,
+    coordinator: WaitCoordinator,
+    settings: WowSettings,
+    middleware: Sequence[Middleware] = (),
+) -> CommandGateway:
+    gateway = CommandGateway(command_bus, coordinator, default_timeout=settings.command.wait_timeout)
+    return decorate_gateway(middleware, gateway)
+
+
+def decorated_event_store(middleware: Sequence[Middleware], store: EventStore) -> EventStore:
+    """The selected event store, decorated by every middleware."""
+    return decorate_event_store(middleware, store)
 
 
 _BUSES: dict[TopicKind, tuple[type[Any], type[Any], type[LocalFirstMessageBus[Any, Any]]]] = {
@@ -87,20 +110,29 @@ def create_bus(container: WowContainer, kind: TopicKind) -> Any:
     """The runtime's bus of ``kind``: the transport bus over the selected transport, and
     in front of it, unless ``local_first.enabled`` is false for that bus, a local-first bus
     whose local side is the in-memory bus. Only aggregates of the aggregate registry are
-    local (handed off, their marked copies filtered)."""
+    local (handed off, their marked copies filtered).
+
+    Every layer is decorated by the middleware (:mod:`wow_core.middleware`): the
+    transport bus, the local bus, then the local-first bus built from those two.
+    """
     local_type, transport_type, local_first_type = _BUSES[kind]
-    metrics = container.metrics()
+    middleware: list[Middleware] = container.middleware()
     section = local_first_settings(container.settings(), kind)
     transport = container.transport()
     messaging = container.settings().messaging
-    distributed = transport_type(
-        transport,
-        container.codec(),
-        decode_failure_handler=container.decode_failure_handler(),
-        metrics=metrics,
-        naming=naming_of(transport, DefaultTopicNaming(messaging.topic_prefix, messaging.context_aliases)),
-        # Only a local-first bus in front may send local_first=true (its admission result).
-        keeps_local_first_marker=section.enabled,
+    distributed = decorate_bus(
+        middleware,
+        transport_type(
+            transport,
+            container.codec(),
+            decode_failure_handler=container.decode_failure_handler(),
+            naming=naming_of(
+                transport, DefaultTopicNaming(messaging.topic_prefix, messaging.context_aliases)
+            ),
+            # Only a local-first bus in front may send local_first=true (its admission result).
+            keeps_local_first_marker=section.enabled,
+        ),
+        BusLayer.TRANSPORT,
     )
     if not section.enabled:
         return distributed
@@ -109,14 +141,15 @@ def create_bus(container: WowContainer, kind: TopicKind) -> Any:
     def is_local(named_aggregate: NamedAggregate) -> bool:
         return registry.get(named_aggregate) is not None
 
-    return local_first_type(
-        local_type(),
+    local_first = local_first_type(
+        decorate_local_bus(middleware, local_type()),
         distributed,
         settings=section,
-        metrics=metrics,
+        metrics=container.metrics(),
         captures=container.context_captures(),
         is_local=is_local,
     )
+    return decorate_bus(middleware, local_first, BusLayer.LOCAL_FIRST)
 
 
 def create_command_bus(container: WowContainer) -> Any:
@@ -163,7 +196,8 @@ def create_runtime(container: WowContainer) -> WowRuntime:
     )
     # The local-first copy queues are flushed after the dispatchers stop and before the
     # transport closes; only these registered queues are awaited on stop.
-    for bus in (runtime.command_bus, runtime.domain_event_bus, runtime.state_event_bus):
+    for decorated in (runtime.command_bus, runtime.domain_event_bus, runtime.state_event_bus):
+        bus = undecorated(decorated)
         if isinstance(bus, LocalFirstMessageBus):
             runtime.register_flush(bus.copies.flush, f"local-first {bus.bus_name} copies")
     return runtime

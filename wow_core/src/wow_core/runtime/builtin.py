@@ -19,6 +19,7 @@ from wow_core.plugins.hookspecs import (
     EventStoreFactory,
     FailureRecorderFactory,
     MetricsFactory,
+    MiddlewareFactory,
     SnapshotRepositoryFactory,
     TransportFactory,
     hookimpl,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from wow_core.event.failure import FailureRecorder
     from wow_core.eventsourcing.store import EventStore, SnapshotRepository
     from wow_core.metrics import Metrics
+    from wow_core.middleware import Middleware
     from wow_core.plugins.commands import Command
     from wow_core.transport.decode_failure import TransportDecodeFailureHandler
     from wow_core.transport.settings import ProcessSettings
@@ -123,6 +125,20 @@ def register_snapshot_repositories(register: Callable[[str, SnapshotRepositoryFa
 def register_metrics(register: Callable[[str, MetricsFactory], None]) -> None:
     register("noop", _noop_metrics)
     register("in_memory", _in_memory_metrics)
+
+
+def _metrics_middleware(settings: ProcessSettings, metrics: Metrics) -> Middleware | None:
+    """The core's metrics (:mod:`wow_core.middleware.metrics`); not installed for no-op metrics."""
+    if isinstance(metrics, NoopMetrics):
+        return None
+    from wow_core.middleware import MetricsMiddleware
+
+    return MetricsMiddleware(metrics)
+
+
+@hookimpl
+def register_middleware(register: Callable[[str, MiddlewareFactory], None]) -> None:
+    register("metrics", _metrics_middleware)
 
 
 @hookimpl

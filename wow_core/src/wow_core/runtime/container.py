@@ -33,6 +33,7 @@ from wow_core.context import ContextCapture
 from wow_core.event.failure import FailureRecorder
 from wow_core.eventsourcing.store import CodecAware
 from wow_core.metrics import Metrics
+from wow_core.middleware import Middleware
 from wow_core.model import BodyTypeRegistry, MessageCodec
 from wow_core.modeling.registry import AggregateRegistry
 from wow_core.plugins import PluginError, PluginRegistry, Registration, UnknownPluginError, load_plugins
@@ -113,6 +114,27 @@ def create_metrics(plugins: PluginRegistry, settings: WowSettings) -> Metrics:
     return metrics
 
 
+def create_middleware(plugins: PluginRegistry, settings: WowSettings, metrics: Metrics) -> list[Middleware]:
+    """Every active middleware, by registered name (the first is the outermost decorator).
+
+    Each ``register_middleware`` factory is called with the settings and the metrics
+    backend; one returning ``None`` is not active (the core's ``metrics`` middleware with
+    the no-op backend), so the default runtime decorates nothing.
+    """
+    active: list[Middleware] = []
+    for registration in plugins.all("middleware"):
+        middleware = registration.value(settings, metrics)
+        if middleware is None:
+            continue
+        if not isinstance(middleware, Middleware):
+            raise PluginError(
+                f"{registration.origin}: the middleware factory {registration.name!r} "
+                f"returned {type(middleware).__name__}, not a Middleware"
+            )
+        active.append(middleware)
+    return active
+
+
 def _with_codec(instance: Any, codec: MessageCodec | None) -> Any:
     if codec is not None and isinstance(instance, CodecAware):
         instance.use_codec(codec)
@@ -169,6 +191,7 @@ class WowContainer(containers.DeclarativeContainer):
     plugin_sections = providers.Singleton(load_plugin_sections, plugins, settings)
 
     metrics = providers.Singleton(create_metrics, plugins, settings)
+    middleware = providers.Singleton(create_middleware, plugins, settings, metrics)
     body_types = providers.Singleton(BodyTypeRegistry)
     codec = providers.Singleton(
         MessageCodec, body_types, strict_commands=settings.provided.command.strict_bodies
@@ -178,7 +201,11 @@ class WowContainer(containers.DeclarativeContainer):
     transport = providers.Singleton(create_transport, plugins, settings)
     decode_failure_handler = providers.Singleton(create_decode_failure_handler, plugins, settings)
     failure_recorder = providers.Singleton(create_failure_recorder, plugins, settings)
-    event_store = providers.Singleton(create_event_store, plugins, settings, codec)
+    event_store = providers.Singleton(
+        assembly.decorated_event_store,
+        middleware,
+        providers.Singleton(create_event_store, plugins, settings, codec),
+    )
     snapshot_repository = providers.Singleton(create_snapshot_repository, plugins, settings, codec)
 
     # -- the command side (wow_core.runtime.assembly) --
@@ -195,9 +222,11 @@ class WowContainer(containers.DeclarativeContainer):
         snapshot_repository,
         domain_event_bus,
         state_event_bus,
-        metrics,
+        middleware,
     )
-    command_gateway = providers.Singleton(assembly.create_gateway, command_bus, wait_coordinator, settings)
+    command_gateway = providers.Singleton(
+        assembly.create_gateway, command_bus, wait_coordinator, settings, middleware
+    )
     runtime = providers.Singleton(assembly.create_runtime, __self__)
 
 

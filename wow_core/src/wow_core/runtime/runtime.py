@@ -41,6 +41,7 @@ from wow_core.event.pipeline import EventDispatch
 from wow_core.eventsourcing.store import EventStore, SnapshotRepository
 from wow_core.messaging.contract import CommandBus, DomainEventBus, StateEventBus
 from wow_core.metrics import Metrics
+from wow_core.middleware import undecorated
 from wow_core.modeling.dispatcher import CommandDispatcher
 from wow_core.modeling.kernel import CommandKernel
 from wow_core.modeling.registry import AggregateRegistry
@@ -261,7 +262,7 @@ class WowRuntime(Lifecycle):
         self.add_closeable(event_store, "event store")
         self.add_closeable(snapshot_repository, "snapshot repository")
         self.add_store(event_store, "event store")
-        if id(snapshot_repository) != id(event_store):  # one object may be both
+        if undecorated(snapshot_repository) is not undecorated(event_store):  # one object may be both
             self.add_store(snapshot_repository, "snapshot repository")
         if transport is not None:
             self.add_transport(transport)
@@ -274,7 +275,6 @@ class WowRuntime(Lifecycle):
             coordinator,
             executor,
             group=f"{self.name}.command",
-            metrics=metrics,
         )
         self.add_dispatcher(self.command_dispatcher)
         # Set by the assembly: the event dispatchers (wow_core.event), added above too.
@@ -296,9 +296,9 @@ class WowRuntime(Lifecycle):
         return {
             "service": self.name,
             "transport": self.transport.name if self.transport is not None else "none (in-process buses)",
-            "command bus": type(self.command_bus).__name__,
-            "event store": type(self.event_store).__name__,
-            "snapshot repository": type(self.snapshot_repository).__name__,
+            "command bus": type(undecorated(self.command_bus)).__name__,
+            "event store": type(undecorated(self.event_store)).__name__,
+            "snapshot repository": type(undecorated(self.snapshot_repository)).__name__,
             "aggregates": ", ".join(sorted(str(n) for n in self.aggregates.named_aggregates)) or "none",
             "dispatchers": ", ".join(_name(d) for d in self.dispatchers),
         }

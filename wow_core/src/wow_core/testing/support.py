@@ -306,7 +306,15 @@ class Rig:
         kind: TopicKind,
         handler: RecordingDecodeFailureHandler | None = None,
     ) -> TransportMessageBus[Any, Any]:
-        bus = _BUS_TYPES[kind](transport, self.codec, decode_failure_handler=handler, metrics=self.metrics)
+        """A plain transport bus (no middleware); its default decode-failure policy counts on
+        :attr:`metrics`."""
+        bus = _BUS_TYPES[kind](
+            transport,
+            self.codec,
+            decode_failure_handler=(
+                handler if handler is not None else DefaultDecodeFailureHandler(metrics=self.metrics)
+            ),
+        )
         self.buses.append(bus)
         return bus
 

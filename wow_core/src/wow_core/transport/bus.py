@@ -12,6 +12,8 @@ Everything a broker does not need to know lives here, once for every backend:
 * the decode-failure policy (:class:`~wow_core.transport.TransportDecodeFailureHandler`):
   an undecodable record never stops the receiver and is never silently dropped;
 * one exchange type per message kind, whose ``ack`` acknowledges the record;
+* no metrics: ``wow.bus.sent`` / ``wow.bus.received`` are counted by the metrics
+  middleware that decorates the bus (:mod:`wow_core.middleware`);
 * the ``local_first`` marker: only a local-first bus in front of this bus may send it as
   ``true`` (it is the admission result of that bus). A bus with none in front
   (``keeps_local_first_marker=False``, local-first off for that bus) sends every message
@@ -37,7 +39,6 @@ from wow_core.messaging.contract import (
     StateEventExchange,
 )
 from wow_core.messaging.in_flight import InFlight
-from wow_core.metrics import Metrics, NoopMetrics, metrics_source
 from wow_core.model import (
     CommandMessage,
     DecodeError,
@@ -66,9 +67,11 @@ M = TypeVar("M", bound=Message)
 E = TypeVar("E", bound="TransportExchange")
 
 SENT_COUNTER = "wow.bus.sent"
-"""Messages a bus sent; tags ``kind``, ``aggregate``, ``transport``, ``source``, ``outcome``."""
+"""Messages a bus sent; tags ``kind``, ``aggregate``, ``transport``, ``source``, ``outcome``
+(counted by :class:`~wow_core.middleware.MetricMessageBus`)."""
 RECEIVED_COUNTER = "wow.bus.received"
-"""Exchanges a receiver handed to its consumer; tags ``kind``, ``aggregate``, ``group``."""
+"""Exchanges a receiver handed to its consumer; tags ``kind``, ``aggregate``, ``group``
+(counted by :class:`~wow_core.middleware.MetricMessageBus`)."""
 
 
 class TransportExchange:
@@ -126,7 +129,6 @@ class TransportMessageBus(Generic[M, E]):
         codec: MessageCodec,
         *,
         decode_failure_handler: TransportDecodeFailureHandler | None = None,
-        metrics: Metrics | None = None,
         naming: TopicNaming | None = None,
         keeps_local_first_marker: bool = True,
     ) -> None:
@@ -135,21 +137,17 @@ class TransportMessageBus(Generic[M, E]):
         self.naming: TopicNaming = naming if naming is not None else naming_of(transport)
         #: False when no local-first bus is in front of this one: see the module docstring.
         self.keeps_local_first_marker = keeps_local_first_marker
-        self.metrics: Metrics = metrics if metrics is not None else NoopMetrics()
         self.decode_failure_handler: TransportDecodeFailureHandler = (
-            decode_failure_handler
-            if decode_failure_handler is not None
-            else DefaultDecodeFailureHandler(metrics=self.metrics)
+            decode_failure_handler if decode_failure_handler is not None else DefaultDecodeFailureHandler()
         )
-        handler = self.decode_failure_handler
-        if isinstance(handler, DefaultDecodeFailureHandler) and isinstance(handler.metrics, NoopMetrics):
-            # A default handler built without metrics (by its plugin factory) counts on the bus's.
-            handler.metrics = self.metrics
-        # With the no-op facade, skip building tags (a measurable share of a send).
-        self._counting = not isinstance(self.metrics, NoopMetrics)
         self._topics: dict[NamedAggregate, str] = {}
         self._receivers: set[TransportBusReceiver[E]] = set()
         self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called: sends and new receivers are refused."""
+        return self._closed
 
     def topic(self, named_aggregate: NamedAggregate) -> str:
         """The topic of ``named_aggregate`` for this bus's kind (memoised)."""
@@ -177,22 +175,7 @@ class TransportMessageBus(Generic[M, E]):
         """Return when the transport accepted ``message``; raise what it raised otherwise."""
         if self._closed:
             raise BusClosedError(f"{type(self).__name__} is closed; cannot send {message.name}")
-        record = self.encode(message)
-        if self._counting is False:
-            await self.transport.send(record)
-            return
-        tags = {
-            "kind": self.topic_kind.value,
-            "aggregate": str(message.aggregate_id.named_aggregate),
-            "transport": self.transport.name,
-            "source": metrics_source.get(),
-        }
-        try:
-            await self.transport.send(record)
-        except BaseException:
-            self.metrics.increment(SENT_COUNTER, tags={**tags, "outcome": "error"})
-            raise
-        self.metrics.increment(SENT_COUNTER, tags={**tags, "outcome": "ok"})
+        await self.transport.send(self.encode(message))
 
     def decode(self, record: TransportRecord, topics: dict[str, NamedAggregate]) -> M:
         """The message in ``record``; raise :class:`DecodeError` for anything else.
@@ -291,15 +274,6 @@ class TransportBusReceiver(Generic[E]):
                 await self._decode_failed(record, error)
                 continue
             self._in_flight.enter()
-            if self.bus._counting:
-                self.bus.metrics.increment(
-                    RECEIVED_COUNTER,
-                    tags={
-                        "kind": self.bus.topic_kind.value,
-                        "aggregate": str(message.aggregate_id.named_aggregate),
-                        "group": self.subscription.group,
-                    },
-                )
             exchange: E = self.bus.exchange_type(message, record, self._on_settle)
             return exchange
 

@@ -1,0 +1,61 @@
+"""Cross-cutting behaviour as middleware: decorators of buses, gateway, handler, store.
+
+A :class:`Middleware` decorates the runtime's components while the container assembles
+them (spec 000, "Metrics and tracing entry points"): every bus of each layer (local,
+transport, local-first), the :class:`~wow_core.command.CommandGateway`, the command
+handler (the :class:`~wow_core.modeling.CommandKernel`) and the
+:class:`~wow_core.eventsourcing.EventStore`. Each ``decorate_*`` hook returns the
+component itself (the default: nothing wrapped, nothing paid) or a decorator built on
+the base classes here, whose named hook methods (``send``, ``received``, ``hand_off``,
+``send_and_wait``, ``process``, ``dropped``, ``append``, ``load``...) forward to the
+decorated component unless overridden.
+
+A decorator forwards everything else exactly: receiver readiness, processing admission,
+in-flight counts, quiescence, ``hand_off`` and its receipt, close. Metrics are one such
+middleware (:class:`MetricsMiddleware`, active unless the metrics backend is the no-op
+one); plugins contribute more through the ``register_middleware`` hook.
+"""
+
+from wow_core.middleware.base import (
+    BusLayer,
+    CommandGatewayDecorator,
+    CommandHandlerDecorator,
+    EventStoreDecorator,
+    LocalMessageBusDecorator,
+    MessageBusDecorator,
+    MessageReceiverDecorator,
+    Middleware,
+    MiddlewareFactory,
+    decorate_bus,
+    decorate_command_handler,
+    decorate_event_store,
+    decorate_gateway,
+    decorate_local_bus,
+    undecorated,
+)
+from wow_core.middleware.metrics import (
+    MetricCommandHandler,
+    MetricMessageBus,
+    MetricsMiddleware,
+)
+
+__all__ = [
+    "BusLayer",
+    "CommandGatewayDecorator",
+    "CommandHandlerDecorator",
+    "EventStoreDecorator",
+    "LocalMessageBusDecorator",
+    "MessageBusDecorator",
+    "MessageReceiverDecorator",
+    "MetricCommandHandler",
+    "MetricMessageBus",
+    "Middleware",
+    "MiddlewareFactory",
+    "MetricsMiddleware",
+    "decorate_bus",
+    "decorate_command_handler",
+    "decorate_event_store",
+    "decorate_gateway",
+    "decorate_local_bus",
+    "undecorated",
+]
