@@ -98,7 +98,9 @@ async def test_garbage_wrong_keys_and_foreign_json_are_dead_lettered(transport: 
     assert metrics.counter_value(DefaultDecodeFailureHandler.COUNTER) == len(hostile)
     await receiver.close()  # commits what was acknowledged
     # every record was acknowledged: the group's commits reached the end of every partition
-    assert await committed_offsets(transport, group, topic) == await end_offsets(transport, topic)
+    assert await committed_offsets(transport, transport.group_prefix + group, topic) == await end_offsets(
+        transport, topic
+    )
 
     dead = AIOKafkaConsumer(
         topic + ".dlq",

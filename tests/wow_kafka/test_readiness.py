@@ -21,7 +21,8 @@ def boundaries(caplog: pytest.LogCaptureFixture, group: str) -> dict[int, str]:
     """partition -> why its start was chosen, from the receiver's per-partition log lines."""
     found: dict[int, str] = {}
     for line in caplog.messages:
-        pattern = rf"group '{re.escape(group)}': .*\[(\d+)\] starts at offset \d+ \(([a-z ]+)\)"
+        # the logged id is the Kafka group id: the transport's group prefix, then ``group``
+        pattern = rf"group '[^']*{re.escape(group)}': .*\[(\d+)\] starts at offset \d+ \(([a-z ]+)\)"
         match = re.search(pattern, line)
         if match:
             found[int(match.group(1))] = match.group(2)

@@ -173,3 +173,37 @@ def test_wow_settings_prints_the_section_with_secrets_masked(
     assert "WOW_KAFKA__SASL_PASSWORD=**********" in out
     assert "hunter2" not in out
     assert "keypass" not in out
+
+
+def _group_id(transport: KafkaTransport, group: str) -> str:
+    receiver = transport.open(group, ["wow.x.y.command"])
+    return str(receiver.group)
+
+
+@pytest.mark.parametrize(
+    ("variables", "expected"),
+    [
+        ({}, "wow.bank.command"),
+        ({"WOW_MESSAGING__TOPIC_PREFIX": "staging."}, "staging.bank.command"),
+        ({"WOW_KAFKA__TOPIC_PREFIX": "prod."}, "prod.bank.command"),
+        ({"WOW_KAFKA__TOPIC_PREFIX": "prod.", "WOW_KAFKA__GROUP_PREFIX": "team-a."}, "team-a.bank.command"),
+        ({"WOW_KAFKA__TOPIC_PREFIX": "prod.", "WOW_KAFKA__GROUP_PREFIX": ""}, "bank.command"),
+    ],
+)
+def test_consumer_groups_live_in_the_topic_prefix_namespace(
+    monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], expected: str
+) -> None:
+    """Kafka groups are cluster-wide: two applications separated by their topic prefix never
+    share a group (a dead member of one would stall the other's rebalances)."""
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    transport = KafkaTransport.from_settings(WowSettings.load())
+    assert _group_id(transport, "bank.command") == expected
+
+
+def test_a_group_prefix_with_other_characters_is_refused_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("WOW_KAFKA__GROUP_PREFIX", "a b")
+    with pytest.raises(SettingsError, match="WOW_KAFKA__GROUP_PREFIX"):
+        load_section("kafka", KafkaSettings)

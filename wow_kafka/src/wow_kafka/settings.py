@@ -68,6 +68,13 @@ class KafkaSettings(SettingsSection):
     topic_prefix: str | None = Field(
         None, description="Prefix of topic names; default: WOW_MESSAGING__TOPIC_PREFIX ('wow.')."
     )
+    group_prefix: str | None = Field(
+        None,
+        max_length=249,
+        description="Prefix of consumer group ids. Kafka groups are cluster-wide, so by default "
+        "they carry the topic prefix: two applications separated by their topic prefix never "
+        "share a group. '' keeps the bare group names (<service>.command...).",
+    )
     partitions: PositiveInt = Field(3, description="Partitions of a topic the transport creates.")
     replication_factor: PositiveInt = Field(
         1, description="Replication factor of a topic the transport creates."
@@ -134,11 +141,11 @@ class KafkaSettings(SettingsSection):
                 raise ValueError(f"bootstrap server {server!r} must look like host:port (port 1-65535)")
         return value
 
-    @field_validator("topic_prefix")
+    @field_validator("topic_prefix", "group_prefix")
     @classmethod
     def _check_topic_prefix(cls, value: str | None) -> str | None:
         if value is not None and not set(value) <= _TOPIC_CHARS:
-            raise ValueError("a topic prefix may hold only letters, digits, '.', '_' and '-'")
+            raise ValueError("a prefix may hold only letters, digits, '.', '_' and '-'")
         return value
 
     @model_validator(mode="after")

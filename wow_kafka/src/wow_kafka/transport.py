@@ -64,10 +64,16 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
         decode_failure_default: DecodeFailureDefault = DecodeFailureDefault.DEAD_LETTER,
     ) -> None:
         self.settings = settings if settings is not None else KafkaSettings()
-        super().__init__(
-            naming if naming is not None else DefaultTopicNaming(self.settings.topic_prefix or "wow."),
-            decode_failure_default,
-        )
+        naming = naming if naming is not None else DefaultTopicNaming(self.settings.topic_prefix or "wow.")
+        super().__init__(naming, decode_failure_default)
+        #: Prefix of every consumer group id: groups are cluster-wide on Kafka, so by default
+        #: they live in the topic prefix's namespace (``WOW_KAFKA__GROUP_PREFIX``).
+        if self.settings.group_prefix is not None:
+            self.group_prefix = self.settings.group_prefix
+        elif isinstance(naming, DefaultTopicNaming):
+            self.group_prefix = naming.prefix
+        else:
+            self.group_prefix = self.settings.topic_prefix or "wow."
         self._common = common_config(self.settings)
         self.topics = KafkaTopics(self.settings, self._common)
         self._producer: AIOKafkaProducer | None = None
@@ -193,8 +199,12 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
     # -- receive ----------------------------------------------------------------------
 
     def open(self, group: str, topics: Sequence[str]) -> KafkaTransportReceiver:
-        """A new member of consumer group ``group`` for ``topics``; it connects on ``ready()``."""
+        """A new member of consumer group ``group`` for ``topics``; it connects on ``ready()``.
+
+        The Kafka group id is ``group_prefix + group`` (see :attr:`group_prefix`).
+        """
         self._check_open()
+        group = f"{self.group_prefix}{group}"
         receiver = KafkaTransportReceiver(
             group,
             topics,
