@@ -6,12 +6,12 @@ import asyncio
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
 
+from tests.accounts import AccountState
 from tests.wow_redis.conftest import REDIS_URL
 from wow_core.eventsourcing import Snapshot
 from wow_core.model import AggregateId, BodyTypeRegistry, MessageCodec, NamedAggregate
@@ -24,12 +24,6 @@ from wow_core.testing.event_store import (
 from wow_redis import EventStoreDataError, RedisEventStore, RedisSettings, RedisSnapshotRepository
 
 pytestmark = pytest.mark.redis
-
-
-@dataclass(frozen=True)
-class AccountState:
-    owner: str
-    balance: int
 
 
 def codec() -> MessageCodec:

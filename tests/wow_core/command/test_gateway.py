@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 import pytest
 from pydantic import BaseModel, Field
 
+from tests.accounts import Deposit
 from wow_core.command import (
     CommandGateway,
     CommandStage,
@@ -24,11 +24,6 @@ from wow_core.messaging import MessageSubscription
 from wow_core.model import AggregateId, CommandMessage, NamedAggregate, TopicKind
 
 AGG = AggregateId(NamedAggregate("bank", "account"), "a-1")
-
-
-@dataclass
-class Deposit:
-    amount: Annotated[int, Field(gt=0)]
 
 
 class Transfer(BaseModel):

@@ -1,4 +1,7 @@
-"""Test doubles for the dispatch tests: a bus of queues, a keyed executor, a recorder."""
+"""Test doubles for the dispatch tests: a bus of queues, a keyed executor, a recorder.
+
+The account's commands and events come from :mod:`tests.accounts`.
+"""
 
 from __future__ import annotations
 
@@ -25,34 +28,13 @@ from wow_core.model import (
     TopicKind,
 )
 
-ACCOUNT = NamedAggregate("bank", "account")
 TRANSFER = NamedAggregate("bank", "transfer")
 CUSTOMER = NamedAggregate("crm", "customer")
 
 
 @dataclass(frozen=True)
-class Opened:
-    owner: str
-
-
-@dataclass(frozen=True)
-class Deposited:
-    amount: int
-
-
-@dataclass(frozen=True)
-class Withdrawn:
-    amount: int
-
-
-@dataclass(frozen=True)
 class Registered:
     name: str
-
-
-@dataclass(frozen=True)
-class Deposit:
-    amount: int
 
 
 def stream(

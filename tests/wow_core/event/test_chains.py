@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 
+from tests.accounts import ACCOUNT, Opened
 from tests.wow_core.event.support import (
-    ACCOUNT,
-    Opened,
     QueueBus,
     RecordingNotifier,
     no_sleep,

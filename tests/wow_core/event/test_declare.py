@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from tests.wow_core.event.support import ACCOUNT, TRANSFER, Deposited, Opened, Withdrawn, stream
+from tests.accounts import ACCOUNT, Deposited, Opened, Withdrawn
+from tests.wow_core.event.support import TRANSFER, stream
 from wow_core.event import ComponentKind, on_event, on_state_event, projection, retry, stateless_saga
 from wow_core.event.declare import parse_component
 from wow_core.event.function import FunctionKind, FunctionRegistrationError, MessageFunctionRegistrar

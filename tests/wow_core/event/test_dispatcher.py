@@ -9,19 +9,15 @@ from typing import Any
 
 import pytest
 
+from tests.accounts import ACCOUNT, Deposit, Deposited, Opened, Withdrawn
 from tests.wow_core.event.support import (
-    ACCOUNT,
     CUSTOMER,
     TRANSFER,
-    Deposit,
-    Deposited,
-    Opened,
     QueueBus,
     RecordingNotifier,
     RecordingSender,
     Registered,
     ScriptedRecorder,
-    Withdrawn,
     stream,
     wait_until,
 )

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from tests.accounts import ACCOUNT, Deposit
 from wow_core.messaging import (
     BusClosedError,
     LocalMessageBus,
@@ -32,14 +32,8 @@ from wow_core.model import (
     ReadOnlyHeaderError,
 )
 
-ACCOUNT = NamedAggregate("bank", "account")
 ORDER = NamedAggregate("shop", "order")
 TIMEOUT = 2.0
-
-
-@dataclass
-class Deposit:
-    amount: int
 
 
 def command(aggregate_id: str = "a-1", amount: int = 1) -> CommandMessage[Any]:

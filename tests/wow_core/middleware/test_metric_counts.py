@@ -9,16 +9,11 @@ there, and this test passes there unchanged).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 from dependency_injector import providers
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "modeling"))
-
-from kernel_accounts import Account, Deposit, Open, Withdraw
-
+from tests.accounts import Account, Deposit, Open, Withdraw
 from wow_core.eventsourcing import InMemoryEventStore
 from wow_core.eventsourcing.store import EventVersionConflictError
 from wow_core.metrics import InMemoryMetrics

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "modeling"))
-
-from kernel_accounts import Account, Deposit, Open
-
+from tests.accounts import Account, Deposit, Open
 from wow_core.command import CommandGateway, CommandStage, CommandWait
 from wow_core.command.stages import CommandResult, WaitPlan
 from wow_core.eventsourcing.store import EventStore

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.wow_core.model.wire_bodies import Deposit
 from wow_core.model import (
     AggregateId,
     BodyTypeRegistry,
@@ -24,12 +25,6 @@ from wow_core.model import (
     wire,
 )
 from wow_core.model.wire import from_wire, to_wire
-
-
-@dataclass(frozen=True)
-class Deposit:
-    amount: int
-    note: str
 
 
 @dataclass(frozen=True)

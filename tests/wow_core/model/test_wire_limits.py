@@ -15,6 +15,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from tests.wow_core.model.wire_bodies import Deposit
 from wow_core.model import (
     AggregateId,
     BodyTypeRegistry,
@@ -31,12 +32,6 @@ from wow_core.model import (
 from wow_core.model.wire import MAX_DEPTH, MAX_INT_DIGITS
 from wow_core.transport.bus import TransportCommandBus
 from wow_core.transport.in_memory import InMemoryTransport
-
-
-@dataclass(frozen=True)
-class Deposit:
-    amount: int
-    note: str = ""
 
 
 @dataclass(frozen=True)

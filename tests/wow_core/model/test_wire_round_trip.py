@@ -27,6 +27,7 @@ from wow_core.model import (
 )
 
 
+# Not tests.wow_core.model.wire_bodies.Deposit: the tags tuple makes tuples round-trip too.
 @dataclass(frozen=True)
 class Deposit:
     amount: int
@@ -40,6 +41,7 @@ class Profile(BaseModel):
     nested: dict[str, list[int]] = {}
 
 
+# Not tests.accounts.AccountState: a list field, so a list in a state round-trips too.
 @dataclass(frozen=True)
 class AccountState:
     balance: int

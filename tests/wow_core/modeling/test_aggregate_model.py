@@ -5,8 +5,8 @@ from dataclasses import dataclass
 from typing import Annotated, Any, NoReturn, Optional
 
 import pytest
-from kernel_accounts import Account, Deposit, Open, Withdraw
 
+from tests.accounts import Account, Deposit, Open, Withdraw
 from wow_core.model import AggregateId, BodyTypeRegistry, NamedAggregate
 from wow_core.modeling import (
     AggregateDefinitionError,

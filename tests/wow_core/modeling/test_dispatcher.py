@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "modeling"))
-
-from kernel_accounts import Account, Deposit, Open
-
+from tests.accounts import Account, Deposit, Open
 from wow_core.command import CommandStage, ErrorCodes, WaitCoordinator, WaitSignal
 from wow_core.eventsourcing import InMemoryEventStore
 from wow_core.messaging.in_memory import InMemoryCommandBus

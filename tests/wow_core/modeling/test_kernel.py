@@ -5,7 +5,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from kernel_accounts import (
+
+from tests.accounts import (
     Account,
     AccountState,
     Audit,
@@ -21,7 +22,6 @@ from kernel_accounts import (
     Touch,
     Withdraw,
 )
-
 from wow_core.command import CommandStage, ErrorCodes
 from wow_core.eventsourcing import (
     EventVersionConflictError,

@@ -7,10 +7,10 @@ import logging
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "modeling"))
+# ``wow run`` starts in tests/wow_core/runtime: put the repository root on the path for ``tests``
+sys.path.insert(0, str(Path(__file__).parents[3]))
 
-from kernel_accounts import Account
-
+from tests.accounts import Account
 from wow_core.runtime.app import WowApp
 from wow_core.runtime.runtime import WowRuntime
 

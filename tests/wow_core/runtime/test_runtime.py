@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "modeling"))
-
-from kernel_accounts import Account, Deposit, Note, Open, Withdraw
-
+from tests.accounts import Account, Deposit, Note, Open, Withdraw
 from wow_core.command import CommandStage, CommandWait, ErrorCodes
 from wow_core.eventsourcing import InMemoryEventStore
 from wow_core.modeling import AggregateRegistry

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from dependency_injector import providers
 
+from tests.accounts import Account, Open
 from tests.wow_core.messaging.local_first.local_first_doubles import ORDERS, RecordingDistributedBus, command
-from tests.wow_core.modeling.kernel_accounts import Account, Open
 from wow_core.command import CommandWait
 from wow_core.messaging.in_memory import InMemoryCommandBus, InMemoryDomainEventBus, InMemoryStateEventBus
 from wow_core.messaging.local_first import (

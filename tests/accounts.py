@@ -1,4 +1,9 @@
-"""A small aggregate the modeling tests run against."""
+"""The bank account the tests run against, written once: its state, commands, events and aggregate.
+
+Every test that needs an account (the kernel, the runtime, the buses, the gateway, the
+dispatch pipeline, the stores) imports it from here. A test that needs another shape
+keeps that variant local and says why in one line.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,11 @@ from typing import Annotated, NoReturn
 
 from pydantic import Field
 
-from wow_core.model import CommandMessage
+from wow_core.model import CommandMessage, NamedAggregate
 from wow_core.modeling import DomainError, Emit, aggregate, on_command, on_sourcing
+
+ACCOUNT = NamedAggregate("bank", "account")
+"""The named aggregate of :class:`Account`."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +82,7 @@ class Noted:
 @dataclass(frozen=True)
 class Opened:
     owner: str
-    initial: int
+    initial: int = 0
 
 
 @dataclass(frozen=True)
