@@ -8,7 +8,7 @@ What runs: 256 aggregates' single-event streams sent on the in-memory DomainEven
 consumed by the ProjectionDispatcher on the runtime's KeyedExecutor, through the
 projection chain (PROJECTED notifier -> RetryableFilter -> FunctionFilter) with the real
 WaitCoordinator (nobody waiting), FailureRecordingHandler with FailureRecorder.NONE, the
-default (no-op) metrics, and acknowledgement of every stream. The functions do nothing,
+default of no observer (no metrics), and acknowledgement of every stream. The functions do nothing,
 so the figure is the pipeline's own cost; it is timed from the first send until every
 function handled every event and the executor is idle.
 

@@ -12,6 +12,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from tests.wow_kafka.conftest import unique
 from wow_core.messaging import MessageSubscription
 from wow_core.metrics import InMemoryMetrics
+from wow_core.middleware import MetricDecodeFailureHandler
+from wow_core.middleware.metrics import DECODE_FAILURES
 from wow_core.model import NamedAggregate
 from wow_core.testing.support import command, conformance_codec, ordinal, wait_until
 from wow_core.transport.bus import TransportCommandBus
@@ -49,9 +51,8 @@ async def committed_offsets(transport: KafkaTransport, group: str, topic: str) -
 
 async def test_garbage_wrong_keys_and_foreign_json_are_dead_lettered(transport: KafkaTransport) -> None:
     metrics = InMemoryMetrics()
-    bus = TransportCommandBus(
-        transport, conformance_codec(), decode_failure_handler=DefaultDecodeFailureHandler(metrics=metrics)
-    )
+    counted = MetricDecodeFailureHandler(DefaultDecodeFailureHandler(), metrics)
+    bus = TransportCommandBus(transport, conformance_codec(), decode_failure_handler=counted)
     account = NamedAggregate("dlq", "account")
     topic = bus.topic(account)
     group = unique("dlq")
@@ -86,7 +87,7 @@ async def test_garbage_wrong_keys_and_foreign_json_are_dead_lettered(transport: 
     # reached the policy.
     pulling = asyncio.create_task(anext(aiter(receiver)))
     await wait_until(
-        lambda: metrics.counter_value(DefaultDecodeFailureHandler.COUNTER) >= len(hostile),
+        lambda: metrics.counter_value(DECODE_FAILURES) >= len(hostile),
         30,
         "every hostile record handled by the decode-failure policy",
     )
@@ -95,7 +96,7 @@ async def test_garbage_wrong_keys_and_foreign_json_are_dead_lettered(transport: 
     pulling.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await pulling
-    assert metrics.counter_value(DefaultDecodeFailureHandler.COUNTER) == len(hostile)
+    assert metrics.counter_value(DECODE_FAILURES) == len(hostile)
     await receiver.close()  # commits what was acknowledged
     # every record was acknowledged: the group's commits reached the end of every partition
     assert await committed_offsets(transport, transport.group_prefix + group, topic) == await end_offsets(
@@ -130,6 +131,6 @@ async def test_garbage_wrong_keys_and_foreign_json_are_dead_lettered(transport: 
     after = await asyncio.wait_for(anext(aiter(again)), 30)
     assert ordinal(after.message) == 2
     await after.ack()
-    assert metrics.counter_value(DefaultDecodeFailureHandler.COUNTER) == len(hostile)
+    assert metrics.counter_value(DECODE_FAILURES) == len(hostile)
     await again.close()
     await bus.close()

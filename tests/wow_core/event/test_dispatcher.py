@@ -35,9 +35,11 @@ from wow_core.event import (
     stateless_saga,
 )
 from wow_core.event.failure import NONE_RECORDER, FailureRecorder
-from wow_core.event.handler import OUTCOMES_METRIC, ErrorHandler, suppressed
+from wow_core.event.handler import ErrorHandler, suppressed
 from wow_core.event.pipeline import EventDispatch, build_event_dispatch
 from wow_core.metrics import InMemoryMetrics
+from wow_core.middleware import MetricsMiddleware
+from wow_core.middleware.metrics import PROCESSING_OUTCOMES as OUTCOMES_METRIC
 from wow_core.model import AggregateId, CommandMessage, StateEvent, TopicKind
 from wow_core.runtime.keyed_executor import KeyedExecutor
 from wow_core.runtime.settings import EventSettings, RetrySettings
@@ -85,7 +87,7 @@ async def start(
         notifier=notifier,
         command_sender=sender,
         recorder=recorder,
-        metrics=metrics,
+        observer=MetricsMiddleware(metrics).observe_event_processing(),
         error_handlers=error_handlers,
         snapshot_aggregates=[ACCOUNT] if snapshot else [],
         snapshot_saver=snapshot,

@@ -34,13 +34,13 @@ from wow_core.command import CommandWait
 from wow_core.command.stages import ErrorCodes
 from wow_core.event import EventDispatchOptions, RecordResult, on_event, projection
 from wow_core.event.failure import NONE_RECORDER, FailureRecorder
-from wow_core.event.handler import OUTCOMES_METRIC
 from wow_core.eventsourcing import EventStore, InMemoryEventStore
 from wow_core.messaging.in_memory import InMemoryDomainEventBus, InMemoryStateEventBus
 from wow_core.messaging.local_first import LocalFirstDomainEventBus, LocalFirstStateEventBus
 from wow_core.metrics import InMemoryMetrics
 from wow_core.middleware import BusLayer, MetricsMiddleware
-from wow_core.model import AggregateId
+from wow_core.middleware.metrics import PROCESSING_OUTCOMES as OUTCOMES_METRIC
+from wow_core.model import AggregateId, TopicKind
 from wow_core.plugins import hookimpl, load_plugins
 from wow_core.runtime.app import WowApp
 from wow_core.runtime.assembly import build_runtime
@@ -349,8 +349,12 @@ def transport_runtime(
     events: Any = counting.decorate_bus(TransportDomainEventBus(transport, codec), BusLayer.TRANSPORT)
     states: Any = counting.decorate_bus(TransportStateEventBus(transport, codec), BusLayer.TRANSPORT)
     if local_first:
-        events = LocalFirstDomainEventBus(InMemoryDomainEventBus(), events, metrics=metrics)
-        states = LocalFirstStateEventBus(InMemoryStateEventBus(), states, metrics=metrics)
+        events = LocalFirstDomainEventBus(
+            InMemoryDomainEventBus(), events, observer=counting.observe_local_first(TopicKind.EVENT)
+        )
+        states = LocalFirstStateEventBus(
+            InMemoryStateEventBus(), states, observer=counting.observe_local_first(TopicKind.STATE)
+        )
     container.domain_event_bus.override(providers.Object(events))
     container.state_event_bus.override(providers.Object(states))
     container.failure_recorder.override(providers.Object(recorder))

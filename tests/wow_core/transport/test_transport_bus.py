@@ -11,7 +11,8 @@ import pytest
 
 from wow_core.messaging import BusClosedError, MessageSubscription
 from wow_core.metrics import InMemoryMetrics, metrics_source
-from wow_core.middleware import BusLayer, MetricsMiddleware
+from wow_core.middleware import BusLayer, MetricDecodeFailureHandler, MetricsMiddleware
+from wow_core.middleware.metrics import DECODE_FAILURES
 from wow_core.model import DecodeFailureKind, NamedAggregate, TopicKind
 from wow_core.testing.support import Rig, command, conformance_codec, event_stream, state_event
 from wow_core.transport import DecodeFailureDefault, DefaultTopicNaming, Transport, TransportMessage
@@ -212,7 +213,7 @@ async def test_a_dead_letter_that_cannot_be_sent_stays_pending(caplog: pytest.Lo
 
     transport = RefusingTransport()
     metrics = InMemoryMetrics()
-    handler = DefaultDecodeFailureHandler(metrics=metrics)
+    handler = MetricDecodeFailureHandler(DefaultDecodeFailureHandler(), metrics)
     broker_record = transport.open("g", ["t"])
     await InMemoryTransport(broker=transport.broker).send(TransportMessage("t", "k", "raw", 5))
     broker_record.open_processing()
@@ -224,10 +225,7 @@ async def test_a_dead_letter_that_cannot_be_sent_stays_pending(caplog: pytest.Lo
     assert "could not dead-letter" in caplog.text
     assert "key 'k'" in caplog.text
     assert "position 0:0" in caplog.text or "position" in caplog.text
-    assert (
-        metrics.counter_value(DefaultDecodeFailureHandler.COUNTER, transport="in_memory", kind="not_json")
-        == 1
-    )
+    assert metrics.counter_value(DECODE_FAILURES, transport="in_memory", kind="not_json") == 1
 
 
 async def test_an_explicit_policy_overrides_the_transport_default() -> None:
@@ -267,22 +265,21 @@ async def test_policies_are_selectable_by_settings(monkeypatch: pytest.MonkeyPat
         create_container(WowSettings.load())
 
 
-async def test_a_default_handler_without_metrics_counts_on_the_bus_metrics() -> None:
+async def test_the_metrics_middleware_counts_the_failures_of_the_policy_it_decorates() -> None:
     from wow_core.model import DecodeError
 
     metrics = InMemoryMetrics()
     transport = InMemoryTransport()
-    handler = DefaultDecodeFailureHandler()
-    MetricsMiddleware(metrics).decorate_bus(
-        TransportCommandBus(transport, conformance_codec(), decode_failure_handler=handler),
-        BusLayer.TRANSPORT,
-    )
+    policy = DefaultDecodeFailureHandler(DecodeFailureDefault.LEAVE_PENDING)
+    counted = MetricsMiddleware(metrics).decorate_decode_failure_handler(policy)
     receiver = transport.open("g", ["t"])
     await transport.send(TransportMessage("t", "k", "raw", 5))
     receiver.open_processing()
     failure = DecodeFailure("g", await anext(receiver), DecodeError(DecodeFailureKind.NOT_JSON, "x"))
-    await handler.handle(failure, transport)
-    assert metrics.counter_value(DefaultDecodeFailureHandler.COUNTER) == 1
+    assert await policy.handle(failure, transport) is DecodeFailureAction.LEAVE_PENDING
+    assert metrics.counter_value(DECODE_FAILURES) == 0, "the policy itself counts nothing"
+    assert await counted.handle(failure, transport) is DecodeFailureAction.LEAVE_PENDING
+    assert metrics.counter_value(DECODE_FAILURES, transport="in_memory", kind="not_json") == 1
 
 
 class ObservingTransport(InMemoryTransport):
@@ -344,16 +341,15 @@ async def test_a_cancelled_receiver_completes_the_policy_and_its_ack_before_it_e
     """Dead letter, count and ack are one unit: a cancellation in the middle waits for it."""
     transport = GatedDeadLetters()
     metrics = InMemoryMetrics()
-    bus = TransportCommandBus(
-        transport, conformance_codec(), decode_failure_handler=DefaultDecodeFailureHandler(metrics=metrics)
-    )
+    counted = MetricDecodeFailureHandler(DefaultDecodeFailureHandler(), metrics)
+    bus = TransportCommandBus(transport, conformance_codec(), decode_failure_handler=counted)
     receiver = bus.receiver(MessageSubscription.of("bank.p", [ACCOUNT]))
     receiver.open_processing()
     await transport.send(TransportMessage(bus.topic(ACCOUNT), "a-1", "garbage", 0))
     pulling = asyncio.create_task(anext(receiver))
     await asyncio.wait_for(transport.sending.wait(), TIMEOUT)
     # the dead letter is not written yet: nothing is counted
-    assert metrics.counter_value(DefaultDecodeFailureHandler.COUNTER) == 0
+    assert metrics.counter_value(DECODE_FAILURES) == 0
     for _ in range(cancellations):  # closing, a timeout around the receiver...
         pulling.cancel()
         await asyncio.sleep(0)  # one loop turn: the receiver takes this cancellation before the next
@@ -362,6 +358,6 @@ async def test_a_cancelled_receiver_completes_the_policy_and_its_ack_before_it_e
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(pulling, TIMEOUT)
     assert len(transport.dead_letters) == 1
-    assert metrics.counter_value(DefaultDecodeFailureHandler.COUNTER) == 1
+    assert metrics.counter_value(DECODE_FAILURES) == 1
     assert transport.broker.backlog("bank.p", bus.topic(ACCOUNT)) == 0, "the record was not acknowledged"
     await transport.close()

@@ -13,7 +13,8 @@ module marks its hooks with :data:`hookimpl`; a factory is called with the proce
 settings (:class:`ProcessSettings`) and reads its own section, a :class:`SettingsSection`
 (frozen, bounded, unknown fields refused) using the bounded types :data:`Count`,
 :data:`Seconds`... Cross-cutting behaviour is a :class:`Middleware` whose hooks return
-decorators (:class:`MessageBusDecorator` and its siblings; ``docs/plugins/middleware.md``).
+decorators (:class:`MessageBusDecorator` and its siblings) or observers
+(:class:`LocalFirstObserver`, :class:`EventProcessingObserver`; ``docs/plugins/middleware.md``).
 Nothing here imports the runtime.
 
 The conformance suites every plugin runs are test classes in :mod:`wow_core.testing`
@@ -31,13 +32,16 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING (see wow_core/__init__.py)
 if TYPE_CHECKING:
     from wow_core.context import ContextCapture
     from wow_core.event.failure import FailureRecorder
+    from wow_core.event.observer import EventProcessingObserver
     from wow_core.eventsourcing.store import EventStore, SnapshotRepository
     from wow_core.messaging.contract import BusClosedError
+    from wow_core.messaging.local_first.observer import LocalFirstObserver, SendRoute
     from wow_core.metrics import Metrics
     from wow_core.middleware import (
         BusLayer,
         CommandGatewayDecorator,
         CommandHandlerDecorator,
+        DecodeFailureHandlerDecorator,
         EventStoreDecorator,
         LocalMessageBusDecorator,
         MessageBusDecorator,
@@ -103,6 +107,10 @@ _EXPORTS = {
     "CommandGatewayDecorator": "wow_core.middleware",
     "CommandHandlerDecorator": "wow_core.middleware",
     "EventStoreDecorator": "wow_core.middleware",
+    "DecodeFailureHandlerDecorator": "wow_core.middleware",
+    "LocalFirstObserver": "wow_core.messaging.local_first.observer",
+    "SendRoute": "wow_core.messaging.local_first.observer",
+    "EventProcessingObserver": "wow_core.event.observer",
 }
 
 __all__ = [
@@ -141,6 +149,10 @@ __all__ = [
     "CommandGatewayDecorator",
     "CommandHandlerDecorator",
     "EventStoreDecorator",
+    "DecodeFailureHandlerDecorator",
+    "LocalFirstObserver",
+    "SendRoute",
+    "EventProcessingObserver",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

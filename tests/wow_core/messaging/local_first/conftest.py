@@ -9,6 +9,8 @@ from tests.wow_core.messaging.local_first.local_first_doubles import (
 from wow_core.context import MetricsSourceCapture
 from wow_core.messaging.local_first import LocalFirstCommandBus
 from wow_core.metrics import InMemoryMetrics
+from wow_core.middleware import MetricsMiddleware
+from wow_core.model import TopicKind
 from wow_core.runtime.settings import LocalFirstSettings
 
 
@@ -43,7 +45,7 @@ def bus(
         local,  # type: ignore[arg-type]
         distributed,  # type: ignore[arg-type]
         settings=settings,
-        metrics=metrics,
+        observer=MetricsMiddleware(metrics).observe_local_first(TopicKind.COMMAND),
         captures=[MetricsSourceCapture()],
     )
 

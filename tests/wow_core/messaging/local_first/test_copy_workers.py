@@ -20,9 +20,10 @@ from tests.wow_core.messaging.local_first.local_first_doubles import (
     command,
 )
 from wow_core.messaging.local_first import CopyCancelledError, LocalFirstCommandBus
-from wow_core.messaging.local_first.copies import COPIES_CANCELLED, COPIES_SENT
 from wow_core.metrics import InMemoryMetrics
-from wow_core.model import CommandMessage
+from wow_core.middleware import MetricsMiddleware
+from wow_core.middleware.metrics import COPIES_CANCELLED, COPIES_SENT
+from wow_core.model import CommandMessage, TopicKind
 from wow_core.runtime.settings import LocalFirstSettings
 
 
@@ -154,7 +155,8 @@ async def test_a_refused_copy_behind_a_waiting_one_is_sent_by_the_pool_in_its_tu
 async def test_many_aggregates_mixed_outcomes_each_copy_once_in_send_order(
     local: ControlledLocalBus, distributed: RecordingDistributedBus, metrics: InMemoryMetrics
 ) -> None:
-    bus = LocalFirstCommandBus(local, distributed, metrics=metrics)  # type: ignore[arg-type]
+    observer = MetricsMiddleware(metrics).observe_local_first(TopicKind.COMMAND)
+    bus = LocalFirstCommandBus(local, distributed, observer=observer)  # type: ignore[arg-type]
     rng = random.Random(5)
     sent: list[CommandMessage[object]] = []
     senders: list[asyncio.Task[None]] = []

@@ -28,9 +28,9 @@ from wow_core.messaging.local_first import (
     LocalFirstStateEventBus,
     every_aggregate_is_local,
 )
-from wow_core.messaging.local_first.copies import HAND_OFF_TIMEOUTS
 from wow_core.metrics import InMemoryMetrics
 from wow_core.middleware import BusLayer, MetricsMiddleware
+from wow_core.middleware.metrics import HAND_OFF_TIMEOUTS
 from wow_core.model import Header, NamedAggregate, TopicKind
 from wow_core.runtime.settings import LocalFirstSettings
 from wow_core.testing.support import conformance_codec, message_of, ordinal
@@ -199,7 +199,7 @@ class Process:
             self.local,  # type: ignore[arg-type]
             self.distributed,
             settings=LocalFirstSettings(hand_off_timeout=5.0),
-            metrics=metrics,
+            observer=MetricsMiddleware(metrics).observe_local_first(kind),
             is_local=every_aggregate_is_local if owns else _owns_nothing,
         )
 

@@ -21,8 +21,8 @@ from tests.wow_core.messaging.local_first.local_first_doubles import (
 from wow_core.messaging.contract import HandOffReceipt, MessageReceiver, MessageSubscription
 from wow_core.messaging.in_memory import InMemoryCommandBus
 from wow_core.messaging.local_first import LocalFirstCommandBus, LocalFirstReceiver, local_aggregates
-from wow_core.messaging.local_first.receiver import FILTERED
 from wow_core.metrics import InMemoryMetrics
+from wow_core.middleware.metrics import LOCAL_FIRST_FILTERED as FILTERED
 from wow_core.model import CommandMessage, Header, NamedAggregate, TopicKind
 from wow_core.runtime.settings import LocalFirstSettings
 from wow_core.testing.support import eventually

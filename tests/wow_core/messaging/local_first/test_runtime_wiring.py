@@ -21,8 +21,8 @@ from wow_core.messaging.local_first import (
     LocalFirstDomainEventBus,
     LocalFirstStateEventBus,
 )
-from wow_core.messaging.local_first.copies import COPIES_CANCELLED, COPIES_SENT
 from wow_core.metrics import InMemoryMetrics, metrics_source
+from wow_core.middleware.metrics import COPIES_CANCELLED, COPIES_SENT
 from wow_core.runtime.app import WowApp
 from wow_core.runtime.assembly import build_runtime
 from wow_core.runtime.container import create_container

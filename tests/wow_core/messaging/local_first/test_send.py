@@ -18,13 +18,12 @@ from tests.wow_core.messaging.local_first.local_first_doubles import (
 )
 from wow_core.messaging.contract import BusClosedError
 from wow_core.messaging.local_first import (
-    BACKLOG_GAUGE,
     CopyCancelledError,
     LocalFirstCommandBus,
     local_aggregates,
 )
-from wow_core.messaging.local_first.copies import COPIES_CANCELLED, COPY_FAILED, HAND_OFF_TIMEOUTS
 from wow_core.metrics import InMemoryMetrics, metrics_source
+from wow_core.middleware.metrics import BACKLOG_GAUGE, COPIES_CANCELLED, COPY_FAILED, HAND_OFF_TIMEOUTS
 from wow_core.model import Header
 from wow_core.runtime.settings import LocalFirstSettings
 

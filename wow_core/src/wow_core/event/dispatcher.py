@@ -38,6 +38,7 @@ from wow_core.event.compensation import CompensationTarget, InvalidCompensationH
 from wow_core.event.exchange import FunctionExchange
 from wow_core.event.function import ComponentKind, FunctionKind, MessageFunction, MessageFunctionRegistrar
 from wow_core.event.handler import FailureRecordingHandler, Settled
+from wow_core.event.observer import EventProcessingObserver
 from wow_core.executor import Executor
 from wow_core.messaging.contract import (
     EventStreamExchange,
@@ -47,18 +48,19 @@ from wow_core.messaging.contract import (
     MessageSubscription,
     StateEventExchange,
 )
-from wow_core.metrics import Metrics, NoopMetrics
 from wow_core.model import DomainEvent, DomainEventStream, NamedAggregate, StateEvent
 
 logger = logging.getLogger("wow.event.dispatcher")
 
 E = TypeVar("E", bound=MessageExchange[Any])
 
-REJECTED_METRIC = "wow.processing.rejected"
-
 
 class AbstractAggregateEventDispatcher(Generic[E]):
-    """One bus, one function kind, one receiver per bounded context. See the module doc."""
+    """One bus, one function kind, one receiver per bounded context. See the module doc.
+
+    ``observer`` hears of every source message rejected without running a function
+    (``on_rejected``); ``None`` calls nothing.
+    """
 
     function_kind: FunctionKind
 
@@ -71,7 +73,7 @@ class AbstractAggregateEventDispatcher(Generic[E]):
         handler: FailureRecordingHandler,
         executor: Executor,
         *,
-        metrics: Metrics | None = None,
+        observer: EventProcessingObserver | None = None,
     ) -> None:
         for function in functions:
             if function.kind is not self.function_kind:
@@ -84,7 +86,7 @@ class AbstractAggregateEventDispatcher(Generic[E]):
         self.bus = bus
         self.handler = handler
         self.executor = executor
-        self.metrics: Metrics = metrics or NoopMetrics()
+        self.observer = observer
         self.topics: frozenset[NamedAggregate] = frozenset(
             t for f in self.functions for t in f.named_aggregates
         )
@@ -194,9 +196,8 @@ class AbstractAggregateEventDispatcher(Generic[E]):
             compensation = CompensationTarget.from_header(exchange.message.header)
         except InvalidCompensationHeaderError as error:
             logger.error("%s: %r rejected: %s", self.name, exchange, error)
-            self.metrics.increment(
-                REJECTED_METRIC, tags={"component": self.component.value, "reason": "header"}
-            )
+            if self.observer is not None:
+                self.observer.on_rejected(self.component.value, exchange, "header")
             await self._finish(exchange, withhold=False)
             return
         try:
@@ -371,7 +372,7 @@ class CompositeEventDispatcher:
         state_event_bus: MessageBus[StateEvent[Any], StateEventExchange],
         handler: FailureRecordingHandler,
         executor: Executor,
-        metrics: Metrics | None = None,
+        observer: EventProcessingObserver | None = None,
     ) -> None:
         if registrar.component is not self.component:
             raise ValueError(f"{type(self).__name__} takes {self.component.value} functions")
@@ -381,14 +382,14 @@ class CompositeEventDispatcher:
         state_functions = registrar.of_kind(FunctionKind.STATE_EVENT)
         self.event_stream_dispatcher = (
             EventStreamDispatcher(
-                name, self.component, event_functions, domain_event_bus, handler, executor, metrics=metrics
+                name, self.component, event_functions, domain_event_bus, handler, executor, observer=observer
             )
             if event_functions
             else None
         )
         self.state_event_dispatcher = (
             StateEventDispatcher(
-                name, self.component, state_functions, state_event_bus, handler, executor, metrics=metrics
+                name, self.component, state_functions, state_event_bus, handler, executor, observer=observer
             )
             if state_functions
             else None

@@ -14,15 +14,18 @@ through the :class:`~wow_core.event.failure.FailureRecorder`:
 
 The processing error (the last attempt's, never a "retries exhausted" wrapper) then goes
 to the component's :class:`ErrorHandler` (default :class:`LogResumeErrorHandler`), with
-a recording error attached (:func:`suppressed`). Each outcome is counted in
-``wow.processing.outcomes``. The handler never raises for a function error: the
-dispatcher goes on with the other functions and decides the acknowledgement.
+a recording error attached (:func:`suppressed`). Each outcome is reported to the
+handler's :class:`~wow_core.event.observer.EventProcessingObserver`, if it has one (the
+metrics middleware counts it in ``wow.processing.outcomes``). The handler never raises
+for a function error: the dispatcher goes on with the other functions and decides the
+acknowledgement.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -37,12 +40,9 @@ from wow_core.event.failure import (
     RecordResult,
 )
 from wow_core.event.filter import FilterChain
-from wow_core.metrics import Metrics, NoopMetrics
-from wow_core.model import NamedAggregate
+from wow_core.event.observer import EventProcessingObserver
 
 logger = logging.getLogger("wow.event.handler")
-
-OUTCOMES_METRIC = "wow.processing.outcomes"
 
 _SUPPRESSED = "__wow_suppressed__"
 
@@ -114,7 +114,11 @@ _HANDLED = Settled(ProcessingOutcome.HANDLED, True)
 
 
 class FailureRecordingHandler:
-    """Runs one function exchange through the chain and settles it. See the module doc."""
+    """Runs one function exchange through the chain and settles it. See the module doc.
+
+    ``observer`` hears each settled outcome with its duration; ``None`` (the default)
+    calls nothing and reads no clock.
+    """
 
     def __init__(
         self,
@@ -126,7 +130,7 @@ class FailureRecordingHandler:
         ack_on_unrecorded_failure: bool = True,
         record_attempts: int = 3,
         record_backoff: float = 0.2,
-        metrics: Metrics | None = None,
+        observer: EventProcessingObserver | None = None,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
         if record_attempts < 1:
@@ -138,20 +142,22 @@ class FailureRecordingHandler:
         self.ack_on_unrecorded_failure = ack_on_unrecorded_failure
         self.record_attempts = record_attempts
         self.record_backoff = record_backoff
-        self.metrics: Metrics = metrics or NoopMetrics()
-        self._counting = not isinstance(self.metrics, NoopMetrics)
+        self.observer = observer
         self._sleep = sleep
-        self._tags: dict[tuple[NamedAggregate, str, str, ProcessingOutcome], dict[str, str]] = {}
 
     async def handle(self, exchange: FunctionExchange) -> Settled:
+        observer = self.observer
+        started = time.perf_counter() if observer is not None else 0.0
         try:
             await self.chain.invoke(exchange)
         except Exception as error:
             settled = await self._settle_failure(exchange, error)
         else:
             settled = await self._settle_success(exchange) if self.recorder.records_failures else _HANDLED
-        if self._counting:
-            self._count(exchange, settled.outcome)
+        if observer is not None:
+            observer.on_outcome(
+                self.component, exchange, settled.outcome, settled.error, time.perf_counter() - started
+            )
         return settled
 
     async def _settle_success(self, exchange: FunctionExchange) -> Settled:
@@ -208,20 +214,3 @@ class FailureRecordingHandler:
         except Exception:
             logger.exception("%s error handler failed on %r", self.component, exchange)
         return Settled(outcome, acknowledges, error)
-
-    def _count(self, exchange: FunctionExchange, outcome: ProcessingOutcome) -> None:
-        named_aggregate = exchange.message.aggregate_id.named_aggregate
-        key = (named_aggregate, exchange.event_name, exchange.function.processor_name, outcome)
-        tags = self._tags.get(key)
-        if tags is None:
-            tags = {
-                "component": self.component,
-                "context": named_aggregate.context_name,
-                "aggregate": named_aggregate.aggregate_name,
-                "message": key[1],
-                "processor": key[2],
-                "outcome": outcome.value,
-            }
-            if len(self._tags) < 10_000:  # bounded like the metric series themselves
-                self._tags[key] = tags
-        self.metrics.increment(OUTCOMES_METRIC, tags=tags)

@@ -30,6 +30,7 @@ from wow_core.event.function import ComponentKind, MessageFunctionRegistrar
 from wow_core.event.function_filter import CommandSender, FunctionFilter, SagaCommandSender
 from wow_core.event.handler import ErrorHandler, FailureRecordingHandler
 from wow_core.event.notifier import NoWaitNotifier, WaitNotifier, notifier_filters
+from wow_core.event.observer import EventProcessingObserver
 from wow_core.event.retryable import ErrorClassifier, RetryableFilter
 from wow_core.event.settings import EventSettings
 from wow_core.event.snapshot import (
@@ -40,7 +41,6 @@ from wow_core.event.snapshot import (
 )
 from wow_core.executor import Executor
 from wow_core.messaging.contract import DomainEventBus, StateEventBus
-from wow_core.metrics import Metrics, NoopMetrics
 from wow_core.model import NamedAggregate
 
 logger = logging.getLogger("wow.event.pipeline")
@@ -107,7 +107,7 @@ def build_event_dispatch(
     notifier: WaitNotifier | None = None,
     command_sender: CommandSender | None = None,
     recorder: FailureRecorder = NONE_RECORDER,
-    metrics: Metrics | None = None,
+    observer: EventProcessingObserver | None = None,
     filters: Sequence[ExchangeFilter] = (),
     error_handlers: Mapping[ComponentKind, ErrorHandler] | None = None,
     classifier: ErrorClassifier | None = None,
@@ -116,8 +116,11 @@ def build_event_dispatch(
     default_context: str | None = None,
     owner: OwnerLookup | None = None,
 ) -> EventDispatch:
-    """Build the dispatchers of one process. See the module doc."""
-    metrics = metrics or NoopMetrics()
+    """Build the dispatchers of one process. See the module doc.
+
+    ``observer`` hears every settled outcome and every rejected message of every
+    dispatcher (:mod:`wow_core.event.observer`); ``None`` calls nothing.
+    """
     error_handlers = error_handlers or {}
     registrars = register_components(components, default_context=default_context or service_name, owner=owner)
     if registrars.get(ComponentKind.STATELESS_SAGA) and command_sender is None:
@@ -138,7 +141,7 @@ def build_event_dispatch(
             recorder=recorder,
             error_handler=error_handlers.get(kind),
             ack_on_unrecorded_failure=settings.ack_on_unrecorded_failure,
-            metrics=metrics,
+            observer=observer,
         )
 
     dispatch = EventDispatch(registrars=registrars)
@@ -155,7 +158,7 @@ def build_event_dispatch(
                 state_event_bus=state_event_bus,
                 handler=handler(kind, name),
                 executor=executor,
-                metrics=metrics,
+                observer=observer,
             )
         )
     aggregates = list(snapshot_aggregates)
@@ -165,6 +168,11 @@ def build_event_dispatch(
         name = f"{service_name}.SnapshotDispatcher"
         functions = snapshot_functions(default_context or service_name, aggregates, snapshot_saver)
         dispatch.snapshot = SnapshotDispatcher(
-            name, functions, state_event_bus, handler(ComponentKind.SNAPSHOT, name), executor, metrics=metrics
+            name,
+            functions,
+            state_event_bus,
+            handler(ComponentKind.SNAPSHOT, name),
+            executor,
+            observer=observer,
         )
     return dispatch

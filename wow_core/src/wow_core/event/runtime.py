@@ -2,9 +2,9 @@
 
 :func:`install_event_dispatch` builds the dispatchers of a service's event components
 (and the snapshot dispatcher of the aggregates it hosts) over the runtime's buses,
-``KeyedExecutor``, ``WaitCoordinator``, ``CommandGateway``, failure recorder and
-metrics, and adds each to the runtime, which prepares (receivers ready), starts and
-stops them in its order.
+``KeyedExecutor``, ``WaitCoordinator``, ``CommandGateway``, failure recorder and the
+event-processing observers its middleware contributes, and adds each to the runtime,
+which prepares (receivers ready), starts and stops them in its order.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from wow_core.event.failure import NONE_RECORDER, FailureRecorder
 from wow_core.event.filter import ExchangeFilter
 from wow_core.event.function import ComponentKind
 from wow_core.event.handler import ErrorHandler
+from wow_core.event.observer import combine_event_observers
 from wow_core.event.pipeline import EventDispatch, build_event_dispatch
 from wow_core.event.retryable import ErrorClassifier
 from wow_core.event.snapshot import repository_saver
@@ -73,7 +74,7 @@ def install_event_dispatch(
         notifier=CoordinatorNotifier(runtime.coordinator),
         command_sender=runtime.gateway,
         recorder=recorder,
-        metrics=runtime.metrics,
+        observer=combine_event_observers([item.observe_event_processing() for item in runtime.middleware]),
         filters=filters,
         error_handlers=error_handlers,
         classifier=classifier,

@@ -22,10 +22,10 @@ from wow_core.event.exchange import FunctionExchange
 from wow_core.event.filter import Next, filter_type, order
 from wow_core.event.function import ComponentKind, FunctionKind, MessageFunction
 from wow_core.event.handler import FailureRecordingHandler
+from wow_core.event.observer import EventProcessingObserver
 from wow_core.eventsourcing.store import Snapshot, SnapshotRepository
 from wow_core.executor import Executor
 from wow_core.messaging.contract import MessageBus, StateEventExchange
-from wow_core.metrics import Metrics
 from wow_core.model import NamedAggregate, StateEvent
 
 logger = logging.getLogger("wow.event.snapshot")
@@ -105,6 +105,6 @@ class SnapshotDispatcher(StateEventDispatcher):
         handler: FailureRecordingHandler,
         executor: Executor,
         *,
-        metrics: Metrics | None = None,
+        observer: EventProcessingObserver | None = None,
     ) -> None:
-        super().__init__(name, ComponentKind.SNAPSHOT, functions, bus, handler, executor, metrics=metrics)
+        super().__init__(name, ComponentKind.SNAPSHOT, functions, bus, handler, executor, observer=observer)

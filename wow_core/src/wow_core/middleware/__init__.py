@@ -10,6 +10,11 @@ the base classes here, whose named hook methods (``send``, ``received``, ``hand_
 ``send_and_wait``, ``process``, ``dropped``, ``append``, ``load``...) forward to the
 decorated component unless overridden.
 
+Decisions made inside a component, which no decorator sees, are reported to observers
+a middleware contributes: ``observe_local_first`` (the local-first buses' routes,
+copies and backlog) and ``observe_event_processing`` (each event function's settled
+outcome, each rejected message).
+
 A decorator forwards everything else exactly: receiver readiness, processing admission,
 in-flight counts, quiescence, ``hand_off`` and its receipt, close. Metrics are one such
 middleware (:class:`MetricsMiddleware`, active unless the metrics backend is the no-op
@@ -20,6 +25,7 @@ from wow_core.middleware.base import (
     BusLayer,
     CommandGatewayDecorator,
     CommandHandlerDecorator,
+    DecodeFailureHandlerDecorator,
     EventStoreDecorator,
     LocalMessageBusDecorator,
     MessageBusDecorator,
@@ -28,13 +34,19 @@ from wow_core.middleware.base import (
     MiddlewareFactory,
     decorate_bus,
     decorate_command_handler,
+    decorate_decode_failure_handler,
     decorate_event_store,
     decorate_gateway,
     decorate_local_bus,
+    event_processing_observer,
+    local_first_observer,
     undecorated,
 )
 from wow_core.middleware.metrics import (
     MetricCommandHandler,
+    MetricDecodeFailureHandler,
+    MetricEventProcessingObserver,
+    MetricLocalFirstObserver,
     MetricMessageBus,
     MetricsMiddleware,
 )
@@ -43,19 +55,26 @@ __all__ = [
     "BusLayer",
     "CommandGatewayDecorator",
     "CommandHandlerDecorator",
+    "DecodeFailureHandlerDecorator",
     "EventStoreDecorator",
     "LocalMessageBusDecorator",
     "MessageBusDecorator",
     "MessageReceiverDecorator",
     "MetricCommandHandler",
+    "MetricDecodeFailureHandler",
+    "MetricEventProcessingObserver",
+    "MetricLocalFirstObserver",
     "MetricMessageBus",
     "Middleware",
     "MiddlewareFactory",
     "MetricsMiddleware",
     "decorate_bus",
     "decorate_command_handler",
+    "decorate_decode_failure_handler",
     "decorate_event_store",
     "decorate_gateway",
     "decorate_local_bus",
+    "event_processing_observer",
+    "local_first_observer",
     "undecorated",
 ]

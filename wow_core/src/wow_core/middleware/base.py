@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from wow_core.command.gateway import CommandGateway
 from wow_core.command.stages import CommandResult, CommandWait, WaitPlan
+from wow_core.event.observer import EventProcessingObserver, combine_event_observers
 from wow_core.eventsourcing.store import AppendedRequest, EventStore
 from wow_core.messaging.contract import (
     HandOffReceipt,
@@ -27,6 +28,7 @@ from wow_core.messaging.contract import (
     MessageReceiver,
     MessageSubscription,
 )
+from wow_core.messaging.local_first.observer import LocalFirstObserver, combine_observers
 from wow_core.model import (
     AggregateId,
     CommandMessage,
@@ -36,10 +38,16 @@ from wow_core.model import (
     TopicKind,
 )
 from wow_core.modeling.kernel import CommandKernel, CommandOutcome
+from wow_core.transport.decode_failure import (
+    DecodeFailure,
+    DecodeFailureAction,
+    TransportDecodeFailureHandler,
+)
 
 if TYPE_CHECKING:
     from wow_core.metrics import Metrics
     from wow_core.transport.settings import ProcessSettings
+    from wow_core.transport.spi import Transport
 
 M = TypeVar("M", bound=Message)
 E = TypeVar("E", bound=MessageExchange[Any])
@@ -58,11 +66,13 @@ class BusLayer(enum.Enum):
 
 
 class Middleware:
-    """Cross-cutting behaviour: one ``decorate_*`` hook per decorated component.
+    """Cross-cutting behaviour: one ``decorate_*`` hook per decorated component, and one
+    ``observe_*`` hook per component whose decisions no decorator can see.
 
-    Every hook returns its argument by default, so a middleware overrides only what it
-    decorates and the runtime pays nothing for the rest. The container calls the hooks
-    once per component, while it assembles the runtime.
+    Every ``decorate_*`` hook returns its argument by default and every ``observe_*`` hook
+    ``None``, so a middleware overrides only what it decorates or observes and the runtime
+    pays nothing for the rest. The container calls the hooks once per component, while it
+    assembles the runtime.
     """
 
     def decorate_bus(self, bus: MessageBus[Any, Any], layer: BusLayer) -> MessageBus[Any, Any]:
@@ -84,6 +94,25 @@ class Middleware:
     def decorate_event_store(self, store: EventStore) -> EventStore:
         """The event store to use instead of ``store`` (an :class:`EventStoreDecorator`)."""
         return store
+
+    def decorate_decode_failure_handler(
+        self, handler: TransportDecodeFailureHandler
+    ) -> TransportDecodeFailureHandler:
+        """The decode-failure policy every transport bus uses instead of ``handler`` (a
+        :class:`DecodeFailureHandlerDecorator`): called once per transport bus."""
+        return handler
+
+    def observe_local_first(self, kind: TopicKind) -> LocalFirstObserver | None:
+        """An observer of the local-first bus of ``kind`` (its sends, copies, filtered
+        copies, hand-off timeouts and backlog; see
+        :mod:`wow_core.messaging.local_first.observer`), or ``None``."""
+        return None
+
+    def observe_event_processing(self) -> EventProcessingObserver | None:
+        """An observer of the event dispatch pipeline (each function's settled outcome
+        and its duration, each rejected message; see :mod:`wow_core.event.observer`), or
+        ``None``."""
+        return None
 
 
 MiddlewareFactory = Callable[["ProcessSettings", "Metrics"], "Middleware | None"]
@@ -130,11 +159,32 @@ def decorate_event_store(middleware: Sequence[Middleware], store: EventStore) ->
     return _fold(middleware, store, lambda item, inner: item.decorate_event_store(inner))
 
 
+def decorate_decode_failure_handler(
+    middleware: Sequence[Middleware], handler: TransportDecodeFailureHandler
+) -> TransportDecodeFailureHandler:
+    return _fold(middleware, handler, lambda item, inner: item.decorate_decode_failure_handler(inner))
+
+
+def local_first_observer(middleware: Sequence[Middleware], kind: TopicKind) -> LocalFirstObserver | None:
+    """What every middleware observes of the local-first bus of ``kind`` (the first
+    middleware's observer called first); ``None`` when none observes it."""
+    return combine_observers([item.observe_local_first(kind) for item in middleware])
+
+
+def event_processing_observer(middleware: Sequence[Middleware]) -> EventProcessingObserver | None:
+    """What every middleware observes of the event dispatch pipeline; ``None`` for none."""
+    return combine_event_observers([item.observe_event_processing() for item in middleware])
+
+
 def undecorated(component: Any) -> Any:
     """The component under every decorator of this module (``component`` if none)."""
     while isinstance(
         component,
-        MessageBusDecorator | CommandGatewayDecorator | CommandHandlerDecorator | EventStoreDecorator,
+        MessageBusDecorator
+        | CommandGatewayDecorator
+        | CommandHandlerDecorator
+        | EventStoreDecorator
+        | DecodeFailureHandlerDecorator,
     ):
         component = component.inner
     return component
@@ -369,6 +419,28 @@ class EventStoreDecorator:
 
     async def close(self) -> None:
         await self.inner.close()
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+class DecodeFailureHandlerDecorator:
+    """A decode-failure policy that forwards to ``inner``; hook: :meth:`handle`.
+
+    The action is the inner policy's; an exception of the inner policy raises through
+    (the bus then leaves the record pending). A decorator runs inside the unit the bus
+    keeps whole (policy, transport observer, acknowledgement): a cancellation of the
+    receiver does not split it.
+    """
+
+    def __init__(self, inner: TransportDecodeFailureHandler) -> None:
+        self.inner = inner
+
+    async def handle(self, failure: DecodeFailure, transport: Transport) -> DecodeFailureAction:
+        """Hook: decide what becomes of ``failure`` (forwards to the inner policy)."""
+        return await self.inner.handle(failure, transport)
 
     def __getattr__(self, name: str) -> Any:
         if name == "inner":

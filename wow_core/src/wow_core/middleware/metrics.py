@@ -13,28 +13,55 @@
   ``wow.command.version_conflicts`` (one per conflict met), ``wow.command.publish_failures``
   (tag ``bus`` = ``event`` | ``state``), ``wow.command.void_dropped``.
 
-Local buses, local-first buses (whose own ``wow.local_first.*`` figures come from the
-bus itself), the gateway and the event store are left undecorated. The runtime does not
-install it at all with the no-op backend, so a default runtime wraps nothing.
+It observes (it decorates neither)
+
+* every local-first bus with a :class:`MetricLocalFirstObserver` (tag ``bus`` =
+  ``command`` | ``event`` | ``state`` on each): ``wow.local_first.sends`` (tag
+  ``outcome``, the route: ``handed_off``, ``refused``, ``error``, ``skipped``,
+  ``remote``), ``wow.local_first.filtered``, ``wow.local_first.copies.sent`` (tags
+  ``aggregate``, ``local_first``), ``wow.local_first.copy.failed`` (tags ``aggregate``,
+  ``handed_off``), ``wow.local_first.copies.cancelled`` and
+  ``wow.local_first.hand_off.timeouts`` (tag ``aggregate``), and the gauge
+  ``wow.local_first.backlog`` (tag ``aggregate``);
+* the event dispatch pipeline with a :class:`MetricEventProcessingObserver`:
+  ``wow.processing.outcomes`` (tags ``component``, ``context``, ``aggregate``,
+  ``message``, ``processor``, ``outcome``) and ``wow.processing.rejected`` (tags
+  ``component``, ``reason``).
+
+Local buses, the gateway and the event store are left undecorated. The runtime does not
+install it at all with the no-op backend, so a default runtime wraps and observes
+nothing.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from wow_core.event.exchange import FunctionExchange
+from wow_core.event.failure import ProcessingOutcome
+from wow_core.event.observer import EventProcessingObserver
 from wow_core.messaging.contract import MessageBus, MessageExchange, MessageSubscription
-from wow_core.metrics import Metrics, NoopMetrics, metrics_source
+from wow_core.messaging.local_first.observer import LocalFirstObserver, SendRoute
+from wow_core.metrics import Metrics, metrics_source
 from wow_core.middleware.base import (
     BusLayer,
     CommandHandlerDecorator,
+    DecodeFailureHandlerDecorator,
     MessageBusDecorator,
     Middleware,
     undecorated,
 )
-from wow_core.model import CommandMessage, Message
+from wow_core.model import CommandMessage, Message, NamedAggregate, TopicKind
 from wow_core.modeling.kernel import CommandKernel, CommandOutcome
 from wow_core.transport.bus import RECEIVED_COUNTER, SENT_COUNTER, TransportMessageBus
-from wow_core.transport.decode_failure import DefaultDecodeFailureHandler
+from wow_core.transport.decode_failure import (
+    DecodeFailure,
+    DecodeFailureAction,
+    TransportDecodeFailureHandler,
+)
+
+if TYPE_CHECKING:
+    from wow_core.transport.spi import Transport
 
 M = TypeVar("M", bound=Message)
 E = TypeVar("E", bound=MessageExchange[Any])
@@ -44,6 +71,22 @@ DUPLICATES = "wow.command.duplicates"
 VERSION_CONFLICTS = "wow.command.version_conflicts"
 PUBLISH_FAILURES = "wow.command.publish_failures"
 VOID_DROPPED = "wow.command.void_dropped"
+
+DECODE_FAILURES = "wow.transport.decode_failures"
+
+LOCAL_FIRST_SENDS = "wow.local_first.sends"
+LOCAL_FIRST_FILTERED = "wow.local_first.filtered"
+COPIES_SENT = "wow.local_first.copies.sent"
+COPY_FAILED = "wow.local_first.copy.failed"
+COPIES_CANCELLED = "wow.local_first.copies.cancelled"
+HAND_OFF_TIMEOUTS = "wow.local_first.hand_off.timeouts"
+BACKLOG_GAUGE = "wow.local_first.backlog"
+
+PROCESSING_OUTCOMES = "wow.processing.outcomes"
+PROCESSING_REJECTED = "wow.processing.rejected"
+
+_MAX_CACHED_TAGS = 10_000
+"""Tag dicts kept per observer for reuse (bounded like the metric series themselves)."""
 
 
 class MetricMessageBus(MessageBusDecorator[M, E]):
@@ -121,21 +164,137 @@ class MetricCommandHandler(CommandHandlerDecorator):
         self.metrics.increment(VOID_DROPPED)
 
 
+class MetricDecodeFailureHandler(DecodeFailureHandlerDecorator):
+    """``wow.transport.decode_failures`` of one transport bus's policy (module docstring).
+
+    Counted once the inner policy returned its action (the dead letter written, or the
+    decision to leave the record pending taken), never before; a policy that raises
+    counts nothing (the bus leaves the record pending and logs it). A record delivered
+    again is counted again.
+    """
+
+    def __init__(self, inner: TransportDecodeFailureHandler, metrics: Metrics) -> None:
+        super().__init__(inner)
+        self.metrics = metrics
+
+    async def handle(self, failure: DecodeFailure, transport: Transport) -> DecodeFailureAction:
+        action = await self.inner.handle(failure, transport)
+        self.metrics.increment(
+            DECODE_FAILURES, tags={"transport": transport.name, "kind": failure.error.kind.value}
+        )
+        return action
+
+
+class MetricLocalFirstObserver(LocalFirstObserver):
+    """The ``wow.local_first.*`` figures of one local-first bus (module docstring)."""
+
+    def __init__(self, metrics: Metrics, bus_name: str) -> None:
+        self.metrics = metrics
+        self.bus_name = bus_name
+        self._bus_tags = {"bus": bus_name}
+        self._route_tags = {route: {"bus": bus_name, "outcome": route.value} for route in SendRoute}
+        self._aggregate_tags: dict[NamedAggregate, dict[str, str]] = {}
+        self._flagged_tags: dict[tuple[NamedAggregate, str, bool], dict[str, str]] = {}
+
+    def _tags(self, named_aggregate: NamedAggregate) -> dict[str, str]:
+        tags = self._aggregate_tags.get(named_aggregate)
+        if tags is None:
+            tags = {"bus": self.bus_name, "aggregate": str(named_aggregate)}
+            if len(self._aggregate_tags) < _MAX_CACHED_TAGS:
+                self._aggregate_tags[named_aggregate] = tags
+        return tags
+
+    def _flagged(self, named_aggregate: NamedAggregate, flag: str, value: bool) -> dict[str, str]:
+        key = (named_aggregate, flag, value)
+        tags = self._flagged_tags.get(key)
+        if tags is None:
+            tags = {**self._tags(named_aggregate), flag: "true" if value else "false"}
+            if len(self._flagged_tags) < _MAX_CACHED_TAGS:
+                self._flagged_tags[key] = tags
+        return tags
+
+    def on_send(self, message: Message, route: SendRoute) -> None:
+        self.metrics.increment(LOCAL_FIRST_SENDS, 1.0, self._route_tags[route])
+
+    def on_filtered(self, exchange: MessageExchange[Any]) -> None:
+        self.metrics.increment(LOCAL_FIRST_FILTERED, 1.0, self._bus_tags)
+
+    def on_copy_sent(self, message: Message, local_first: bool) -> None:
+        tags = self._flagged(message.aggregate_id.named_aggregate, "local_first", local_first)
+        self.metrics.increment(COPIES_SENT, 1.0, tags)
+
+    def on_copy_failed(self, message: Message, handed_off: bool, error: BaseException) -> None:
+        tags = self._flagged(message.aggregate_id.named_aggregate, "handed_off", handed_off)
+        self.metrics.increment(COPY_FAILED, 1.0, tags)
+
+    def on_copies_cancelled(self, named_aggregate: NamedAggregate, count: int) -> None:
+        self.metrics.increment(COPIES_CANCELLED, float(count), self._tags(named_aggregate))
+
+    def on_hand_off_timeout(self, message: Message) -> None:
+        self.metrics.increment(HAND_OFF_TIMEOUTS, 1.0, self._tags(message.aggregate_id.named_aggregate))
+
+    def on_backlog(self, named_aggregate: NamedAggregate, backlog: int) -> None:
+        self.metrics.gauge(BACKLOG_GAUGE, float(backlog), self._tags(named_aggregate))
+
+
+class MetricEventProcessingObserver(EventProcessingObserver):
+    """``wow.processing.outcomes`` and ``wow.processing.rejected`` (module docstring)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self._outcome_tags: dict[tuple[str, NamedAggregate, str, str, ProcessingOutcome], dict[str, str]] = {}
+
+    def on_outcome(
+        self,
+        component: str,
+        exchange: FunctionExchange,
+        outcome: ProcessingOutcome,
+        error: BaseException | None,
+        duration: float,
+    ) -> None:
+        named_aggregate = exchange.message.aggregate_id.named_aggregate
+        key = (component, named_aggregate, exchange.event_name, exchange.function.processor_name, outcome)
+        tags = self._outcome_tags.get(key)
+        if tags is None:
+            tags = {
+                "component": component,
+                "context": named_aggregate.context_name,
+                "aggregate": named_aggregate.aggregate_name,
+                "message": key[2],
+                "processor": key[3],
+                "outcome": outcome.value,
+            }
+            if len(self._outcome_tags) < _MAX_CACHED_TAGS:
+                self._outcome_tags[key] = tags
+        self.metrics.increment(PROCESSING_OUTCOMES, tags=tags)
+
+    def on_rejected(self, component: str, exchange: MessageExchange[Any], reason: str) -> None:
+        self.metrics.increment(PROCESSING_REJECTED, tags={"component": component, "reason": reason})
+
+
 class MetricsMiddleware(Middleware):
     """The core's metrics (module docstring), written to ``metrics``."""
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
+        self._event_observer = MetricEventProcessingObserver(metrics)
 
     def decorate_bus(self, bus: MessageBus[Any, Any], layer: BusLayer) -> MessageBus[Any, Any]:
         transport_bus = undecorated(bus)
         if layer is not BusLayer.TRANSPORT or not isinstance(transport_bus, TransportMessageBus):
             return bus
-        handler = transport_bus.decode_failure_handler
-        if isinstance(handler, DefaultDecodeFailureHandler) and isinstance(handler.metrics, NoopMetrics):
-            # A default handler built without metrics (by its plugin factory) counts here.
-            handler.metrics = self.metrics
         return MetricMessageBus(bus, self.metrics, transport_bus)
 
     def decorate_command_handler(self, handler: CommandKernel) -> CommandKernel:
         return MetricCommandHandler(handler, self.metrics)
+
+    def decorate_decode_failure_handler(
+        self, handler: TransportDecodeFailureHandler
+    ) -> TransportDecodeFailureHandler:
+        return MetricDecodeFailureHandler(handler, self.metrics)
+
+    def observe_local_first(self, kind: TopicKind) -> LocalFirstObserver:
+        return MetricLocalFirstObserver(self.metrics, kind.value)
+
+    def observe_event_processing(self) -> EventProcessingObserver:
+        return self._event_observer

@@ -30,9 +30,11 @@ from wow_core.middleware import (
     Middleware,
     decorate_bus,
     decorate_command_handler,
+    decorate_decode_failure_handler,
     decorate_event_store,
     decorate_gateway,
     decorate_local_bus,
+    local_first_observer,
     undecorated,
 )
 from wow_core.model import NamedAggregate, TopicKind
@@ -113,7 +115,8 @@ def create_bus(container: WowContainer, kind: TopicKind) -> Any:
     local (handed off, their marked copies filtered).
 
     Every layer is decorated by the middleware (:mod:`wow_core.middleware`): the
-    transport bus, the local bus, then the local-first bus built from those two.
+    transport bus (and its decode-failure policy), the local bus, then the local-first
+    bus built from those two, which reports to the observers the middleware contributes.
     """
     local_type, transport_type, local_first_type = _BUSES[kind]
     middleware: list[Middleware] = container.middleware()
@@ -125,7 +128,9 @@ def create_bus(container: WowContainer, kind: TopicKind) -> Any:
         transport_type(
             transport,
             container.codec(),
-            decode_failure_handler=container.decode_failure_handler(),
+            decode_failure_handler=decorate_decode_failure_handler(
+                middleware, container.decode_failure_handler()
+            ),
             naming=naming_of(
                 transport, DefaultTopicNaming(messaging.topic_prefix, messaging.context_aliases)
             ),
@@ -145,7 +150,7 @@ def create_bus(container: WowContainer, kind: TopicKind) -> Any:
         decorate_local_bus(middleware, local_type()),
         distributed,
         settings=section,
-        metrics=container.metrics(),
+        observer=local_first_observer(middleware, kind),
         captures=container.context_captures(),
         is_local=is_local,
     )
@@ -193,6 +198,7 @@ def create_runtime(container: WowContainer) -> WowRuntime:
         executor=container.executor(),
         metrics=container.metrics(),
         transport=container.transport(),
+        middleware=container.middleware(),
     )
     # The local-first copy queues are flushed after the dispatchers stop and before the
     # transport closes; only these registered queues are awaited on stop.

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
@@ -41,7 +41,7 @@ from wow_core.event.pipeline import EventDispatch
 from wow_core.eventsourcing.store import EventStore, SnapshotRepository
 from wow_core.messaging.contract import CommandBus, DomainEventBus, StateEventBus
 from wow_core.metrics import Metrics
-from wow_core.middleware import undecorated
+from wow_core.middleware import Middleware, undecorated
 from wow_core.modeling.dispatcher import CommandDispatcher
 from wow_core.modeling.kernel import CommandKernel
 from wow_core.modeling.registry import AggregateRegistry
@@ -242,6 +242,7 @@ class WowRuntime(Lifecycle):
         metrics: Metrics,
         transport: Transport | None = None,
         name: str = "",
+        middleware: Sequence[Middleware] = (),
     ) -> None:
         super().__init__(settings.runtime.shutdown_timeout)
         self.settings = settings
@@ -258,6 +259,9 @@ class WowRuntime(Lifecycle):
         self.executor = executor
         self.metrics = metrics
         self.transport = transport
+        #: The active middleware (the first outermost); the event dispatch pipeline takes
+        #: the observers they contribute (``observe_event_processing``).
+        self.middleware: tuple[Middleware, ...] = tuple(middleware)
         # Closed last to first: stores and the transport after the buses.
         self.add_closeable(event_store, "event store")
         self.add_closeable(snapshot_repository, "snapshot repository")

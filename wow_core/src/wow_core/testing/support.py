@@ -15,6 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 from wow_core.messaging.contract import MessageBus, MessageReceiver
 from wow_core.metrics import InMemoryMetrics
+from wow_core.middleware.metrics import MetricDecodeFailureHandler
 from wow_core.model import (
     AggregateId,
     BodyTypeRegistry,
@@ -38,6 +39,7 @@ from wow_core.transport.decode_failure import (
     DecodeFailure,
     DecodeFailureAction,
     DefaultDecodeFailureHandler,
+    TransportDecodeFailureHandler,
 )
 from wow_core.transport.spi import Transport, TransportReceiver, TransportRecord
 
@@ -195,9 +197,9 @@ def ordinal(message: Message) -> int:
 
 
 class RecordingDecodeFailureHandler:
-    """The default handler, remembering every failure it saw."""
+    """A handler (the default one, counted) remembering every failure it saw."""
 
-    def __init__(self, inner: DefaultDecodeFailureHandler) -> None:
+    def __init__(self, inner: TransportDecodeFailureHandler) -> None:
         self.inner = inner
         self.failures: list[DecodeFailure] = []
         self.actions: list[DecodeFailureAction] = []
@@ -307,19 +309,22 @@ class Rig:
         handler: RecordingDecodeFailureHandler | None = None,
     ) -> TransportMessageBus[Any, Any]:
         """A plain transport bus (no middleware); its default decode-failure policy counts on
-        :attr:`metrics`."""
+        :attr:`metrics` (decorated as the metrics middleware decorates it)."""
         bus = _BUS_TYPES[kind](
             transport,
             self.codec,
             decode_failure_handler=(
-                handler if handler is not None else DefaultDecodeFailureHandler(metrics=self.metrics)
+                handler if handler is not None else self._counted(DefaultDecodeFailureHandler())
             ),
         )
         self.buses.append(bus)
         return bus
 
     def recording_handler(self) -> RecordingDecodeFailureHandler:
-        return RecordingDecodeFailureHandler(DefaultDecodeFailureHandler(metrics=self.metrics))
+        return RecordingDecodeFailureHandler(self._counted(DefaultDecodeFailureHandler()))
+
+    def _counted(self, handler: DefaultDecodeFailureHandler) -> MetricDecodeFailureHandler:
+        return MetricDecodeFailureHandler(handler, self.metrics)
 
     def track(self, receiver: T) -> T:
         self.receivers.append(receiver)

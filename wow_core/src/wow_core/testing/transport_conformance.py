@@ -26,9 +26,9 @@ from typing import Any, ClassVar
 import pytest
 
 from wow_core.messaging.contract import BusClosedError, MessageSubscription
+from wow_core.middleware.metrics import DECODE_FAILURES
 from wow_core.model import DecodeFailureKind, TopicKind
 from wow_core.testing.support import Rig, command, event_stream, next_of, ordinal, wait_until, within
-from wow_core.transport.decode_failure import DefaultDecodeFailureHandler
 from wow_core.transport.defaults import DecodeFailureDefault, decode_failure_default_of, naming_of
 from wow_core.transport.spi import Transport, TransportMessage, TransportRecord
 
@@ -470,7 +470,7 @@ class TransportConformance:
         )
         assert sorted(f.error.kind for f in handler.failures) == sorted(kind for kind, *_ in garbage)
         assert {f.group for f in handler.failures} == {group}
-        assert wow_rig.metrics.counter_value(DefaultDecodeFailureHandler.COUNTER) == len(garbage)
+        assert wow_rig.metrics.counter_value(DECODE_FAILURES) == len(garbage)
         # The receiver goes on after the failures.
         await bus.send(command(account, "a-2", 2))
         await consumed.wait_for(

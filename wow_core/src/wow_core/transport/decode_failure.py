@@ -3,7 +3,8 @@
 A record that is not a message (not JSON, wrong shape, unknown body type, a key or
 topic that does not match the message inside) is never a crash of the consumer loop
 and never a silent drop: it goes to the configured handler, stays retrievable, is
-counted, and the receiver goes on.
+counted (by the metrics middleware, which decorates every transport bus's handler:
+``wow.transport.decode_failures``), and the receiver goes on.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
-from wow_core.metrics import Metrics, NoopMetrics
 from wow_core.model import DecodeError
 from wow_core.transport.defaults import DecodeFailureDefault, decode_failure_default_of
 from wow_core.transport.spi import Transport, TransportMessage, TransportRecord
@@ -69,14 +69,13 @@ class TransportDecodeFailureHandler(Protocol):
 
 
 class DefaultDecodeFailureHandler:
-    """Log, count, keep the raw record retrievable, and let the receiver go on.
+    """Log, keep the raw record retrievable, and let the receiver go on.
 
-    Every failure is logged at warning with the group, topic, key, position and error,
-    and counted on ``wow.transport.decode_failures`` (tags: transport, failure kind)
-    once its action is done (the dead letter written, or the decision to leave it
-    pending taken), never before: the counter shows records the policy finished with.
-    A record delivered again (left pending, or not acknowledged) is counted again.
-    The action is ``policy`` when given, else the one the transport asks for
+    Every failure is logged at warning with the group, topic, key, position and error.
+    It counts nothing itself: the metrics middleware decorates the policy of every
+    transport bus and counts each failure once the policy returned its action
+    (:class:`~wow_core.middleware.MetricDecodeFailureHandler`). The action is
+    ``policy`` when given, else the one the transport asks for
     (:func:`~wow_core.transport.defaults.decode_failure_default_of`: its
     ``decode_failure_default``, ``DEAD_LETTER`` when it has none):
 
@@ -90,14 +89,12 @@ class DefaultDecodeFailureHandler:
     acknowledgement as one unit that a cancellation of the receiver does not split.
     """
 
-    __slots__ = ("metrics", "policy")
+    __slots__ = ("policy",)
 
     DEAD_LETTER_SUFFIX = ".dlq"
-    COUNTER = "wow.transport.decode_failures"
 
-    def __init__(self, policy: DecodeFailureDefault | None = None, metrics: Metrics | None = None) -> None:
+    def __init__(self, policy: DecodeFailureDefault | None = None) -> None:
         self.policy = policy
-        self.metrics: Metrics = metrics if metrics is not None else NoopMetrics()
 
     async def handle(self, failure: DecodeFailure, transport: Transport) -> DecodeFailureAction:
         policy = self.policy or decode_failure_default_of(transport)
@@ -111,7 +108,6 @@ class DefaultDecodeFailureHandler:
             policy.value,
         )
         if policy is DecodeFailureDefault.LEAVE_PENDING:
-            self._count(failure, transport)
             return DecodeFailureAction.LEAVE_PENDING
         record = failure.record
         dead_letter = TransportMessage(
@@ -128,12 +124,5 @@ class DefaultDecodeFailureHandler:
                 failure.position,
                 failure.topic,
             )
-            self._count(failure, transport)
             return DecodeFailureAction.LEAVE_PENDING
-        self._count(failure, transport)
         return DecodeFailureAction.ACK
-
-    def _count(self, failure: DecodeFailure, transport: Transport) -> None:
-        self.metrics.increment(
-            self.COUNTER, tags={"transport": transport.name, "kind": failure.error.kind.value}
-        )

@@ -16,16 +16,20 @@ from wow_core.messaging.local_first.bus import (
     LocalFirstStateEventBus,
 )
 from wow_core.messaging.local_first.copies import (
-    BACKLOG_GAUGE,
     CopyCancelledError,
     FlushResult,
     LocalFirstDistributedCopies,
     QueuedCopy,
 )
+from wow_core.messaging.local_first.observer import (
+    LocalFirstObserver,
+    LocalFirstObservers,
+    SendRoute,
+    combine_observers,
+)
 from wow_core.messaging.local_first.receiver import LocalFirstReceiver
 
 __all__ = [
-    "BACKLOG_GAUGE",
     "CopyCancelledError",
     "FlushResult",
     "LocalAggregates",
@@ -33,9 +37,13 @@ __all__ = [
     "LocalFirstDistributedCopies",
     "LocalFirstDomainEventBus",
     "LocalFirstMessageBus",
+    "LocalFirstObserver",
+    "LocalFirstObservers",
     "LocalFirstReceiver",
     "LocalFirstStateEventBus",
     "QueuedCopy",
+    "SendRoute",
+    "combine_observers",
     "every_aggregate_is_local",
     "local_aggregates",
 ]

@@ -65,9 +65,9 @@ from wow_core.messaging.contract import (
 )
 from wow_core.messaging.local_first.aggregates import LocalAggregates, every_aggregate_is_local
 from wow_core.messaging.local_first.copies import LocalFirstDistributedCopies, QueuedCopy
+from wow_core.messaging.local_first.observer import LocalFirstObserver, SendRoute
 from wow_core.messaging.local_first.receiver import LocalFirstReceiver
 from wow_core.messaging.local_first.settings import LocalFirstSettings
-from wow_core.metrics import Metrics, NoopMetrics
 from wow_core.model import (
     CommandMessage,
     DomainEventStream,
@@ -83,8 +83,6 @@ E = TypeVar("E", bound=MessageExchange[Any])
 
 log = logging.getLogger("wow_core.messaging.local_first")
 
-SENDS = "wow.local_first.sends"
-
 _BUS_NAMES: dict[TopicKind, tuple[str, str]] = {
     TopicKind.COMMAND: ("command", "WOW_COMMAND__BUS__LOCAL_FIRST"),
     TopicKind.EVENT: ("event", "WOW_EVENT__BUS__LOCAL_FIRST"),
@@ -99,6 +97,11 @@ class LocalFirstMessageBus(Generic[M, E]):
     off locally, and only their distributed copies marked ``local_first=true`` are filtered
     by :meth:`receiver`. ``copies`` may be passed in to share or register it with the
     runtime; by default the bus creates its own from ``settings``.
+
+    ``observer`` hears every decision of the bus, its copies and its receivers
+    (:class:`~wow_core.messaging.local_first.observer.LocalFirstObserver`; the runtime
+    gives the one its middleware contributes); ``None``, the default, calls nothing. A
+    ``copies`` passed in keeps the observer it was built with.
     """
 
     def __init__(
@@ -107,7 +110,7 @@ class LocalFirstMessageBus(Generic[M, E]):
         distributed: MessageBus[M, E],
         *,
         settings: LocalFirstSettings | None = None,
-        metrics: Metrics | None = None,
+        observer: LocalFirstObserver | None = None,
         captures: Sequence[ContextCapture] = (),
         is_local: LocalAggregates = every_aggregate_is_local,
         copies: LocalFirstDistributedCopies[M] | None = None,
@@ -119,7 +122,7 @@ class LocalFirstMessageBus(Generic[M, E]):
         settings = settings or LocalFirstSettings()
         self._local = local
         self._distributed = distributed
-        self._metrics: Metrics = metrics or NoopMetrics()
+        self._observer = observer
         self._is_local = is_local
         bus_name, settings_key = _BUS_NAMES[local.topic_kind]
         self.bus_name = bus_name
@@ -128,17 +131,21 @@ class LocalFirstMessageBus(Generic[M, E]):
             distributed,
             bus_name=bus_name,
             settings_key=settings_key,
-            metrics=self._metrics,
+            observer=observer,
             captures=captures,
             backlog_high_water_mark=settings.backlog_high_water_mark,
             hand_off_timeout=settings.hand_off_timeout,
         )
         self._closed = False
-        self._outcome_tags: dict[str, dict[str, str]] = {}
 
     @property
     def topic_kind(self) -> TopicKind:
         return self._local.topic_kind
+
+    @property
+    def observer(self) -> LocalFirstObserver | None:
+        """What hears this bus's decisions (``None``: nothing is called)."""
+        return self._observer
 
     @property
     def local_bus(self) -> LocalMessageBus[M, E]:
@@ -171,7 +178,8 @@ class LocalFirstMessageBus(Generic[M, E]):
         if not self._is_local(message.aggregate_id.named_aggregate):
             # Not handed off here, so never admitted here: the copy says so, whatever
             # marker the message came with (copied from a received message, set by a caller).
-            self._count("remote")
+            if self._observer is not None:
+                self._observer.on_send(message, SendRoute.REMOTE)
             remote_copy = message.copy()
             remote_copy.header[Header.LOCAL_FIRST] = "false"
             await self._distributed.send(remote_copy)
@@ -179,7 +187,8 @@ class LocalFirstMessageBus(Generic[M, E]):
         distributed_copy = message.copy()
         if self._skips_local_first(message):
             # Distributed only, but still in its turn behind the aggregate's earlier copies.
-            self._count("skipped")
+            if self._observer is not None:
+                self._observer.on_send(message, SendRoute.SKIPPED)
             skipped = self.copies.queue(distributed_copy, start=False)
             done = skipped.completion()
             self.copies.start(skipped)
@@ -191,7 +200,8 @@ class LocalFirstMessageBus(Generic[M, E]):
         try:
             receipt = self._local.hand_off(local_copy)
         except Exception as error:
-            self._count("error")
+            if self._observer is not None:
+                self._observer.on_send(message, SendRoute.ERROR)
             log.error(
                 "local-first %s: handing %s %s (id %s) to the local bus failed; "
                 "sending it distributed: %s: %s",
@@ -204,14 +214,16 @@ class LocalFirstMessageBus(Generic[M, E]):
             )
             receipt = None
         if receipt is not None and receipt.accepted:
-            self._count("handed_off")
+            if self._observer is not None:
+                self._observer.on_send(message, SendRoute.HANDED_OFF)
             entry.handed_off_with(
                 receipt.admission, asyncio.get_running_loop().time() + self.hand_off_timeout
             )
             self.copies.start(entry)
             return
         if receipt is not None:
-            self._count("refused")
+            if self._observer is not None:
+                self._observer.on_send(message, SendRoute.REFUSED)
             log.debug(
                 "local-first %s: hand-off of %s %s refused (%s); sending it distributed",
                 self.bus_name,
@@ -234,12 +246,6 @@ class LocalFirstMessageBus(Generic[M, E]):
             entry.abandon()
             raise
 
-    def _count(self, outcome: str) -> None:
-        tags = self._outcome_tags.get(outcome)
-        if tags is None:
-            tags = self._outcome_tags[outcome] = {"bus": self.bus_name, "outcome": outcome}
-        self._metrics.increment(SENDS, 1.0, tags)
-
     # -- receive ------------------------------------------------------------------------
 
     def receiver(self, subscription: MessageSubscription) -> MessageReceiver[E]:
@@ -261,8 +267,7 @@ class LocalFirstMessageBus(Generic[M, E]):
             local_receiver,
             self._distributed.receiver(subscription),
             is_local=self._is_local,
-            metrics=self._metrics,
-            bus_name=self.bus_name,
+            observer=self._observer,
         )
 
     # -- close --------------------------------------------------------------------------

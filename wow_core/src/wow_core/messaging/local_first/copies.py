@@ -19,9 +19,11 @@ Guarantees and limits:
 - A queued copy keeps only what the registered :class:`~wow_core.context.ContextCapture`
   implementations capture (metrics source, trace context), never the sender's whole
   ``contextvars`` context; the workers that send copies run in an empty context.
-- The backlog (copies waiting, per aggregate type) is the gauge ``wow.local_first.backlog``;
+- The backlog (copies waiting, per aggregate type) is reported to the observer on every
+  change (``on_backlog``; the metrics middleware's gauge ``wow.local_first.backlog``);
   reaching the high-water mark logs one warning per crossing, not one per copy.
-- :meth:`flush` sends what is queued within a timeout and cancels (and counts) the rest.
+- :meth:`flush` sends what is queued within a timeout and cancels the rest (reported to
+  the observer: ``on_copies_cancelled``).
   Copies live only in this process: a crash loses every queued copy.
 """
 
@@ -40,18 +42,12 @@ from typing import Any, Generic, TypeVar
 from wow_core.concurrency import LanePool
 from wow_core.context import CapturedContext, ContextCapture
 from wow_core.messaging.contract import BusClosedError, MessageBus
-from wow_core.metrics import Metrics, NoopMetrics
+from wow_core.messaging.local_first.observer import LocalFirstObserver
 from wow_core.model import AggregateId, Header, Message, NamedAggregate
 
 M = TypeVar("M", bound=Message)
 
 log = logging.getLogger("wow_core.messaging.local_first")
-
-BACKLOG_GAUGE = "wow.local_first.backlog"
-COPIES_SENT = "wow.local_first.copies.sent"
-COPY_FAILED = "wow.local_first.copy.failed"
-COPIES_CANCELLED = "wow.local_first.copies.cancelled"
-HAND_OFF_TIMEOUTS = "wow.local_first.hand_off.timeouts"
 
 REARM_RATIO = 0.9
 """A high-water crossing ends when the backlog falls below 90 % of the mark; only then can
@@ -205,8 +201,9 @@ class _Lane:
 class LocalFirstDistributedCopies(Generic[M]):
     """The distributed copies of one local-first bus, queued per aggregate id.
 
-    ``bus_name`` is ``command``, ``event`` or ``state`` (the tag of every metric);
-    ``settings_key`` names the settings of the bus in log messages.
+    ``bus_name`` is ``command``, ``event`` or ``state`` and, with ``settings_key`` (the
+    settings of the bus), names it in log messages. ``observer`` hears of every copy sent,
+    failed, cancelled or timed out and of every backlog change; ``None`` calls nothing.
 
     How the queues are drained: a lane whose first copy can go out (its hand-off result is
     known, or its deadline passed) is made ready in a :class:`~wow_core.concurrency.LanePool`;
@@ -224,7 +221,7 @@ class LocalFirstDistributedCopies(Generic[M]):
         *,
         bus_name: str,
         settings_key: str = "",
-        metrics: Metrics | None = None,
+        observer: LocalFirstObserver | None = None,
         captures: Sequence[ContextCapture] = (),
         backlog_high_water_mark: int = 10000,
         hand_off_timeout: float = 30.0,
@@ -237,7 +234,7 @@ class LocalFirstDistributedCopies(Generic[M]):
         self._distributed = distributed
         self.bus_name = bus_name
         self._settings_key = settings_key or f"WOW_{bus_name.upper()}__BUS__LOCAL_FIRST"
-        self._metrics: Metrics = metrics or NoopMetrics()
+        self._observer = observer
         self._captures = tuple(captures)
         self.backlog_high_water_mark = backlog_high_water_mark
         self._rearm_below = max(1, int(backlog_high_water_mark * REARM_RATIO))
@@ -256,8 +253,6 @@ class LocalFirstDistributedCopies(Generic[M]):
         self._quiet.set()
         self._backlog: dict[NamedAggregate, int] = {}
         self._above_mark: set[NamedAggregate] = set()
-        self._tag_cache: dict[NamedAggregate, dict[str, str]] = {}
-        self._sent_tags: dict[tuple[NamedAggregate, bool], dict[str, str]] = {}
         self._closed = False
         self._flushing: asyncio.Task[FlushResult] | None = None
 
@@ -266,6 +261,11 @@ class LocalFirstDistributedCopies(Generic[M]):
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def observer(self) -> LocalFirstObserver | None:
+        """What hears of copies sent, failed, cancelled, timed out and of the backlog."""
+        return self._observer
 
     @property
     def workers(self) -> int:
@@ -412,14 +412,14 @@ class LocalFirstDistributedCopies(Generic[M]):
             entry._resolve(CopyCancelledError(f"copy of {entry.message.name} {key} cancelled, never sent"))
         lane.copies.clear()
         self._add_backlog(key.named_aggregate, -count)
-        self._metrics.increment(COPIES_CANCELLED, count, self._tags(key.named_aggregate))
+        if self._observer is not None:
+            self._observer.on_copies_cancelled(key.named_aggregate, count)
 
     async def _send_in_turn(self, entry: QueuedCopy[M]) -> None:
         """Send one copy; raises only when the task sending it is cancelled itself."""
         local_first = self._decide(entry)
         message = entry.message
         message.header[Header.LOCAL_FIRST] = "true" if local_first else "false"
-        tags = self._tags(message.aggregate_id.named_aggregate)
         try:
             with entry.context.restored():
                 await self._distributed.send(message)
@@ -428,7 +428,8 @@ class LocalFirstDistributedCopies(Generic[M]):
                 worker = asyncio.current_task()
                 if worker is not None and worker.cancelling():
                     raise
-            self._metrics.increment(COPY_FAILED, 1.0, {**tags, "handed_off": _flag(entry.handed_off)})
+            if self._observer is not None:
+                self._observer.on_copy_failed(message, entry.handed_off, error)
             if not entry.awaited:
                 log.error(
                     "local-first %s: the distributed copy of %s %s (id %s, local_first=%s) failed; "
@@ -443,11 +444,8 @@ class LocalFirstDistributedCopies(Generic[M]):
                 )
             entry._resolve(error)
             return
-        sent_tags = self._sent_tags.get((message.aggregate_id.named_aggregate, local_first))
-        if sent_tags is None:
-            sent_tags = {**tags, "local_first": _flag(local_first)}
-            self._sent_tags[(message.aggregate_id.named_aggregate, local_first)] = sent_tags
-        self._metrics.increment(COPIES_SENT, 1.0, sent_tags)
+        if self._observer is not None:
+            self._observer.on_copy_sent(message, local_first)
         entry._resolve(None)
 
     def _decide(self, entry: QueuedCopy[M]) -> bool:
@@ -460,7 +458,8 @@ class LocalFirstDistributedCopies(Generic[M]):
             return False
         if not admission.done():
             message = entry.message
-            self._metrics.increment(HAND_OFF_TIMEOUTS, 1.0, self._tags(message.aggregate_id.named_aggregate))
+            if self._observer is not None:
+                self._observer.on_hand_off_timeout(message)
             log.warning(
                 "local-first %s: no hand-off result for %s %s (id %s) within %.3g s; "
                 "counted as refused, the distributed copy goes out unmarked",
@@ -491,22 +490,14 @@ class LocalFirstDistributedCopies(Generic[M]):
 
     # -- backlog ------------------------------------------------------------------------
 
-    def _tags(self, named_aggregate: NamedAggregate) -> dict[str, str]:
-        tags = self._tag_cache.get(named_aggregate)
-        if tags is None:
-            tags = self._tag_cache[named_aggregate] = {
-                "bus": self.bus_name,
-                "aggregate": str(named_aggregate),
-            }
-        return tags
-
     def _add_backlog(self, named_aggregate: NamedAggregate, delta: int) -> None:
         value = self._backlog.get(named_aggregate, 0) + delta
         if value:
             self._backlog[named_aggregate] = value
         else:
             self._backlog.pop(named_aggregate, None)
-        self._metrics.gauge(BACKLOG_GAUGE, float(value), self._tags(named_aggregate))
+        if self._observer is not None:
+            self._observer.on_backlog(named_aggregate, value)
         if value >= self.backlog_high_water_mark:
             if named_aggregate not in self._above_mark:
                 self._above_mark.add(named_aggregate)
@@ -529,7 +520,7 @@ class LocalFirstDistributedCopies(Generic[M]):
         """Stop taking copies; send the queued ones within ``timeout``; cancel the rest.
 
         Idempotent: a second call waits for the first. Returns how many copies were
-        cancelled; each is counted on ``wow.local_first.copies.cancelled`` and a sender
+        cancelled; each is reported to the observer (``on_copies_cancelled``) and a sender
         still waiting for one gets :class:`CopyCancelledError`.
         """
         if self._flushing is None:

@@ -35,13 +35,11 @@ from typing import Any, Generic, TypeVar
 
 from wow_core.messaging.contract import MessageExchange, MessageReceiver
 from wow_core.messaging.local_first.aggregates import LocalAggregates
-from wow_core.metrics import Metrics, NoopMetrics
+from wow_core.messaging.local_first.observer import LocalFirstObserver
 
 E = TypeVar("E", bound=MessageExchange[Any])
 
 log = logging.getLogger("wow_core.messaging.local_first")
-
-FILTERED = "wow.local_first.filtered"
 
 
 class _End:
@@ -66,7 +64,8 @@ async def _pull(iterator: AsyncIterator[E]) -> E | _End:
 class LocalFirstReceiver(Generic[E]):
     """A :class:`~wow_core.messaging.contract.MessageReceiver` over a local and a distributed one.
 
-    ``local`` is ``None`` when the subscription names no local aggregate.
+    ``local`` is ``None`` when the subscription names no local aggregate; ``observer``
+    (its bus's) hears of every copy dropped as handled locally (``on_filtered``).
     """
 
     def __init__(
@@ -75,14 +74,12 @@ class LocalFirstReceiver(Generic[E]):
         distributed: MessageReceiver[E],
         *,
         is_local: LocalAggregates,
-        metrics: Metrics | None = None,
-        bus_name: str = "",
+        observer: LocalFirstObserver | None = None,
     ) -> None:
         self._local = local
         self._distributed = distributed
         self._is_local = is_local
-        self._metrics: Metrics = metrics or NoopMetrics()
-        self._tags = {"bus": bus_name}
+        self._observer = observer
         self._local_it: AsyncIterator[E] | None = None
         self._local_ended = local is None
         self._distributed_ended = False
@@ -205,7 +202,8 @@ class LocalFirstReceiver(Generic[E]):
                         await found.ack()
                     except Exception as error:
                         log.warning("acknowledging the locally handled copy %s failed: %s", found, error)
-                    self._metrics.increment(FILTERED, 1.0, self._tags)
+                    if self._observer is not None:
+                        self._observer.on_filtered(found)
                     continue
                 taken = self._taken = loop.create_future()
                 self._ahead = found
