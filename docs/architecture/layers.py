@@ -40,7 +40,6 @@ LAYERS: list[tuple[str, list[tuple[str, str]]]] = [
         [
             ("modeling", "aggregates, CommandKernel, CommandDispatcher"),
             ("event", "the event dispatch pipeline"),
-            ("testing", "conformance suites, test helpers"),
         ],
     ),
     (
@@ -50,6 +49,7 @@ LAYERS: list[tuple[str, list[tuple[str, str]]]] = [
             ("plugins", "hookspecs, plugin manager, CLI Command"),
         ],
     ),
+    ("", [("testing", "conformance suites, test helpers")]),
     ("", [("runtime", "WowSettings, container, assembly, WowRuntime, KeyedExecutor, WowApp, CLI")]),
 ]
 """The rows of the diagram, bottom first: (caption, [(package, what it owns)])."""
