@@ -417,3 +417,15 @@ async def test_a_failure_after_close_is_not_handed_on() -> None:
     await buffer.guard(fails(), what="r", logger=logging.getLogger("probe"))
     with pytest.raises(StopAsyncIteration):
         await buffer.get()
+
+
+async def test_close_during_ready_on_a_gathered_future_gives_bus_closed_too() -> None:
+    loop = asyncio.get_running_loop()
+    parts = [loop.create_future(), loop.create_future()]
+    readiness = Readiness(lambda: asyncio.gather(*parts), what="receiver g/c")
+    waiter = asyncio.ensure_future(readiness.wait())
+    await asyncio.sleep(0)  # the waiter waits on the gathered future
+    await readiness.close()
+    with pytest.raises(BusClosedError, match="was closed while getting ready"):
+        await waiter
+    assert all(part.cancelled() for part in parts)

@@ -104,7 +104,9 @@ class Readiness(Generic[T]):
             return await asyncio.shield(future)
         except asyncio.CancelledError:
             task = asyncio.current_task()
-            if self._closed and future.cancelled() and (task is None or not task.cancelling()):
+            # the attempt was cancelled by close (a gather of futures then ends with a
+            # CancelledError as its exception, not as cancelled), not this caller
+            if self._closed and future.done() and (task is None or not task.cancelling()):
                 raise BusClosedError(f"{self._what} was closed while getting ready") from None
             raise
 
