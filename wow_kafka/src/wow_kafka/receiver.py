@@ -177,6 +177,11 @@ class KafkaTransportReceiver:
         return frozenset(tp for tp, state in self._partitions.items() if not state.revoking)
 
     @property
+    def buffered(self) -> int:
+        """Records fetched and waiting to be handed out (the batch being handed out aside)."""
+        return self._buffer.size
+
+    @property
     def in_flight(self) -> int:
         return sum(state.in_flight for state in self._partitions.values())
 
