@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from wow_core.messaging import BusClosedError
-from wow_core.transport.kit import ReadAhead, Readiness
+from wow_core.spi import ReadAhead, Readiness
 
 WAIT = 2.0
 
