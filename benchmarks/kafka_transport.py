@@ -37,7 +37,7 @@ from wow_core.model import CommandMessage, TopicKind
 from wow_core.transport.bus import TransportCommandBus
 from wow_core.transport.spi import TransportMessage
 from wow_kafka import KafkaSettings, KafkaTransport
-from wow_kafka.client import common_config, producer_config
+from wow_kafka.connection import common_config, producer_config
 from wow_kafka.topics import KafkaTopics
 
 WINDOW = 256

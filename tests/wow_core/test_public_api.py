@@ -93,6 +93,8 @@ def test_the_plugin_surface_holds_the_spi_the_hooks_and_the_settings() -> None:
         "TransportRecord",
         "TransportMessage",
         "TransportBase",
+        "Readiness",
+        "ReadAhead",
         "hookimpl",
         "ProcessSettings",
         "SettingsSection",

@@ -7,7 +7,7 @@ import pytest
 from wow_core.plugins import load_plugins
 from wow_core.runtime.settings import SettingsError, WowSettings, load_section
 from wow_kafka import KafkaSettings, KafkaTransport
-from wow_kafka.client import common_config, consumer_config, producer_config
+from wow_kafka.connection import common_config, consumer_config, producer_config
 from wow_kafka.plugin import kafka_transport
 
 

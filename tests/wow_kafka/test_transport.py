@@ -49,7 +49,7 @@ async def test_the_receiver_buffers_a_bounded_number_of_records(kafka_bootstrap:
         seen: list[str] = []
         largest = 0
         async for record in receiver:
-            largest = max(largest, receiver._buffered)
+            largest = max(largest, receiver.buffered)
             seen.append(record.payload)
             await record.ack()
             if len(seen) == 60:

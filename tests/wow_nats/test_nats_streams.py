@@ -104,3 +104,20 @@ async def test_subjects_held_by_another_stream_are_named_with_the_setting_that_s
     with pytest.raises(StreamSubjectsTakenError):
         await receiver.ready()
     await receiver.close()
+
+
+async def test_a_read_loop_failure_ends_the_iteration_with_it_once(
+    make_transport: MakeTransport, names: Names, raw_js: nats.js.JetStreamContext
+) -> None:
+    topic = names.topic()
+    transport = make_transport()
+    other = names.stream_prefix + "other_app"
+    await raw_js.add_stream(StreamConfig(name=other, subjects=[transport.layout.base(topic) + ".>"]))
+    receiver = transport.open(names.group(), [topic])
+    receiver.open_processing()  # without ready(): the pull loop finds the subjects taken
+    records = aiter(receiver)
+    with pytest.raises(StreamSubjectsTakenError):
+        await asyncio.wait_for(anext(records), 10)
+    with pytest.raises(StopAsyncIteration):  # handed on once, then the end
+        await asyncio.wait_for(anext(records), 10)
+    await receiver.close()

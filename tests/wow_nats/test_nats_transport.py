@@ -502,3 +502,48 @@ async def test_any_key_arrives_unchanged(make_transport: MakeTransport, names: N
     await transport.send(message(topic, key))
     record = await next_record(aiter(receiver))
     assert record.key == key
+
+
+async def test_a_receiver_is_built_from_its_narrow_dependencies_without_a_transport(
+    nats_url: str, names: Names, raw_js: nats.js.JetStreamContext
+) -> None:
+    from wow_core.metrics import InMemoryMetrics
+    from wow_nats import NatsReceiver, NatsSettings, StreamLayout
+    from wow_nats.connection import NatsConnection
+    from wow_nats.topics import NatsTopics
+
+    settings = NatsSettings(servers=[nats_url], stream_prefix=names.stream_prefix)
+    connection = NatsConnection(settings, closed=lambda: False)
+    layout = StreamLayout(names.topic_prefix, settings.stream_prefix)
+    published: list[str] = []
+
+    async def publish(subject: str, data: bytes, headers: dict[str, str]) -> None:
+        published.append(subject)
+
+    closed: list[NatsReceiver] = []
+    topic = names.topic()
+    receiver = NatsReceiver(
+        names.group(),
+        [topic],
+        settings=settings,
+        layout=layout,
+        connection=connection,
+        topic_admin=NatsTopics(connection, layout, settings),
+        publish=publish,
+        metrics=InMemoryMetrics(),
+        on_close=closed.append,
+    )
+    try:
+        await receiver.ready()
+        receiver.open_processing()
+        await raw_js.publish(topic, b"\xff not text", headers={"Wow-Key": "k"})
+        await raw_js.publish(topic, b"text", headers={"Wow-Key": "k"})
+        record = await next_record(aiter(receiver))
+        assert (record.key, record.payload) == ("k", "text")
+        assert published == [layout.dead_letter_subject(topic)]  # through the publish it was given
+        await record.ack()
+        await receiver.close()
+        assert closed == [receiver]
+    finally:
+        await receiver.close()
+        await connection.close()

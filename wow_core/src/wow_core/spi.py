@@ -7,7 +7,8 @@
 A transport implements :class:`Transport` (five members: ``name``, ``start``, ``send``,
 ``open``, ``close``; see ``docs/transports/spi.md`` for why the line is there) and may
 derive from :class:`TransportBase`; its receivers implement :class:`TransportReceiver`
-and yield :class:`TransportRecord` s. What a transport may ask of the bus (its topic
+and yield :class:`TransportRecord` s, and may be built on the receiver kit
+(:class:`Readiness`, :class:`ReadAhead`). What a transport may ask of the bus (its topic
 naming, its decode-failure default) is the optional :class:`TransportDefaults`. A plugin
 module marks its hooks with :data:`hookimpl`; a factory is called with the process's
 settings (:class:`ProcessSettings`) and reads its own section, a :class:`SettingsSection`
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
         TopicNaming,
         TransportDefaults,
     )
+    from wow_core.transport.kit import ReadAhead, Readiness
     from wow_core.transport.settings import ProcessSettings
     from wow_core.transport.spi import Transport, TransportMessage, TransportReceiver, TransportRecord
 
@@ -77,6 +79,9 @@ _EXPORTS = {
     "DefaultTopicNaming": "wow_core.transport.defaults",
     "DecodeFailureDefault": "wow_core.transport.defaults",
     "BusClosedError": "wow_core.messaging.contract",
+    # the receiver kit
+    "Readiness": "wow_core.transport.kit",
+    "ReadAhead": "wow_core.transport.kit",
     # decode-failure policies
     "TransportDecodeFailureHandler": "wow_core.transport.decode_failure",
     "DecodeFailure": "wow_core.transport.decode_failure",
@@ -124,6 +129,8 @@ __all__ = [
     "DefaultTopicNaming",
     "DecodeFailureDefault",
     "BusClosedError",
+    "Readiness",
+    "ReadAhead",
     "TransportDecodeFailureHandler",
     "DecodeFailure",
     "DecodeFailureAction",

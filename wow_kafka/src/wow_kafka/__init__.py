@@ -6,7 +6,8 @@ delivery with commits that never pass an unacknowledged record.
 """
 
 from wow_kafka.errors import KafkaConnectError, KafkaSendError, KafkaTopicError, KafkaTransportError
-from wow_kafka.receiver import KafkaRecord, KafkaTransportReceiver
+from wow_kafka.receiver import KafkaTransportReceiver
+from wow_kafka.record import KafkaRecord
 from wow_kafka.settings import KafkaSettings
 from wow_kafka.transport import KafkaTransport
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -41,46 +40,14 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from aiokafka.protocol.group import LeaveGroupRequest
 
-from wow_core.messaging import BusClosedError
+from wow_core.transport.kit import ReadAhead, Readiness
 from wow_kafka.errors import KafkaConnectError
 from wow_kafka.offsets import PartitionOffsets
+from wow_kafka.record import KafkaRecord
 from wow_kafka.settings import KafkaSettings
 from wow_kafka.topics import KafkaTopics
 
 log = logging.getLogger(__name__)
-
-
-class KafkaRecord:
-    """A received Kafka record; ``ack()`` marks its offset for the next commit."""
-
-    __slots__ = ("_offsets", "_receiver", "key", "offset", "partition", "payload", "timestamp", "topic")
-
-    def __init__(self, receiver: KafkaTransportReceiver, offsets: PartitionOffsets, record: Any) -> None:
-        self._receiver = receiver
-        self._offsets = offsets
-        self.topic: str = record.topic
-        self.partition: int = record.partition
-        self.offset: int = record.offset
-        key, value = record.key, record.value
-        # surrogateescape keeps undecodable bytes: a dead letter carries the original bytes
-        self.key = "" if key is None else key.decode("utf-8", "surrogateescape")
-        self.payload = "" if value is None else value.decode("utf-8", "surrogateescape")
-        self.timestamp: int = record.timestamp
-
-    @property
-    def position(self) -> str:
-        return f"{self.partition}:{self.offset}"
-
-    @property
-    def delivery_count(self) -> int:
-        return 1  # Kafka does not count deliveries
-
-    async def ack(self) -> None:
-        if self._offsets.ack(self.offset):
-            self._receiver._acked()
-
-    def __repr__(self) -> str:
-        return f"KafkaRecord({self.topic}[{self.position}] key={self.key!r})"
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -133,19 +100,22 @@ class KafkaTransportReceiver:
         self._on_close = on_close
         self._consumer: AIOKafkaConsumer | None = None
         self._partitions: dict[TopicPartition, PartitionOffsets] = {}
-        self._batches: deque[tuple[PartitionOffsets, list[Any]]] = deque()
-        self._buffered = 0
-        """Records in ``_batches``, not counting the batch being handed out."""
-        self._low_mark = settings.buffered_records // 2
+        self._what = f"Kafka receiver of group {group!r}"
+        self._buffer: ReadAhead[tuple[PartitionOffsets, list[Any]]] = ReadAhead(
+            settings.buffered_records, low_mark=settings.buffered_records // 2
+        )
+        """Fetched batches, sized by their records (not counting the batch being handed
+        out); once ``buffered_records`` wait, fetching resumes when half were taken."""
         self._batch: list[Any] | None = None
         self._batch_offsets = PartitionOffsets(0)
         self._batch_index = 0
-        self._data = asyncio.Event()
         self._anchored = asyncio.Event()
         self._processing = False
-        self._room = asyncio.Event()
+        self._processing_opened = asyncio.Event()
         self._closed = False
-        self._start_task: asyncio.Task[None] | None = None
+        self._readiness: Readiness[None] = Readiness(
+            self._start, what=self._what, name=f"wow-kafka-start:{group}"
+        )
         self._fetch_task: asyncio.Task[None] | None = None
         self._commit_task: asyncio.Task[None] | None = None
         self._commit_wanted = asyncio.Event()
@@ -160,13 +130,8 @@ class KafkaTransportReceiver:
     # -- lifecycle --------------------------------------------------------------------
 
     async def ready(self) -> None:
-        if self._closed:
-            raise BusClosedError(f"Kafka receiver of group {self.group!r} is closed")
-        task = self._start_task
-        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
-            # first call, or the last attempt failed (broker down): try again
-            task = self._start_task = asyncio.create_task(self._start(), name=f"wow-kafka-start:{self.group}")
-        await asyncio.shield(task)
+        # one start at a time; after a failed one (broker down) the next call tries again
+        await self._readiness.wait()
 
     async def _start(self) -> None:
         await self._topic_admin.ensure(self.topics)
@@ -187,8 +152,13 @@ class KafkaTransportReceiver:
         # consumer.start() returns once partitions are installed, possibly before our
         # listener anchored them; readiness waits for the anchor.
         await self._anchored.wait()
-        self._fetch_task = asyncio.create_task(self._fetch_loop(), name=f"wow-kafka-fetch:{self.group}")
-        self._commit_task = asyncio.create_task(self._commit_loop(), name=f"wow-kafka-commit:{self.group}")
+        guard = self._buffer.guard  # a failure the loop does not retry ends the iteration with it
+        self._fetch_task = asyncio.create_task(
+            guard(self._fetch_loop(), what=self._what, logger=log), name=f"wow-kafka-fetch:{self.group}"
+        )
+        self._commit_task = asyncio.create_task(
+            guard(self._commit_loop(), what=self._what, logger=log), name=f"wow-kafka-commit:{self.group}"
+        )
 
     @property
     def processing_open(self) -> bool:
@@ -198,12 +168,18 @@ class KafkaTransportReceiver:
         if self._processing or self._closed:
             return
         self._processing = True
+        self._processing_opened.set()
         self._update_pause()
 
     @property
     def assigned(self) -> frozenset[TopicPartition]:
         """Partitions this member owns now."""
         return frozenset(tp for tp, state in self._partitions.items() if not state.revoking)
+
+    @property
+    def buffered(self) -> int:
+        """Records fetched and waiting to be handed out (the batch being handed out aside)."""
+        return self._buffer.size
 
     @property
     def in_flight(self) -> int:
@@ -213,9 +189,10 @@ class KafkaTransportReceiver:
         if self._closed:
             return
         self._closed = True
-        self._data.set()
-        self._room.set()
-        for task in (self._start_task, self._fetch_task, self._commit_task):
+        self._processing_opened.set()
+        self._buffer.close()  # batches not handed out: committed past by nobody, fetched again
+        await self._readiness.close()
+        for task in (self._fetch_task, self._commit_task):
             if task is not None and not task.done():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -234,8 +211,6 @@ class KafkaTransportReceiver:
             for state in self._partitions.values():
                 state.retire()
             self._partitions.clear()
-            self._batches.clear()
-            self._buffered = 0
             self._batch = None
             if self._on_close is not None:
                 self._on_close(self)
@@ -262,28 +237,25 @@ class KafkaTransportReceiver:
                     return KafkaRecord(self, offsets, record)
                 # done, or revoked: the next owner delivers the rest from the watermark
                 self._batch = None
-            if not self._batches or not self._processing:
-                self._data.clear()
-                await self._data.wait()
+            if not self._processing:
+                await self._processing_opened.wait()
                 continue
-            self._batch_offsets, self._batch = self._batches.popleft()
+            # StopAsyncIteration once closed; a failure of the fetch or commit loop, once
+            self._batch_offsets, self._batch = await self._buffer.get()
             self._batch_index = 0
-            self._buffered -= len(self._batch)
-            if self._buffered <= self._low_mark and not self._room.is_set():
-                self._room.set()
 
     async def _fetch_loop(self) -> None:
         consumer = self._consumer
         assert consumer is not None
         settings = self._settings
         backoff = settings.retry_backoff_ms / 1000
+        buffer = self._buffer
         while not self._closed:
-            if self._buffered >= settings.buffered_records:
+            if buffer.room <= 0:
                 # Back-pressure without pausing: a paused partition's prefetched data is
                 # dropped and fetched again on resume. Not polling for longer than
                 # max_poll_interval_ms makes the member leave its group, as in Kafka.
-                self._room.clear()
-                await self._room.wait()
+                await buffer.wait_for_room()
                 continue
             try:
                 batches = await consumer.getmany(
@@ -313,9 +285,7 @@ class KafkaTransportReceiver:
                     continue
                 if offsets.revoking or not offsets.active:
                     continue  # revoked: the next owner starts from the committed watermark
-                self._batches.append((offsets, records))
-                self._buffered += len(records)
-            self._data.set()
+                buffer.put_nowait((offsets, records), len(records))
 
     def _update_pause(self) -> None:
         """Keep every partition paused until processing opens."""
@@ -326,8 +296,6 @@ class KafkaTransportReceiver:
         if self._processing:
             # only anchored partitions: one whose anchoring failed stays paused
             consumer.resume(*(tp for tp in assigned if tp in self._partitions))
-            if self._batches:
-                self._data.set()
         else:
             consumer.pause(*assigned)
 

@@ -31,7 +31,7 @@ from wow_core.transport import (
     TransportBase,
     TransportMessage,
 )
-from wow_kafka.client import common_config, consumer_config, producer_config
+from wow_kafka.connection import common_config, consumer_config, producer_config
 from wow_kafka.errors import KafkaConnectError, KafkaSendError, KafkaTopicError
 from wow_kafka.receiver import KafkaTransportReceiver
 from wow_kafka.settings import KafkaSettings

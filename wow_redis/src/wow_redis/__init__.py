@@ -3,7 +3,8 @@
 from wow_redis.event_store import EventStoreDataError, RedisEventStore, RedisSnapshotRepository
 from wow_redis.naming import RedisTopicNaming, dead_letter_stream
 from wow_redis.observer import RedisMessageBusObserver
-from wow_redis.receiver import RedisRecord, RedisStreamReceiver
+from wow_redis.receiver import RedisStreamReceiver
+from wow_redis.record import RedisRecord
 from wow_redis.settings import GroupStart, RedisSettings
 from wow_redis.transport import RedisStreamTransport
 

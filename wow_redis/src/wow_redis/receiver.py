@@ -51,17 +51,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from wow_core.messaging import BusClosedError
+from wow_core.transport.kit import ReadAhead, Readiness
 from wow_redis.connection import TRANSIENT_ERRORS, Backoff, command, deadline, pack, round_trip
 from wow_redis.naming import dead_letter_stream
 from wow_redis.observer import RedisMessageBusObserver
+from wow_redis.record import KEY_FIELD, MSG_FIELD, TIMESTAMP_FIELD, RedisRecord, entry_timestamp
 from wow_redis.scripts import DEAD_LETTER_SCRIPT
 from wow_redis.settings import GroupStart, RedisSettings
 
@@ -69,10 +70,6 @@ if TYPE_CHECKING:
     from redis.commands.core import AsyncScript
 
 log = logging.getLogger("wow_redis")
-
-MSG_FIELD = b"msg"
-KEY_FIELD = b"key"
-TIMESTAMP_FIELD = b"ts"
 
 READ_AHEAD = 2
 """Reads (of up to ``batch_size`` entries each) read and not yet taken by an iterator."""
@@ -85,58 +82,6 @@ HANDED_BACK_MIN_IDLE_S = HANDED_BACK_IDLE_MS / 1000 / 2
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
-
-
-def entry_timestamp(entry_id: str) -> int:
-    """The milliseconds part of a stream entry id: when the server added it."""
-    head, _, _ = entry_id.partition("-")
-    try:
-        return int(head)
-    except ValueError:
-        return 0
-
-
-class RedisRecord:
-    """One stream entry delivered to this consumer; ``ack()`` is an ``XACK``.
-
-    ``timestamp`` is the sender's (the ``ts`` field), or when the server added the entry
-    (the id's milliseconds) for an entry written without one. ``position`` is
-    ``<stream>/<entry id>``.
-    """
-
-    __slots__ = ("_receiver", "delivery_count", "entry_id", "key", "payload", "timestamp", "topic")
-
-    def __init__(
-        self,
-        receiver: RedisStreamReceiver,
-        topic: str,
-        entry_id: str,
-        key: str,
-        payload: str,
-        delivery_count: int,
-        timestamp: int,
-    ) -> None:
-        self._receiver = receiver
-        self.topic = topic
-        self.entry_id = entry_id
-        self.key = key
-        self.payload = payload
-        self.timestamp = timestamp
-        self.delivery_count = delivery_count
-
-    @property
-    def position(self) -> str:
-        return f"{self.topic}/{self.entry_id}"
-
-    async def ack(self) -> None:
-        receiver = self._receiver
-        if receiver.fast_ack:  # the common case, without another coroutine
-            receiver.ack_queued(self.topic, self.entry_id)
-        else:
-            await receiver.acknowledge(self.topic, self.entry_id)
-
-    def __repr__(self) -> str:
-        return f"RedisRecord({self.position} key={self.key!r} deliveries={self.delivery_count})"
 
 
 class _Acker:
@@ -224,15 +169,12 @@ class RedisStreamReceiver:
         self.consumer = consumer
         self._observer = observer
         self._on_close = on_close
-        self._batches: deque[list[RedisRecord]] = deque()
+        self._what = f"receiver {group}/{consumer}"
+        self._buffer: ReadAhead[list[RedisRecord]] = ReadAhead(READ_AHEAD)
         """Read-ahead, whole reads at a time: at most ``READ_AHEAD`` reads wait to be taken;
         past that the reader stops, so unread entries stay for the other members."""
-        self._available = asyncio.Event()
-        self._room = asyncio.Event()
-        self._room.set()
-        self._ended = False
         self._create_groups = create_groups
-        self._groups: asyncio.Future[Any] | None = None
+        self._readiness: Readiness[Any] = Readiness(self._create, what=self._what)
         self._group_start = "$" if settings.group_start is GroupStart.LATEST else "0"
         self._processing = asyncio.Event()
         self._closed = asyncio.Event()
@@ -246,7 +188,6 @@ class RedisStreamReceiver:
         self._handed_back: set[tuple[str, str]] = set()
         self._hand_back_cursor: dict[str, str] = {}
         """Per stream, where the next scan for handed-back entries goes on (``XAUTOCLAIM``)."""
-        self._failure: Exception | None = None
         self._read_ids_new = [">"] * len(self.topics)
         self._timeout = settings.socket_timeout
 
@@ -259,16 +200,14 @@ class RedisStreamReceiver:
         entry sent on the same transport after ``ready()`` was called is not missed.
         """
         if self._closing:
-            raise BusClosedError(f"receiver {self.group}/{self.consumer} is closed")
-        if self._groups is None:
-            self._groups = self._create_groups(self.group, self.topics, self._group_start)
-            self._groups.add_done_callback(self._log_starts)
-        try:
-            await asyncio.shield(self._groups)
-        except BaseException:
-            if self._groups.done() and self._groups.exception() is not None:
-                self._groups = None  # a later ready() tries again
-            raise
+            raise BusClosedError(f"{self._what} is closed")
+        await self._readiness.wait()  # a failure is tried again by the next call
+
+    def _create(self) -> asyncio.Future[Any]:
+        """Queue the creation of the group on every stream (in place as ``ready()`` is called)."""
+        groups = self._create_groups(self.group, self.topics, self._group_start)
+        groups.add_done_callback(self._log_starts)
+        return groups
 
     def _log_starts(self, groups: asyncio.Future[Any]) -> None:
         """Per stream, where the group starts and why (once the creations answered)."""
@@ -321,8 +260,7 @@ class RedisStreamReceiver:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             self._tasks.clear()
-            if self._groups is not None and not self._groups.done():
-                self._groups.cancel()
+            await self._readiness.close()
             await self._acker.drain(self._settings.socket_timeout)
             await self._acker.stop()
             self._release_unread()
@@ -335,64 +273,31 @@ class RedisStreamReceiver:
     # -- reading ----------------------------------------------------------------------
 
     async def _records(self) -> AsyncIterator[RedisRecord]:
-        batches = self._batches
+        buffer = self._buffer
         while True:
-            if batches:
-                batch = batches.popleft()
-                if len(batches) < READ_AHEAD:
-                    self._room.set()
-                for record in batch:
-                    if self._closing:
-                        return  # taken but not yielded: pending, handed back by the close
-                    yield record
-                continue
-            if self._ended:
-                if self._failure is not None:
-                    raise self._failure
+            try:
+                batch = await buffer.get()  # a loop's failure is raised here, once
+            except StopAsyncIteration:
                 return
-            self._available.clear()
-            await self._available.wait()
+            for record in batch:
+                if self._closing:
+                    return  # taken but not yielded: pending, handed back by the close
+                yield record
 
     async def _push(self, records: list[RedisRecord]) -> None:
         """Hand one read to the iterators; wait while ``READ_AHEAD`` reads are untaken."""
-        while len(self._batches) >= READ_AHEAD and not self._closing:
-            self._room.clear()
-            await self._room.wait()
-        self._batches.append(records)
-        self._available.set()
-
-    def _end(self) -> None:
-        self._ended = True
-        self._available.set()
+        await self._buffer.put(records)
 
     def _start(self) -> None:
         if self._tasks:
             return
         loop = asyncio.get_running_loop()
-        self._tasks.append(
-            loop.create_task(self._guarded(self._read_loop()), name=f"wow-redis-read:{self.group}")
-        )
+        guard = self._buffer.guard  # a failure the loop does not retry ends the iteration with it
+        read = guard(self._read_loop(), what=self._what, logger=log)
+        self._tasks.append(loop.create_task(read, name=f"wow-redis-read:{self.group}"))
         if self._settings.claim_idle_time is not None:
-            self._tasks.append(
-                loop.create_task(self._guarded(self._claim_loop()), name=f"wow-redis-claim:{self.group}")
-            )
-
-    async def _guarded(self, loop: Awaitable[None]) -> None:
-        """Run a loop; an error it does not retry ends the iteration with that error.
-
-        Transient errors are retried inside the loops; anything else (the stream key
-        replaced by another type, a script error) is logged and raised to the consumer
-        by the iterator, instead of leaving it waiting forever.
-        """
-        try:
-            await loop
-        except Exception as error:
-            log.error(
-                "receiver %s/%s stopped: %s: %s", self.group, self.consumer, type(error).__name__, error
-            )
-            if self._failure is None:
-                self._failure = error
-            self._end()
+            claim = guard(self._claim_loop(), what=self._what, logger=log)
+            self._tasks.append(loop.create_task(claim, name=f"wow-redis-claim:{self.group}"))
 
     async def _read_loop(self) -> None:
         await self._processing.wait()
@@ -405,7 +310,7 @@ class RedisStreamReceiver:
         next_hand_back_scan = clock() + settings.block_time
         while not self._closing:
             try:
-                if self._groups is None or not self._groups.done() or self._groups.exception() is not None:
+                if not self._readiness.succeeded:
                     await self.ready()
                 if own_pending:
                     await self._read_own_pending()
@@ -433,7 +338,7 @@ class RedisStreamReceiver:
                 if "NOGROUP" not in str(error):
                     raise
                 log.warning("consumer group %s vanished, creating it again: %s", self.group, error)
-                self._groups = None
+                self._readiness.reset()
                 continue
             for stream, entries in response:
                 topic = _text(stream)
@@ -700,8 +605,7 @@ class RedisStreamReceiver:
 
     def _release_unread(self) -> None:
         """Drop reads never taken (they stay pending here, handed back); end the iterators."""
-        self._batches.clear()
-        self._end()
+        self._buffer.close()
 
     async def _hand_back(self) -> None:
         """Mark this consumer's pending entries idle for the others, or forget the consumer.

@@ -39,7 +39,8 @@ from wow_core.transport import (
 from wow_redis.connection import create_client, ping
 from wow_redis.naming import RedisTopicNaming
 from wow_redis.observer import RedisMessageBusObserver
-from wow_redis.receiver import RedisRecord, RedisStreamReceiver
+from wow_redis.receiver import RedisStreamReceiver
+from wow_redis.record import RedisRecord
 from wow_redis.sender import StreamWriter
 from wow_redis.settings import SECTION, RedisSettings
 

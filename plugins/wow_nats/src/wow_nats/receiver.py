@@ -51,20 +51,27 @@ import datetime
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
 
 import nats.errors
 import nats.js.errors
+from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, ReplayPolicy
 
-from wow_core.messaging import BusClosedError
+from wow_core.metrics import Metrics
+from wow_core.transport.kit import ReadAhead, Readiness
+from wow_nats.connection import NatsConnection
+from wow_nats.layout import StreamLayout
 from wow_nats.record import TIMESTAMP_HEADER, NatsRecord, key_headers, key_of
+from wow_nats.settings import NatsSettings
+from wow_nats.topics import NatsTopics
 
-if TYPE_CHECKING:
-    from wow_nats.transport import NatsTransport
+Publish = Callable[[str, bytes, dict[str, str]], Awaitable[Any]]
+"""How a receiver publishes a dead letter: ``publish(subject, data, headers)``, done on
+JetStream's ack (the transport's publish, which retries transient failures)."""
 
 log = logging.getLogger("wow_nats")
 
@@ -81,18 +88,45 @@ _NAK_MARGIN = 0.25
 
 
 class NatsReceiver:
-    """Durable pull consumers of one group on some topics (see the module docstring)."""
+    """Durable pull consumers of one group on some topics (see the module docstring).
 
-    def __init__(self, transport: NatsTransport, group: str, topics: Sequence[str]) -> None:
-        self.transport = transport
+    Built by :meth:`NatsTransport.open <wow_nats.transport.NatsTransport.open>` from what
+    it needs, not from the transport: the settings, the stream layout, the connection,
+    the topic admin (streams), the publish of dead letters, the metrics, and
+    ``on_close`` (told once the receiver closed).
+    """
+
+    def __init__(
+        self,
+        group: str,
+        topics: Sequence[str],
+        *,
+        settings: NatsSettings,
+        layout: StreamLayout,
+        connection: NatsConnection,
+        topic_admin: NatsTopics,
+        publish: Publish,
+        metrics: Metrics,
+        on_close: Callable[[NatsReceiver], None] | None = None,
+    ) -> None:
+        if not topics:
+            raise ValueError(f"receiver of group {group!r} names no topic")
         self.group = group
         self.topics = list(dict.fromkeys(topics))
-        self.consumers = {topic: transport.layout.consumer(group, topic) for topic in self.topics}
+        self.settings = settings
+        self._layout = layout
+        self._connection = connection
+        self._topic_admin = topic_admin
+        self._publish = publish
+        self._metrics = metrics
+        self._on_close = on_close
+        self.consumers = {topic: layout.consumer(group, topic) for topic in self.topics}
         self.opened_at = datetime.datetime.now(datetime.UTC)
         """With ``deliver_policy="new"``, a new group's consumers start here, not at readiness."""
-        self._queue: asyncio.Queue[NatsRecord | _End] = asyncio.Queue()
-        self._room = asyncio.Event()
-        self._prepared: asyncio.Future[list[_Puller]] | None = None
+        self._what = f"receiver of group {group!r}"
+        self._buffer: ReadAhead[NatsRecord] = ReadAhead(settings.fetch_batch)
+        """Pulled and not handed out; the pull loops ask for no more than its room."""
+        self._readiness: Readiness[list[_Puller]] = Readiness(self._subscribe, what=self._what)
         self._open = asyncio.Event()
         self._runner: asyncio.Task[None] | None = None
         self._unsettled: dict[tuple[str, int], NatsRecord] = {}
@@ -107,20 +141,15 @@ class NatsReceiver:
         Raises the server's error if a stream or consumer cannot be created, and
         ``BusClosedError`` if the receiver was closed first.
         """
-        prepared = self._prepare()
-        try:
-            await asyncio.shield(prepared)
-        except asyncio.CancelledError:
-            if prepared.cancelled() and self._closed:
-                raise BusClosedError(f"receiver of group {self.group!r} was closed") from None
-            raise
+        await self._readiness.wait()  # one attempt at a time; a failed one is tried again
 
     def open_processing(self) -> None:
         """Start pulling records; idempotent."""
         if self._closed or self._open.is_set():
             return
         self._open.set()
-        self._runner = asyncio.ensure_future(self._run())
+        # a failure of the pull loops ends the iteration with it (once), never a silent stop
+        self._runner = asyncio.ensure_future(self._buffer.guard(self._run(), what=self._what, logger=log))
 
     @property
     def processing_open(self) -> bool:
@@ -135,15 +164,9 @@ class NatsReceiver:
 
     async def next_record(self) -> NatsRecord:
         """The next record; ``StopAsyncIteration`` once closed. Cancelling it loses nothing."""
-        if self._closed and self._queue.empty():
+        if self._closed and not self._buffer:
             raise StopAsyncIteration
-        item = await self._queue.get()
-        if isinstance(item, _End):
-            self._queue.put_nowait(item)  # wake any other iterator too
-            if item.error is not None:
-                raise item.error
-            raise StopAsyncIteration
-        self._room.set()
+        item = await self._buffer.get()
         if not item.settled:
             # a redelivery replaces the earlier delivery of the same record
             self._unsettled[(item.topic, item.sequence)] = item
@@ -155,32 +178,27 @@ class NatsReceiver:
         if self._closed:
             return
         self._closed = True
-        self.transport.receiver_closed(self)
+        if self._on_close is not None:
+            self._on_close(self)
         runner, self._runner = self._runner, None
         if runner is not None:
             runner.cancel()
             await asyncio.gather(runner, return_exceptions=True)
-        prepared = self._prepared
-        if prepared is not None and not prepared.done():
-            prepared.cancel()
-            await asyncio.gather(prepared, return_exceptions=True)
-        elif prepared is not None and not prepared.cancelled() and prepared.exception() is None:
-            await asyncio.gather(*(puller.stop() for puller in prepared.result()))
+        pullers = await self._readiness.close()  # cancels a subscription under way
+        if pullers:
+            await asyncio.gather(*(puller.stop() for puller in pullers))
         # Hand back, in stream order, what was pulled and not acknowledged: the records
         # still queued here and those handed out and still being processed.
         latest = dict(self._unsettled)
         self._unsettled.clear()
-        while not self._queue.empty():
-            item = self._queue.get_nowait()
-            if isinstance(item, NatsRecord):
-                latest[(item.topic, item.sequence)] = item  # a later delivery of the same record
+        for item in self._buffer.close():  # also ends the iterations
+            latest[(item.topic, item.sequence)] = item  # a later delivery of the same record
         unsettled = sorted(latest.values(), key=lambda record: record.sequence)
         for record in unsettled:
             try:
                 await record.nak()
             except Exception as error:
                 log.debug("nak of %r on close failed: %r (redelivered after the ack wait)", record, error)
-        self._queue.put_nowait(_END)
 
     # -- used by the pull loops ---------------------------------------------------------
 
@@ -191,20 +209,29 @@ class NatsReceiver:
 
     @property
     def queued(self) -> int:
-        return self._queue.qsize()
+        """Records pulled and not handed out yet."""
+        return self._buffer.size
+
+    @property
+    def room(self) -> int:
+        """How many records the pull loops may ask for now (``fetch_batch`` less ``queued``)."""
+        return self._buffer.room
 
     async def wait_for_room(self) -> None:
-        self._room.clear()
-        await self._room.wait()
+        await self._buffer.wait_for_room()
 
     def enqueue(self, record: NatsRecord) -> None:
-        self._queue.put_nowait(record)
+        self._buffer.put_nowait(record)
+
+    async def client(self) -> NatsClient:
+        """The NATS connection (connecting on first use)."""
+        return await self._connection.client()
 
     async def verify(self, topic: str) -> None:
         """Check that the consumer of ``topic`` exists; create it again if it does not."""
-        js = await self.transport.jetstream()
+        js = await self._connection.jetstream()
         try:
-            await js.consumer_info(self.transport.layout.stream(topic), self.consumers[topic])
+            await js.consumer_info(self._layout.stream(topic), self.consumers[topic])
         except nats.js.errors.NotFoundError:
             await self.recover(topic)
         except Exception as error:  # not connected yet: the next request will tell
@@ -213,13 +240,13 @@ class NatsReceiver:
     async def recover(self, topic: str) -> None:
         """Create the stream and consumer of ``topic`` again (deleted behind our back)."""
         log.warning("consumer %s of %s vanished; creating it again", self.consumers[topic], topic)
-        self.transport.forget_stream(topic)
+        self._topic_admin.forget(topic)
         try:
-            stream = await self.transport.ensure_stream(topic)
+            stream = await self._topic_admin.ensure(topic)
             await self._ensure_consumer(stream, topic)
         except Exception as error:
             log.warning("recreating the consumer of %s failed: %r", topic, error)
-            await asyncio.sleep(self.transport.settings.reconnect_time_wait)
+            await asyncio.sleep(self.settings.reconnect_time_wait)
 
     async def admit(self, topic: str, msg: Msg) -> NatsRecord | None:
         """Turn a message into a record, or dead-letter it (poison, not UTF-8)."""
@@ -232,7 +259,7 @@ class NatsReceiver:
         deliveries = meta.num_delivered
         headers = msg.headers or {}
         key = key_of(headers)
-        if deliveries > self.transport.settings.max_deliver:
+        if deliveries > self.settings.max_deliver:
             await self._dead_letter(topic, msg, key, position, deliveries, "max_deliver")
             return None
         try:
@@ -257,19 +284,11 @@ class NatsReceiver:
 
     # -- internals ----------------------------------------------------------------------
 
-    def _prepare(self) -> asyncio.Future[list[_Puller]]:
-        prepared = self._prepared
-        if prepared is None or (prepared.done() and not prepared.cancelled() and prepared.exception()):
-            if self._closed:
-                raise BusClosedError(f"receiver of group {self.group!r} is closed")
-            prepared = self._prepared = asyncio.ensure_future(self._subscribe())
-        return prepared
-
     async def _subscribe(self) -> list[_Puller]:
         pullers: list[_Puller] = []
         try:
             for topic in self.topics:
-                stream = await self.transport.ensure_stream(topic)
+                stream = await self._topic_admin.ensure(topic)
                 await self._ensure_consumer(stream, topic)
                 puller = _Puller(self, topic, stream, self.consumers[topic])
                 await puller.subscribe()
@@ -282,8 +301,8 @@ class NatsReceiver:
 
     async def _ensure_consumer(self, stream: str, topic: str) -> None:
         """Create the group's durable consumer on ``topic``, or reconcile its settings."""
-        js = await self.transport.jetstream()
-        settings = self.transport.settings
+        js = await self._connection.jetstream()
+        settings = self.settings
         name = self.consumers[topic]
         try:
             existing = await js.consumer_info(stream, name)
@@ -329,9 +348,9 @@ class NatsReceiver:
         Done on the consumer's configuration as the server returns it (JSON), so that
         fields that cannot change (the start) are sent back exactly as they are.
         """
-        settings = self.transport.settings
+        settings = self.settings
         name = self.consumers[topic]
-        nc = await self.transport.connection()
+        nc = await self._connection.client()
         reply = await nc.request(f"$JS.API.CONSUMER.INFO.{stream}.{name}", b"", timeout=5)
         info = json.loads(reply.data)
         if "error" in info:
@@ -359,7 +378,7 @@ class NatsReceiver:
         created with a start *time* (not even its ack wait), but can one with a start
         sequence.
         """
-        settings = self.transport.settings
+        settings = self.settings
         if settings.deliver_policy == "all":
             return (
                 {"deliver_policy": DeliverPolicy.ALL},
@@ -367,7 +386,7 @@ class NatsReceiver:
                 "new group at the beginning",
             )
         since = self.opened_at - datetime.timedelta(seconds=settings.start_margin)
-        js = await self.transport.jetstream()
+        js = await self._connection.jetstream()
         state = (await js.stream_info(stream)).state
         low, high = max(state.first_seq, 1), state.last_seq + 1
         # invariant: records from `high` on were stored at or after `since`
@@ -387,15 +406,9 @@ class NatsReceiver:
     async def _run(self) -> None:
         loops: list[asyncio.Future[None]] = []
         try:
-            pullers = await self._prepare()
+            pullers = await self._readiness.wait()
             loops = [asyncio.ensure_future(puller.run()) for puller in pullers]
             await asyncio.gather(*loops)
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            # surfaced to the iterator instead of a silent stop
-            log.error("receiver of group %s stopped: %r", self.group, error)
-            self._queue.put_nowait(_End(error))
         finally:
             for loop in loops:
                 loop.cancel()
@@ -404,7 +417,6 @@ class NatsReceiver:
     async def _dead_letter(
         self, topic: str, msg: Msg, key: str, position: str, deliveries: int, reason: str
     ) -> None:
-        transport = self.transport
         headers = {
             **key_headers(key),
             REASON_HEADER: reason,
@@ -415,7 +427,7 @@ class NatsReceiver:
             "Nats-Msg-Id": f"dlq:{self.group}:{position}",
         }
         try:
-            await transport.publish(transport.layout.dead_letter_subject(topic), msg.data, headers)
+            await self._publish(self._layout.dead_letter_subject(topic), msg.data, headers)
             await msg.term()
         except Exception as error:
             log.error(
@@ -427,7 +439,7 @@ class NatsReceiver:
                 error,
             )
             return
-        transport.metrics.increment("wow.nats.dead_lettered", tags={"topic": topic, "reason": reason})
+        self._metrics.increment("wow.nats.dead_lettered", tags={"topic": topic, "reason": reason})
         log.warning(
             "dead-lettered %s of %s for group %s (%s, %d deliveries) to %s.dlq",
             position,
@@ -437,18 +449,6 @@ class NatsReceiver:
             deliveries,
             topic,
         )
-
-
-class _End:
-    """Ends the iteration; carries the error that stopped the receiver, if any."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException | None = None) -> None:
-        self.error = error
-
-
-_END = _End()
 
 
 class _Records:
@@ -495,18 +495,18 @@ class _Puller:
         return max(0.0, self._request_expiry - time.monotonic())
 
     async def subscribe(self) -> None:
-        nc = await self.receiver.transport.connection()
+        nc = await self.receiver.client()
         self.sub = await nc.subscribe(nc.new_inbox(), cb=self._on_msg)
 
     async def run(self) -> None:
         receiver = self.receiver
-        settings = receiver.transport.settings
+        settings = receiver.settings
         expires = settings.fetch_timeout
         request_subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{self.consumer}"
         backoff = 0.05
         assert self.sub is not None
         while not receiver.closed:
-            room = settings.fetch_batch - receiver.queued
+            room = receiver.room
             if room <= 0:
                 await receiver.wait_for_room()
                 continue
@@ -518,7 +518,7 @@ class _Puller:
             self._request_expiry = time.monotonic() + expires
             request = json.dumps({"batch": room, "expires": int(expires * 1e9)}).encode()
             try:
-                nc = await receiver.transport.connection()
+                nc = await receiver.client()
                 await nc.publish(request_subject, request, reply=self.sub.subject)
             except (nats.errors.ConnectionReconnectingError, nats.errors.OutboundBufferLimitError) as error:
                 log.warning("pull request for %s failed: %r", self.topic, error)

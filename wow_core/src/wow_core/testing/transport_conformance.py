@@ -398,6 +398,17 @@ class TransportConformance:
 
         await wait_until(lambda: set(sent) <= acknowledged(), wow_rig.timeout, "every record processed")
 
+    async def test_close_during_ready_ends_the_wait_with_bus_closed(self, wow_rig: Rig) -> None:
+        """A ``ready()`` under way when its receiver closes ends: ready, or ``BusClosedError``;
+        never a ``CancelledError`` its caller did not ask for, never a hang."""
+        transport = await wow_rig.transport()
+        receiver = transport.open(wow_rig.group("closing"), [self.topic(wow_rig, transport)])
+        waiting = asyncio.ensure_future(receiver.ready())
+        await asyncio.sleep(0)  # one turn of the loop: the readiness attempt is under way
+        await within(receiver.close(), wow_rig.timeout, "receiver close")
+        with contextlib.suppress(BusClosedError):
+            await within(waiting, wow_rig.timeout, "the ready() under way to end")
+
     async def test_close_releases_every_task(self, wow_rig: Rig) -> None:
         current = asyncio.current_task()
         before = set(asyncio.all_tasks())

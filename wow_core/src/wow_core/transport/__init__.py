@@ -21,6 +21,7 @@ from wow_core.transport.defaults import (
     TransportDefaults,
 )
 from wow_core.transport.in_memory import InMemoryBroker, InMemoryTransport
+from wow_core.transport.kit import ReadAhead, Readiness
 from wow_core.transport.spi import (
     Transport,
     TransportMessage,
@@ -37,6 +38,8 @@ __all__ = [
     "DefaultTopicNaming",
     "InMemoryBroker",
     "InMemoryTransport",
+    "ReadAhead",
+    "Readiness",
     "TopicNaming",
     "Transport",
     "TransportCommandBus",

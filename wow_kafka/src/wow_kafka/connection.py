@@ -1,4 +1,4 @@
-"""The keyword arguments every aiokafka client of the transport shares."""
+"""How every aiokafka client of the transport connects: the keyword arguments they share."""
 
 from __future__ import annotations
 
