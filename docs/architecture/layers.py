@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, list[tuple[str, str]]]] = [
         [
             ("command", "CommandGateway, waits, WaitCoordinator"),
             ("eventsourcing", "EventStore, SnapshotRepository, in-memory stores"),
-            ("transport", "Transport SPI, TransportMessageBus, in-memory transport"),
+            ("transport", "Transport SPI, TransportMessageBus, receiver kit, in-memory"),
         ],
     ),
     (
