@@ -31,10 +31,10 @@ APP = "tests.wow_kafka.journal_app:app"
 class Member:
     """One ``wow run`` process; its output lines are kept and can be waited on."""
 
-    def __init__(self, name: str, env: dict[str, str]) -> None:
+    def __init__(self, name: str, env: dict[str, str], app: str = APP) -> None:
         self.name = name
         self.process = subprocess.Popen(
-            [str(Path(sys.executable).parent / "wow"), "run", APP],
+            [str(Path(sys.executable).parent / "wow"), "run", app],
             cwd=ROOT,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -69,6 +69,12 @@ class Member:
                 raise AssertionError(f"{self.name}: timed out; log:\n{''.join(self.lines[-30:])}")
         if not predicate():
             raise AssertionError(f"{self.name} exited {self.process.poll()}:\n{''.join(self.lines[-30:])}")
+
+    def kill(self) -> None:
+        """SIGKILL: the process ends at once, nothing is flushed or closed."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
 
     def stop(self) -> int:
         if self.process.poll() is None:

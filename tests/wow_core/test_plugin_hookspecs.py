@@ -8,6 +8,7 @@ import typing
 
 from pydantic import BaseModel
 
+from wow_core.command.notifier import CommandWaitNotifier
 from wow_core.context import ContextCapture
 from wow_core.event.failure import FailureRecorder
 from wow_core.eventsourcing.store import EventStore, SnapshotRepository
@@ -22,6 +23,7 @@ from wow_core.transport.spi import Transport
 # The hookspecs name these under TYPE_CHECKING only (importing a plugin stays cheap).
 _NAMES = {
     "BaseModel": BaseModel,
+    "CommandWaitNotifier": CommandWaitNotifier,
     "Command": Command,
     "ContextCapture": ContextCapture,
     "EventStore": EventStore,
@@ -53,6 +55,7 @@ def test_every_factory_hook_says_what_its_factory_builds_from_the_settings() -> 
         "register_event_stores": EventStore,
         "register_snapshot_repositories": SnapshotRepository,
         "register_metrics": Metrics,
+        "register_wait_notifiers": CommandWaitNotifier,
     }
     for spec, product in built.items():
         factory = _registered(spec)

@@ -8,7 +8,9 @@ A transport implements :class:`Transport` (five members: ``name``, ``start``, ``
 ``open``, ``close``; see ``docs/transports/spi.md`` for why the line is there) and may
 derive from :class:`TransportBase`; its receivers implement :class:`TransportReceiver`
 and yield :class:`TransportRecord` s, and may be built on the receiver kit
-(:class:`Readiness`, :class:`ReadAhead`). What a transport may ask of the bus (its topic
+(:class:`Readiness`, :class:`ReadAhead`). A wait notifier implements
+:class:`CommandWaitNotifier` (``kind``, ``start(sink)``, ``notify(endpoint, signal)``,
+``close``) and carries :func:`encode_signal` text. What a transport may ask of the bus (its topic
 naming, its decode-failure default) is the optional :class:`TransportDefaults`. A plugin
 module marks its hooks with :data:`hookimpl`; a factory is called with the process's
 settings (:class:`ProcessSettings`) and reads its own section, a :class:`SettingsSection`
@@ -31,6 +33,10 @@ from wow_core._lazy import lazy_exports
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING (see wow_core/__init__.py)
 
 if TYPE_CHECKING:
+    from wow_core.command.endpoint import WaitEndpoint
+    from wow_core.command.notifier import CommandWaitNotifier, WaitSignalSink
+    from wow_core.command.signal_wire import SignalDecodeError, decode_signal, encode_signal
+    from wow_core.command.stages import WaitSignal
     from wow_core.context import ContextCapture
     from wow_core.event.failure import FailureRecorder
     from wow_core.event.observer import EventProcessingObserver
@@ -49,8 +55,8 @@ if TYPE_CHECKING:
         Middleware,
         MiddlewareFactory,
     )
-    from wow_core.plugins.hookspecs import Factory, TransportFactory, hookimpl
-    from wow_core.settings import Count, NonNegativeSeconds, Seconds, SettingsError, SettingsSection
+    from wow_core.plugins.hookspecs import Factory, TransportFactory, WaitNotifierFactory, hookimpl
+    from wow_core.settings import Count, Name, NonNegativeSeconds, Seconds, SettingsError, SettingsSection
     from wow_core.transport.base import TransportBase
     from wow_core.transport.decode_failure import (
         DecodeFailure,
@@ -92,16 +98,26 @@ _EXPORTS = {
     "FailureRecorder": "wow_core.event.failure",
     "Metrics": "wow_core.metrics",
     "ContextCapture": "wow_core.context",
+    # wait notifiers (signals of waited-for commands between processes)
+    "CommandWaitNotifier": "wow_core.command.notifier",
+    "WaitSignalSink": "wow_core.command.notifier",
+    "WaitEndpoint": "wow_core.command.endpoint",
+    "WaitSignal": "wow_core.command.stages",
+    "encode_signal": "wow_core.command.signal_wire",
+    "decode_signal": "wow_core.command.signal_wire",
+    "SignalDecodeError": "wow_core.command.signal_wire",
     # hooks
     "hookimpl": "wow_core.plugins.hookspecs",
     "Factory": "wow_core.plugins.hookspecs",
     "TransportFactory": "wow_core.plugins.hookspecs",
+    "WaitNotifierFactory": "wow_core.plugins.hookspecs",
     # settings
     "ProcessSettings": "wow_core.transport.settings",
     "SettingsSection": "wow_core.settings",
     "SettingsError": "wow_core.settings",
     "Count": "wow_core.settings",
     "Seconds": "wow_core.settings",
+    "Name": "wow_core.settings",
     "NonNegativeSeconds": "wow_core.settings",
     # middleware (wow_core.middleware)
     "Middleware": "wow_core.middleware",
@@ -139,14 +155,23 @@ __all__ = [
     "FailureRecorder",
     "Metrics",
     "ContextCapture",
+    "CommandWaitNotifier",
+    "WaitSignalSink",
+    "WaitEndpoint",
+    "WaitSignal",
+    "encode_signal",
+    "decode_signal",
+    "SignalDecodeError",
     "hookimpl",
     "Factory",
     "TransportFactory",
+    "WaitNotifierFactory",
     "ProcessSettings",
     "SettingsSection",
     "SettingsError",
     "Count",
     "Seconds",
+    "Name",
     "NonNegativeSeconds",
     "Middleware",
     "MiddlewareFactory",

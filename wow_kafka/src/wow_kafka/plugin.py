@@ -1,7 +1,7 @@
 """The wow_kafka plugin module (entry point ``kafka`` of group ``wow``).
 
-Registers the transport ``kafka`` (``WOW_TRANSPORT=kafka``) and the settings section
-``kafka`` (``WOW_KAFKA__*``).
+Registers the transport ``kafka`` (``WOW_TRANSPORT=kafka``), the wait notifier ``kafka``
+(a per-service signal topic) and the settings section ``kafka`` (``WOW_KAFKA__*``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,18 @@ def kafka_transport(settings: ProcessSettings) -> Any:
     from wow_kafka.transport import KafkaTransport
 
     return KafkaTransport.from_settings(settings)
+
+
+def kafka_wait_notifier(settings: ProcessSettings) -> Any:
+    """The factory of the ``kafka`` wait notifier (the default with ``WOW_TRANSPORT=kafka``)."""
+    from wow_kafka.wait_notifier import KafkaWaitNotifier
+
+    return KafkaWaitNotifier.from_settings(settings)
+
+
+@hookimpl
+def register_wait_notifiers(register: Callable[[str, Factory], None]) -> None:
+    register("kafka", kafka_wait_notifier)
 
 
 @hookimpl

@@ -1,7 +1,8 @@
 """The wow_redis plugin module (entry point group ``wow``).
 
 Registers the transport ``redis``, the event store ``redis``, the snapshot repository
-``redis`` and the settings section ``redis`` (``WOW_REDIS__*``). Factories import
+``redis``, the wait notifier ``redis`` (pub/sub) and the settings section ``redis``
+(``WOW_REDIS__*``). Factories import
 lazily so that discovering plugins stays cheap.
 """
 
@@ -37,6 +38,17 @@ def _snapshot_repository(settings: ProcessSettings) -> Any:
     from wow_redis.event_store import RedisSnapshotRepository
 
     return RedisSnapshotRepository.from_settings(settings)
+
+
+def _wait_notifier(settings: ProcessSettings) -> Any:
+    from wow_redis.wait_notifier import RedisWaitNotifier
+
+    return RedisWaitNotifier.from_settings(settings)
+
+
+@hookimpl
+def register_wait_notifiers(register: Callable[[str, Factory], None]) -> None:
+    register("redis", _wait_notifier)
 
 
 @hookimpl

@@ -27,6 +27,18 @@ def nats_transport(settings: ProcessSettings) -> Any:
     return NatsTransport.from_settings(settings)
 
 
+def nats_wait_notifier(settings: ProcessSettings) -> Any:
+    """Factory of the ``nats`` wait notifier (the default with ``WOW_TRANSPORT=nats``)."""
+    from wow_nats.wait_notifier import NatsWaitNotifier
+
+    return NatsWaitNotifier.from_settings(settings)
+
+
+@hookimpl
+def register_wait_notifiers(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    register("nats", nats_wait_notifier)
+
+
 @hookimpl
 def register_transports(register: Callable[[str, Callable[..., Any]], None]) -> None:
     register("nats", nats_transport)

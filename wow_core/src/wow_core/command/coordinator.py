@@ -1,19 +1,28 @@
 """The WaitCoordinator: matches wait signals to waiting commands by command id.
 
-Dispatchers signal stages with ``coordinator.signal(WaitSignal(command_id, stage, ...))``
-(fire and forget: a signal nobody waits for is dropped). Signals are plain method calls
-on the event loop of the coordinator; a signal from another thread goes through
+Dispatchers signal stages with ``coordinator.route(message.header, signal)``: the header's
+wait endpoint (:mod:`wow_core.command.endpoint`) says which process waits. This process's
+own endpoint (or none: a wait registered here directly) is a plain method call into
+:meth:`WaitCoordinator.signal`, nothing serialized; another process's endpoint goes out
+through :attr:`WaitCoordinator.remote` (the process's ``CommandWaitNotifier``), fire and
+forget. A signal nobody waits for is dropped. Signals are plain method calls on the event
+loop of the coordinator; a signal from another thread goes through
 ``loop.call_soon_threadsafe(coordinator.signal, signal)``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
+from wow_core.command.endpoint import WAIT_ENDPOINT, WaitEndpoint, process_id, wanted
 from wow_core.command.errors import DuplicateWaitError
 from wow_core.command.stages import CommandResult, CommandStage, WaitPlan, WaitSignal
 from wow_core.model import CommandMessage
+
+if TYPE_CHECKING:
+    from wow_core.command.notifier import RemoteSignals
 
 
 class Waiter:
@@ -99,12 +108,22 @@ class WaitCoordinator:
 
     The gateway registers before sending and removes the registration in every outcome
     (result, error, timeout, cancellation), so :func:`len` is 0 when no caller waits.
+
+    ``endpoint`` is this process's wait endpoint (``in_memory:<process id>`` until the
+    runtime's notifier started and gave its own); ``remote`` sends to other processes
+    (``None``: signals for another process are dropped and counted in ``unroutable``).
+    ``unmatched`` counts signals addressed to this process for no wait in progress (a
+    wait that finished or timed out, or never existed): they are dropped.
     """
 
-    __slots__ = ("_waiters",)
+    __slots__ = ("_waiters", "endpoint", "remote", "unmatched", "unroutable")
 
-    def __init__(self) -> None:
+    def __init__(self, endpoint: str | None = None) -> None:
         self._waiters: dict[str, Waiter] = {}
+        self.endpoint = endpoint or str(WaitEndpoint("in_memory", process_id()))
+        self.remote: RemoteSignals | None = None
+        self.unmatched = 0
+        self.unroutable = 0
 
     def register(self, command: CommandMessage[Any], plan: WaitPlan) -> Waiter:
         if command.id in self._waiters:
@@ -119,12 +138,47 @@ class WaitCoordinator:
         if not waiter.future.done():
             waiter.future.cancel()
 
-    def signal(self, signal: WaitSignal) -> None:
+    def signal(self, signal: WaitSignal) -> bool:
         """Deliver ``signal`` to the wait of its command, if any; never raises for a
-        signal nobody waits for."""
+        signal nobody waits for. True when a wait in progress took it."""
         waiter = self._waiters.get(signal.command_id)
-        if waiter is not None:
-            waiter.offer(signal)
+        if waiter is None or waiter.future.done():
+            return False
+        waiter.offer(signal)
+        return True
+
+    def receive(self, signal: WaitSignal) -> bool:
+        """A signal addressed to this process (from another one, or from
+        :meth:`route`): delivered, or dropped and counted in ``unmatched``."""
+        if self.signal(signal):
+            return True
+        self.unmatched += 1
+        return False
+
+    def route(self, header: Mapping[str, str], signal: WaitSignal) -> None:
+        """Send ``signal`` where the wait context of ``header`` says (see the module doc).
+
+        Never raises; delivery to another process is not awaited.
+        """
+        endpoint = header.get(WAIT_ENDPOINT)
+        if endpoint is None:
+            self.signal(signal)
+        elif endpoint == self.endpoint:
+            self.receive(signal)
+        elif not wanted(header, signal):
+            return
+        elif self.remote is None:
+            self.unroutable += 1
+        else:
+            self.remote.send(endpoint, signal)
+
+    def wants(self, command_id: str, header: Mapping[str, str]) -> bool:
+        """Whether a signal of ``command_id`` whose message carries ``header`` may be
+        delivered anywhere (cheap: used to avoid building signals nobody waits for)."""
+        endpoint = header.get(WAIT_ENDPOINT)
+        if endpoint is None or endpoint == self.endpoint:
+            return command_id in self._waiters
+        return True
 
     def waiting(self, command_id: str) -> bool:
         return command_id in self._waiters

@@ -9,6 +9,7 @@ from typing import Any
 
 from wow_core.command.coordinator import WaitCoordinator
 from wow_core.command.deadline import deadlines
+from wow_core.command.endpoint import write_wait_context
 from wow_core.command.errors import CommandValidationError, CommandWaitTimeoutError, VoidCommandWaitError
 from wow_core.command.stages import CommandResult, CommandStage, CommandWait, Violation, WaitPlan
 from wow_core.command.validation import validate_body
@@ -36,6 +37,12 @@ class CommandGateway:
       sent, goes on being processed.
     - Business outcomes (a rejection with its code, a duplicate) come back as a
       :class:`CommandResult`, they are not raised.
+    - A plan past ``SENT`` writes the wait context (this process's wait endpoint, the
+      stage and function waited for) into the command's header, so the process that
+      reaches the stage, whichever it is, signals this one
+      (:mod:`wow_core.command.endpoint`); a command whose header is read-only is copied
+      first. Across processes a signal can be lost (the notifier is best effort): the
+      wait then ends at its deadline, naming the last stage that did arrive.
     """
 
     __slots__ = ("_bus", "_coordinator", "_validators", "default_timeout")
@@ -107,6 +114,9 @@ class CommandGateway:
                     sending.done = True
                     clock.finished()
                 return _sent_result(command)
+            if command.header.read_only:
+                command = command.copy()
+            write_wait_context(command.header, plan, self._coordinator.endpoint)
             waiter = self._coordinator.register(command, plan)
             waiter.task = task
             clock.add(waiter, deadline)

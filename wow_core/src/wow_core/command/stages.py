@@ -85,7 +85,9 @@ class WaitSignal:
     for this command (a rejection, a duplicate, a command that appended nothing), so a
     wait for a later stage completes with this signal. ``context_name``,
     ``processor_name`` and ``function_name`` name the function that signalled an event
-    stage; a wait plan may filter on them.
+    stage; a wait plan may filter on them. ``is_last`` is true when this is the last
+    signal of that function for the command (the last event of the stream it handles):
+    only those, and failures, are signalled to a waiting caller.
     """
 
     command_id: str
@@ -102,6 +104,7 @@ class WaitSignal:
     processor_name: str = ""
     function_name: str = ""
     signal_time: int = field(default_factory=now_ms)
+    is_last: bool = True
 
     @property
     def succeeded(self) -> bool:

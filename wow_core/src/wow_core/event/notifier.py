@@ -2,7 +2,9 @@
 
 The notifier is the outermost filter of a chain. When the inner chain completes or fails
 it emits the stage of its dispatcher (EVENT_HANDLED, SAGA_HANDLED, PROJECTED, SNAPSHOT)
-to the :class:`WaitNotifier` (the gateway's ``WaitCoordinator``), fire-and-forget: a
+to the :class:`WaitNotifier` (which routes it to the wait endpoint in the stream's
+header: the local ``WaitCoordinator`` or, through a ``CommandWaitNotifier``, the
+waiting caller's process), fire-and-forget: a
 notification that fails is logged and changes nothing (the processing result, the error
 going outward, the acknowledgement stay what they were).
 
@@ -15,8 +17,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
@@ -52,6 +54,8 @@ class ProcessingSignal:
 
     ``is_last`` is true for the last event of the stream (a waiter for the whole stream
     completes on it); ``error`` is set when the function failed after its retries.
+    ``header`` is the stream's header, which carries the wait context (where the signal
+    must go, see :mod:`wow_core.command.endpoint`).
     """
 
     stage: ProcessingStage
@@ -65,6 +69,7 @@ class ProcessingSignal:
     is_last: bool
     error: BaseException | None = None
     result: Any = None
+    header: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def succeeded(self) -> bool:
@@ -75,8 +80,9 @@ class ProcessingSignal:
 class WaitNotifier(Protocol):
     """Where processing signals go (the gateway's ``WaitCoordinator``).
 
-    A notifier may also offer ``interested(command_id) -> bool``; when it says False the
-    signal is not even built (nobody waits for that command).
+    A notifier may also offer ``interested(command_id, header) -> bool`` (``header``: the
+    stream's header); when it says False the signal is not even built (nobody waits for
+    that command).
     """
 
     def notify(self, signal: ProcessingSignal) -> Awaitable[None] | None: ...
@@ -105,6 +111,7 @@ def signal_of(
         is_last=exchange.is_last,
         error=error,
         result=exchange.result if error is None else None,
+        header=stream.header,
     )
 
 
@@ -119,7 +126,9 @@ class NotifierFilter:
         self.name = name or f"{stage.value.title().replace('_', '')}NotifierFilter"
         self._pending: set[asyncio.Future[Any]] = set()
         interested = getattr(notifier, "interested", None)
-        self._interested: Callable[[str], bool] | None = interested if callable(interested) else None
+        self._interested: Callable[[str, Mapping[str, str]], bool] | None = (
+            interested if callable(interested) else None
+        )
 
     async def filter(self, exchange: FunctionExchange, next: Next) -> None:
         try:
@@ -132,7 +141,8 @@ class NotifierFilter:
     def _emit(self, exchange: FunctionExchange, error: BaseException | None) -> None:
         try:
             interested = self._interested
-            if interested is not None and not interested(exchange.stream.command_id):
+            stream = exchange.stream
+            if interested is not None and not interested(stream.command_id, stream.header):
                 return
             outcome = self.notifier.notify(signal_of(self.stage, exchange, error))
             if outcome is not None and inspect.isawaitable(outcome):

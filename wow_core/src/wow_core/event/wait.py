@@ -3,7 +3,10 @@
 :class:`CoordinatorNotifier` is the :class:`~wow_core.event.notifier.WaitNotifier` the
 runtime gives the notifier filters. It turns a function's signal into a
 :class:`~wow_core.command.stages.WaitSignal` of the same stage, naming the function, and
-hands it to the coordinator (a plain call: nobody waiting means it is dropped).
+routes it by the wait endpoint of the stream's header
+(:meth:`~wow_core.command.WaitCoordinator.route`): to the coordinator of this process (a
+plain call: nobody waiting means it is dropped), or to the waiting caller's process
+through the ``CommandWaitNotifier`` (fire and forget).
 
 A successful signal is forwarded only for the *last* event of the stream that the
 function handles, so a caller waiting for ``PROJECTED`` is released once that projection
@@ -41,6 +44,7 @@ def wait_signal_of(signal: ProcessingSignal) -> WaitSignal:
         context_name=signal.function.context_name,
         processor_name=signal.function.processor_name,
         function_name=signal.function.function_name,
+        is_last=signal.is_last,
     )
 
 
@@ -52,12 +56,12 @@ class CoordinatorNotifier:
     def __init__(self, coordinator: WaitCoordinator) -> None:
         self.coordinator = coordinator
 
-    def interested(self, command_id: str) -> bool:
-        return self.coordinator.waiting(command_id)
+    def interested(self, command_id: str, header: Mapping[str, str]) -> bool:
+        return self.coordinator.wants(command_id, header)
 
     def notify(self, signal: ProcessingSignal) -> None:
         if signal.error is None and not signal.is_last:
             return
-        if not self.coordinator.waiting(signal.command_id):
+        if not self.coordinator.wants(signal.command_id, signal.header):
             return
-        self.coordinator.signal(wait_signal_of(signal))
+        self.coordinator.route(signal.header, wait_signal_of(signal))

@@ -8,7 +8,9 @@ one receiver for all of them (group ``<service>.command``). For every exchange:
 - any other command runs on the :class:`~wow_core.runtime.keyed_executor.KeyedExecutor` in its
   aggregate's lane (one aggregate's commands in order, different aggregates in
   parallel, bounded in total); the kernel decides it, the ``PROCESSED`` signal goes to
-  the :class:`~wow_core.command.WaitCoordinator`, then the exchange is acknowledged.
+  the wait endpoint in the command's header (this process's
+  :class:`~wow_core.command.WaitCoordinator`, or the caller's process through its
+  ``CommandWaitNotifier``, fire and forget), then the exchange is acknowledged.
 
 A business outcome (a rejection, a duplicate) is acknowledged like a success: it is
 decided. A failure of the kernel itself (the event store is down) is signalled as
@@ -113,7 +115,8 @@ class CommandDispatcher:
             outcome = await self.kernel.process(command)
         except Exception as error:
             log.exception("command %s %s to %s failed", command.name, command.id, command.aggregate_id)
-            self.coordinator.signal(
+            self.coordinator.route(
+                command.header,
                 WaitSignal(
                     command.id,
                     CommandStage.PROCESSED,
@@ -121,11 +124,11 @@ class CommandDispatcher:
                     error_code=ErrorCodes.PROCESSING_ERROR,
                     error_msg=f"{type(error).__name__}: {error}",
                     final=True,
-                )
+                ),
             )
             exchange.release()
             return
-        self.coordinator.signal(outcome.signal())
+        self.coordinator.route(command.header, outcome.signal())
         await exchange.ack()
 
     async def stop(self, timeout: float | None = None) -> bool:

@@ -25,6 +25,7 @@ import pluggy
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from wow_core.command.notifier import CommandWaitNotifier
     from wow_core.context import ContextCapture
     from wow_core.event.failure import FailureRecorder
     from wow_core.eventsourcing.store import EventStore, SnapshotRepository
@@ -54,6 +55,7 @@ EventStoreFactory: TypeAlias = "Callable[[ProcessSettings], EventStore]"
 SnapshotRepositoryFactory: TypeAlias = "Callable[[ProcessSettings], SnapshotRepository]"
 MetricsFactory: TypeAlias = "Callable[[ProcessSettings], Metrics]"
 MiddlewareFactory: TypeAlias = "Callable[[ProcessSettings, Metrics], Middleware | None]"
+WaitNotifierFactory: TypeAlias = "Callable[[ProcessSettings], CommandWaitNotifier]"
 
 
 def kind(name: str) -> Callable[[F], F]:
@@ -106,6 +108,11 @@ def register_metrics(register: Callable[[str, MetricsFactory], None]) -> None:
 def register_middleware(register: Callable[[str, MiddlewareFactory], None]) -> None:
     """Contribute middleware: ``register(name, factory)``, ``factory(settings, metrics)``
     returning a :class:`~wow_core.middleware.Middleware` (or ``None``: not active)."""
+
+
+@kind("wait_notifier")
+def register_wait_notifiers(register: Callable[[str, WaitNotifierFactory], None]) -> None:
+    """Contribute wait notifiers: ``register(name, factory)`` returning a CommandWaitNotifier."""
 
 
 @kind("command")

@@ -200,6 +200,7 @@ def create_runtime(container: WowContainer) -> WowRuntime:
         transport=container.transport(),
         middleware=container.middleware(),
     )
+    install_wait_notifier(container, runtime)
     # The local-first copy queues are flushed after the dispatchers stop and before the
     # transport closes; only these registered queues are awaited on stop.
     for decorated in (runtime.command_bus, runtime.domain_event_bus, runtime.state_event_bus):
@@ -207,6 +208,33 @@ def create_runtime(container: WowContainer) -> WowRuntime:
         if isinstance(bus, LocalFirstMessageBus):
             runtime.register_flush(bus.copies.flush, f"local-first {bus.bus_name} copies")
     return runtime
+
+
+def install_wait_notifier(container: WowContainer, runtime: WowRuntime) -> None:
+    """Start the selected ``CommandWaitNotifier`` with the runtime (after the transports,
+    before the dispatchers; closed once the dispatchers stopped, before the buses and
+    transports): the coordinator gets this process's endpoint and the sending half."""
+    from wow_core.command.notifier import WaitNotifierService
+
+    settings = container.settings()
+    notifier = container.wait_notifier()
+    if runtime.transport is not None and notifier.kind != runtime.transport.name:
+        log.warning(
+            "transport %s with the %s wait notifier: a wait past SENT completes only when the stage "
+            "is reached in a process the %s notifier reaches (WOW_COMMAND__WAIT__NOTIFIER)",
+            runtime.transport.name,
+            notifier.kind,
+            notifier.kind,
+        )
+    service = WaitNotifierService(
+        notifier,
+        runtime.coordinator,
+        metrics=runtime.metrics,
+        max_pending=settings.command.wait.max_pending,
+    )
+    runtime.wait_notifier = service
+    runtime.add_service(service, service.name)
+    runtime.add_closeable(service, service.name)
 
 
 def build_runtime(

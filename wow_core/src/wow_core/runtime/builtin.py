@@ -22,10 +22,12 @@ from wow_core.plugins.hookspecs import (
     MiddlewareFactory,
     SnapshotRepositoryFactory,
     TransportFactory,
+    WaitNotifierFactory,
     hookimpl,
 )
 
 if TYPE_CHECKING:
+    from wow_core.command.notifier import CommandWaitNotifier
     from wow_core.context import ContextCapture
     from wow_core.event.failure import FailureRecorder
     from wow_core.eventsourcing.store import EventStore, SnapshotRepository
@@ -79,6 +81,12 @@ def _in_memory_snapshot_repository(settings: ProcessSettings) -> SnapshotReposit
     from wow_core.eventsourcing.in_memory import InMemorySnapshotRepository
 
     return InMemorySnapshotRepository()
+
+
+def _local_wait_notifier(settings: ProcessSettings) -> CommandWaitNotifier:
+    from wow_core.command.notifier import LocalWaitNotifier
+
+    return LocalWaitNotifier()
 
 
 def _noop_metrics(settings: ProcessSettings) -> Metrics:
@@ -139,6 +147,11 @@ def _metrics_middleware(settings: ProcessSettings, metrics: Metrics) -> Middlewa
 @hookimpl
 def register_middleware(register: Callable[[str, MiddlewareFactory], None]) -> None:
     register("metrics", _metrics_middleware)
+
+
+@hookimpl
+def register_wait_notifiers(register: Callable[[str, WaitNotifierFactory], None]) -> None:
+    register("in_memory", _local_wait_notifier)  # the transport's own: the local coordinator
 
 
 @hookimpl

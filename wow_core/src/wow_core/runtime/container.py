@@ -3,7 +3,8 @@
 ``WowSettings`` -> plugins -> the selected implementations. Every SPI implementation is
 chosen *by plugin name* from a setting (``WOW_TRANSPORT``, ``WOW_FAILURE_RECORDER``,
 ``WOW_MESSAGING__DECODE_FAILURE``, ``WOW_EVENTSOURCING__STORE``,
-``WOW_EVENTSOURCING__SNAPSHOT``, ``WOW_METRICS``); a name no plugin registered is a
+``WOW_EVENTSOURCING__SNAPSHOT``, ``WOW_METRICS``, ``WOW_COMMAND__WAIT__NOTIFIER``, which
+defaults to the name of ``WOW_TRANSPORT``); a name no plugin registered is a
 :class:`~wow_core.runtime.settings.SettingsError` naming the variable, the value and the
 accepted names. :func:`create_container` checks every selection (and every plugin
 settings section) up front, so a wrong value fails at start-up rather than at the first
@@ -29,6 +30,7 @@ from dependency_injector import containers, providers
 from pydantic import BaseModel
 
 from wow_core.command.coordinator import WaitCoordinator
+from wow_core.command.notifier import CommandWaitNotifier
 from wow_core.context import ContextCapture
 from wow_core.event.failure import FailureRecorder
 from wow_core.eventsourcing.store import CodecAware
@@ -51,14 +53,26 @@ SELECTIONS: Mapping[str, tuple[str, ...]] = {
     "event_store": ("eventsourcing", "store"),
     "snapshot_repository": ("eventsourcing", "snapshot"),
     "metrics": ("metrics",),
+    "wait_notifier": ("command", "wait", "notifier"),
 }
 """Plugin kind -> the settings location holding the selected name."""
 
+FALLBACKS: Mapping[str, tuple[str, str]] = {"wait_notifier": ("transport", "in_memory")}
+"""Plugin kind -> (the kind whose selected name it takes when its own setting is unset,
+the name used when no plugin registered that one)."""
 
-def selected_name(settings: WowSettings, kind: str) -> str:
+
+def _setting(settings: WowSettings, kind: str) -> Any:
     value: Any = settings
     for part in SELECTIONS[kind]:
         value = getattr(value, part)
+    return value
+
+
+def selected_name(settings: WowSettings, kind: str) -> str:
+    value = _setting(settings, kind)
+    if value is None and kind in FALLBACKS:
+        return selected_name(settings, FALLBACKS[kind][0])
     return str(value)
 
 
@@ -72,6 +86,10 @@ def select(plugins: PluginRegistry, settings: WowSettings, kind: str) -> Registr
     try:
         return plugins.get(kind, name)
     except UnknownPluginError:
+        if kind in FALLBACKS and _setting(settings, kind) is None:
+            # The transport has no notifier of its own name: waits past SENT then work in
+            # this process only (said once, at assembly).
+            return plugins.get(kind, FALLBACKS[kind][1])
         accepted = ", ".join(plugins.names(kind)) or "none (no plugin registers one)"
         raise SettingsError(
             f"invalid settings:\n  {env_name(SELECTIONS[kind])}={name!r} is not accepted: "
@@ -107,6 +125,11 @@ def create_decode_failure_handler(
         plugins, settings, "decode_failure_handler", TransportDecodeFailureHandler
     )
     return handler
+
+
+def create_wait_notifier(plugins: PluginRegistry, settings: WowSettings) -> CommandWaitNotifier:
+    notifier: CommandWaitNotifier = _build(plugins, settings, "wait_notifier", CommandWaitNotifier)
+    return notifier
 
 
 def create_metrics(plugins: PluginRegistry, settings: WowSettings) -> Metrics:
@@ -211,6 +234,7 @@ class WowContainer(containers.DeclarativeContainer):
     # -- the command side (wow_core.runtime.assembly) --
     aggregate_registry = providers.Singleton(AggregateRegistry)
     wait_coordinator = providers.Singleton(WaitCoordinator)
+    wait_notifier = providers.Singleton(create_wait_notifier, plugins, settings)
     executor = providers.Singleton(assembly.create_executor, settings)
     command_bus = providers.Singleton(assembly.create_command_bus, __self__)
     domain_event_bus = providers.Singleton(assembly.create_domain_event_bus, __self__)

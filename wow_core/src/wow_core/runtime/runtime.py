@@ -2,7 +2,8 @@
 
 Start, in order:
 
-1. **transports ready**: every transport is started (connected);
+1. **transports ready**: every transport is started (connected), then the services that
+   need them (the wait notifier, :meth:`Lifecycle.add_service`);
 2. **receivers open**: every dispatcher that can prepare (``prepare()``) opens its
    receivers and waits until they are ready, before any dispatcher processes;
 3. **dispatchers run**: every dispatcher opens processing and consumes (``start()``).
@@ -37,6 +38,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from wow_core.command.coordinator import WaitCoordinator
 from wow_core.command.gateway import CommandGateway
+from wow_core.command.notifier import WaitNotifierService
 from wow_core.event.pipeline import EventDispatch
 from wow_core.eventsourcing.store import EventStore, SnapshotRepository
 from wow_core.messaging.contract import CommandBus, DomainEventBus, StateEventBus
@@ -102,6 +104,7 @@ class Lifecycle:
         self.shutdown_timeout = shutdown_timeout
         self.transports: list[Startable] = []
         self._stores: list[tuple[str, Startable]] = []
+        self._services: list[tuple[str, Startable]] = []
         self.dispatchers: list[Dispatcher] = []
         self._flushes: list[tuple[str, Flush]] = []
         self._closeables: list[tuple[str, Closeable]] = []
@@ -119,6 +122,10 @@ class Lifecycle:
         start = getattr(store, "start", None)
         if start is not None and asyncio.iscoroutinefunction(start):
             self._stores.append((name, store))  # type: ignore[arg-type]
+
+    def add_service(self, service: Startable, name: str) -> None:
+        """Start ``service`` after the transports and before any dispatcher prepares."""
+        self._services.append((name, service))
 
     def add_dispatcher(self, dispatcher: Dispatcher) -> None:
         if self.state is not RuntimeState.NEW:
@@ -150,6 +157,9 @@ class Lifecycle:
             for transport in self.transports:
                 part = f"transport {getattr(transport, 'name', type(transport).__name__)!r}"
                 await transport.start()
+            for label, service in self._services:
+                part = label
+                await service.start()
             for dispatcher in self.dispatchers:
                 prepare = getattr(dispatcher, "prepare", None)
                 if prepare is not None:
@@ -283,6 +293,8 @@ class WowRuntime(Lifecycle):
         self.add_dispatcher(self.command_dispatcher)
         # Set by the assembly: the event dispatchers (wow_core.event), added above too.
         self.event_dispatch: EventDispatch | None = None
+        # Set by the assembly: the CommandWaitNotifier, started first and closed first.
+        self.wait_notifier: WaitNotifierService | None = None
 
     async def after_dispatchers(self, timeout: float) -> None:
         if not await self.executor.close(timeout):

@@ -1,0 +1,79 @@
+"""The Kafka wait notifier on a real broker: one partition of the service's signal topic
+per process, records keyed by process id."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from wow_core.command import CommandStage, CommandWait, WaitCoordinator, WaitSignal
+from wow_core.command.notifier import WaitSignalSink
+from wow_core.model import AggregateId, CommandMessage, NamedAggregate
+from wow_core.spi import WaitEndpoint, encode_signal
+from wow_kafka import KafkaSettings
+from wow_kafka.wait_notifier import KafkaWaitNotifier
+
+AGG = AggregateId(NamedAggregate("bank", "account"), "a-1")
+
+
+def command() -> CommandMessage[Any]:
+    return CommandMessage(AGG, {"n": 1}, "deposit")
+
+
+def notifier(settings: KafkaSettings) -> KafkaWaitNotifier:
+    return KafkaWaitNotifier(settings, topic_prefix=settings.topic_prefix or "wow.", service="caller")
+
+
+async def test_a_signal_reaches_its_process_and_no_other_on_the_same_partition(
+    kafka_settings: KafkaSettings,
+) -> None:
+    settings = kafka_settings.model_copy(update={"partitions": 1})  # both callers read one partition
+    first, second, sender = notifier(settings), notifier(settings), notifier(settings)
+    coordinators = WaitCoordinator(), WaitCoordinator()
+    sinks = WaitSignalSink(coordinators[0].receive), WaitSignalSink(coordinators[1].receive)
+    try:
+        endpoint = await first.start(sinks[0])
+        await second.start(sinks[1])
+        assert endpoint.address == f"{first.topic}/0/{first.process_id}"
+        waiter = coordinators[0].register(command(), CommandWait.processed())
+        await sender.notify(endpoint, WaitSignal(waiter.command.id, CommandStage.PROCESSED, AGG, 5))
+        result = await waiter.future
+        assert (result.stage, result.aggregate_version) == (CommandStage.PROCESSED, 5)
+        # the other process read the same partition and kept nothing of it
+        assert (sinks[1].received, sinks[1].unmatched) == (0, 0)
+    finally:
+        for each in (first, second, sender):
+            await each.close()
+
+
+async def test_hostile_records_are_dropped_and_reading_goes_on(kafka_settings: KafkaSettings) -> None:
+    caller = notifier(kafka_settings)
+    coordinator = WaitCoordinator()
+    sink = WaitSignalSink(coordinator.receive)
+    raw = AIOKafkaProducer(bootstrap_servers=kafka_settings.bootstrap_list)
+    await raw.start()
+    try:
+        endpoint = await caller.start(sink)
+        topic, partition, key = endpoint.address.split("/")
+        waiter = coordinator.register(command(), CommandWait.processed())
+        for payload in (b"\xff", b"{}", b"[]", b'{"v": 1, "command_id": 3}'):
+            await raw.send_and_wait(topic, payload, key=key.encode(), partition=int(partition))
+        valid = encode_signal(WaitSignal(waiter.command.id, CommandStage.PROCESSED)).encode()
+        await raw.send_and_wait(topic, valid, key=key.encode(), partition=int(partition))
+        assert (await waiter.future).stage is CommandStage.PROCESSED
+        assert sink.malformed == 4
+    finally:
+        await raw.stop()
+        await caller.close()
+
+
+async def test_endpoints_of_another_form_are_refused(kafka_settings: KafkaSettings) -> None:
+    sender = notifier(kafka_settings)
+    try:
+        for address in ("orders/0/" + "a" * 32, f"{sender.topic}/x/" + "a" * 32, f"{sender.topic}/0/me"):
+            with pytest.raises(ValueError, match="not a wait endpoint"):
+                await sender.notify(WaitEndpoint("kafka", address), WaitSignal("c", CommandStage.PROCESSED))
+    finally:
+        await sender.close()

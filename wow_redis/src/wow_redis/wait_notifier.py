@@ -1,0 +1,131 @@
+"""``RedisWaitNotifier``: wait signals between processes over Redis pub/sub.
+
+Each process subscribes to its own channel, ``<key_prefix>wow:wait:<process id>`` (the
+endpoint ``redis:<channel>``); a process that reaches a stage of a command waited for
+elsewhere ``PUBLISH``-es the signal's JSON (:func:`wow_core.spi.encode_signal`) to the
+channel named in the command's header.
+
+Guaranteed: a signal published while the caller is subscribed reaches it once, in
+publish order per publisher. Not guaranteed: delivery across a disconnection of either
+side (pub/sub keeps nothing; the caller's wait then ends at its deadline), or to a
+caller that died (``PUBLISH`` reaches no subscriber and is forgotten: nothing is kept for
+a dead endpoint, nothing grows). Only channels of this form under this key prefix are
+published to: an endpoint naming anything else is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
+
+from wow_core.spi import WaitEndpoint, WaitSignal, WaitSignalSink, encode_signal
+from wow_redis.connection import TRANSIENT_ERRORS, Backoff, command, create_client
+from wow_redis.settings import SECTION, RedisSettings
+
+if TYPE_CHECKING:
+    from wow_core.spi import ProcessSettings
+
+log = logging.getLogger("wow.redis.wait")
+
+KIND = "redis"
+
+
+def _process_id() -> str:
+    return secrets.token_hex(16)
+
+
+class RedisWaitNotifier:
+    """The ``redis`` :class:`~wow_core.spi.CommandWaitNotifier`; see the module doc."""
+
+    kind = KIND
+
+    def __init__(self, settings: RedisSettings | None = None, *, process_id: str | None = None) -> None:
+        self.settings = settings or RedisSettings()
+        prefix = f"{self.settings.key_prefix}wow:wait:"
+        self.channel = prefix + (process_id or _process_id())
+        self._accepted = re.compile(re.escape(prefix) + r"[0-9a-f]{32}")
+        self._client: Redis | None = None
+        self._pubsub: PubSub | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self.undelivered = 0
+        """Signals published to a channel nobody listens on (the caller is gone)."""
+
+    @classmethod
+    def from_settings(cls, settings: ProcessSettings) -> RedisWaitNotifier:
+        return cls(settings.section(SECTION, RedisSettings))
+
+    def _connected(self) -> Redis:
+        if self._client is None:
+            self._client = create_client(self.settings)
+        return self._client
+
+    async def start(self, sink: WaitSignalSink) -> WaitEndpoint:
+        """Subscribe to this process's channel; returns once subscribed."""
+        pubsub = self._connected().pubsub(ignore_subscribe_messages=True)
+        self._pubsub = pubsub
+        try:
+            async with asyncio.timeout(self.settings.socket_timeout):
+                await pubsub.subscribe(self.channel)
+        except (*TRANSIENT_ERRORS, TimeoutError) as error:
+            await self.close()
+            raise ConnectionError(
+                f"Redis did not accept the wait channel subscription: {error!r} (WOW_REDIS__URL)"
+            ) from error
+        self._reader = asyncio.get_running_loop().create_task(self._read(pubsub, sink), name=self.channel)
+        return WaitEndpoint(KIND, self.channel)
+
+    async def _read(self, pubsub: PubSub, sink: WaitSignalSink) -> None:
+        backoff = Backoff(self.settings.reconnect_backoff, self.settings.reconnect_backoff_max)
+        while True:
+            try:
+                if not pubsub.subscribed:  # the connection was lost: subscribe again
+                    await pubsub.subscribe(self.channel)
+                message: Any = await pubsub.get_message(timeout=self.settings.block_time)
+                backoff.reset()
+            except TRANSIENT_ERRORS as error:
+                # Signals published meanwhile are lost (pub/sub keeps nothing): those waits
+                # end at their deadlines.
+                delay = backoff.next_delay()
+                log.warning("wait channel %s: %r; subscribing again in %.1fs", self.channel, error, delay)
+                with contextlib.suppress(*TRANSIENT_ERRORS):
+                    await pubsub.reset()
+                await asyncio.sleep(delay)
+                continue
+            if message is None or message.get("type") != "message":
+                continue
+            sink(message["data"])  # never raises
+
+    async def notify(self, endpoint: WaitEndpoint, signal: WaitSignal) -> None:
+        """``PUBLISH`` the signal to the endpoint's channel (a channel of another form is
+        refused with ``ValueError``)."""
+        if self._accepted.fullmatch(endpoint.address) is None:
+            raise ValueError(f"not a wait channel of this key prefix: {endpoint.address[:120]!r}")
+        receivers = await command(
+            self._connected(),
+            "PUBLISH",
+            endpoint.address,
+            encode_signal(signal),
+            timeout=self.settings.socket_timeout,
+        )
+        if receivers == 0:
+            self.undelivered += 1
+
+    async def close(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+        pubsub, self._pubsub = self._pubsub, None
+        if pubsub is not None:
+            with contextlib.suppress(*TRANSIENT_ERRORS):
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
