@@ -11,16 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
-import subprocess
-import sys
-import threading
 import uuid
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from tests.service_members import Member, journal
 from tests.wow_kafka.conftest import test_settings
 from tests.wow_kafka.journal_app import AGGREGATE, CONTEXT, Record
 from wow_core.model import AggregateId, BodyTypeRegistry, CommandMessage, MessageCodec, NamedAggregate
@@ -30,7 +27,6 @@ from wow_kafka import KafkaSettings, KafkaTransport
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
 KEYS = 40
 PER_KEY = 30
 MAX_IN_FLIGHT = 32
@@ -40,70 +36,11 @@ RATE = 400  # commands per second the test sends
 COMMIT_INTERVAL_MS = 100
 
 
-class Service:
-    """One ``wow run`` process; its log lines are kept and can be waited on."""
-
-    def __init__(self, name: str, env: dict[str, str]) -> None:
-        wow = Path(sys.executable).parent / "wow"
-        self.name = name
-        self.process = subprocess.Popen(
-            [str(wow), "run", "tests.wow_kafka.journal_app:app"],
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self.lines: list[str] = []
-        self._changed = threading.Condition()
-        threading.Thread(target=self._read, name=f"{name}-log", daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            with self._changed:
-                self.lines.append(line)
-                self._changed.notify_all()
-        with self._changed:
-            self._changed.notify_all()
+class Service(Member):
+    """One ``wow run`` member of the journal service; its Kafka assignments can be read."""
 
     def assignments(self) -> list[str]:
         return [line for line in self.lines if "Kafka receiver of group" in line and "assigned" in line]
-
-    def wait_for(self, predicate: object, timeout: float) -> None:
-        assert callable(predicate)
-        with self._changed:
-            if not self._changed.wait_for(lambda: predicate() or self.process.poll() is not None, timeout):
-                raise AssertionError(f"{self.name}: timed out; log:\n{''.join(self.lines[-30:])}")
-        if not predicate():
-            raise AssertionError(f"{self.name} exited {self.process.poll()}:\n{''.join(self.lines[-30:])}")
-
-    def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(10)
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                return self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-                return -9
-        return self.process.returncode
-
-
-def journal(directory: Path, pid: int) -> list[tuple[str, int]]:
-    path = directory / f"{pid}.log"
-    if not path.exists():
-        return []
-    entries = []
-    for line in path.read_text().splitlines():
-        key, seq = line.split()
-        entries.append((key, int(seq)))
-    return entries
 
 
 @pytest.fixture
