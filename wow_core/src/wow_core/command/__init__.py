@@ -9,6 +9,7 @@ from wow_core.command.errors import (
     DuplicateWaitError,
     VoidCommandWaitError,
 )
+from wow_core.command.endpoint import WaitContext
 from wow_core.command.gateway import CommandGateway
 from wow_core.command.stages import (
     CommandResult,
@@ -33,6 +34,7 @@ __all__ = [
     "ErrorCodes",
     "Violation",
     "VoidCommandWaitError",
+    "WaitContext",
     "WaitCoordinator",
     "WaitPlan",
     "WaitSignal",

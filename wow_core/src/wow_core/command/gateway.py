@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from wow_core.command.coordinator import WaitCoordinator
@@ -136,6 +136,77 @@ class CommandGateway:
                 waiter.done = True
                 clock.finished()
                 self._coordinator.unregister(waiter)
+        finally:
+            if token is not None:
+                metrics_source.reset(token)
+
+    async def send_and_wait_stream(
+        self,
+        command: CommandMessage[Any],
+        wait: WaitPlan | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> AsyncIterator[CommandResult]:
+        """Send ``command`` and yield a result for each stage as it is reached, in order:
+        ``SENT``, then ``PROCESSED``, ..., ending with the result of ``wait`` (default
+        ``CommandWait.processed()``), or earlier with the result that ended the command
+        (a rejection at ``PROCESSED``, a failed function). For a chain, the saga's
+        ``SAGA_HANDLED`` comes before the result of the saga's commands.
+
+        The same checks as :meth:`send_and_wait` run before anything is sent; past the
+        deadline (one for the whole stream) :class:`CommandWaitTimeoutError` is raised,
+        naming the last stage reached. A stage whose signal arrives after a later one's
+        (possible across processes) is not yielded: the later stage proves it. Leaving
+        the iteration early ends the wait (use ``contextlib.aclosing`` to end it at once
+        rather than when the iterator is collected); the command goes on being processed.
+        """
+        plan = CommandWait.processed() if wait is None else wait
+        self._check(command, plan)
+        deadline = self.default_timeout if timeout is None else timeout
+        if deadline <= 0:
+            raise ValueError("timeout must be > 0")
+        loop = asyncio.get_running_loop()
+        until = loop.time() + deadline
+        if plan.stage is CommandStage.SENT:
+            await self._send_before(command, plan, until, deadline)
+            yield _sent_result(command)
+            return
+        if command.header.read_only:
+            command = command.copy()
+        write_wait_context(command.header, plan, self._coordinator.endpoint)
+        waiter = self._coordinator.register(command, plan)
+        stages: asyncio.Queue[CommandResult] = asyncio.Queue()
+        waiter.on_stage = stages.put_nowait
+        try:
+            await self._send_before(command, plan, until, deadline)
+            waiter.reached(CommandStage.SENT)
+            yield _sent_result(command)
+            while True:
+                try:
+                    async with asyncio.timeout_at(until):
+                        result = await stages.get()
+                except TimeoutError:
+                    raise CommandWaitTimeoutError(command, plan, waiter.last_stage, deadline) from None
+                yield result
+                if waiter.future.done() and result is waiter.future.result():
+                    return
+        finally:
+            waiter.done = True
+            self._coordinator.unregister(waiter)
+
+    async def _send_before(
+        self, command: CommandMessage[Any], plan: WaitPlan, until: float, deadline: float
+    ) -> None:
+        """The bus's send, interrupted at ``until`` (a timeout of the send's own is raised as is)."""
+        token = None if metrics_source.get() else metrics_source.set("gateway")
+        scope = asyncio.timeout_at(until)
+        try:
+            async with scope:
+                await self._bus.send(command)
+        except TimeoutError:
+            if scope.expired():
+                raise CommandWaitTimeoutError(command, plan, None, deadline) from None
+            raise
         finally:
             if token is not None:
                 metrics_source.reset(token)

@@ -10,6 +10,10 @@ What a :class:`~wow_core.command.notifier.CommandWaitNotifier` carries between p
      "final": false, "is_last": true, "context_name": "", "processor_name": "",
      "function_name": "", "signal_time": 1718000000000}
 
+Two optional fields serve chain waits, written only when set: ``"root_id"`` (the
+command whose wait a signal of a saga's command serves) and ``"commands"`` (the ids of
+the commands a saga sent, on a ``SAGA_HANDLED`` signal; at most 10,000).
+
 ``v`` is the version of the form (1); a receiver refuses a version it does not know.
 ``aggregate`` and ``aggregate_version`` may be ``null``. Decoding validates every field
 (types, lengths, the stage name) and refuses unknown fields: a malformed or hostile
@@ -73,6 +77,10 @@ class _SignalWire(_Strict):
     processor_name: _Name = ""
     function_name: _Name = ""
     signal_time: Annotated[int, Field(ge=0, le=2**63 - 1)]
+    root_id: Annotated[str, Field(max_length=255)] = ""
+    commands: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=255)]], Field(max_length=10_000)
+    ] = Field(default_factory=list)
 
 
 _ADAPTER = _SignalWire
@@ -107,6 +115,10 @@ def encode_signal(signal: WaitSignal) -> str:
         "function_name": signal.function_name,
         "signal_time": signal.signal_time,
     }
+    if signal.root_id:
+        data["root_id"] = signal.root_id
+    if signal.commands:
+        data["commands"] = list(signal.commands)
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -156,4 +168,6 @@ def decode_signal(payload: str | bytes) -> WaitSignal:
         processor_name=wire.processor_name,
         function_name=wire.function_name,
         signal_time=wire.signal_time,
+        root_id=wire.root_id,
+        commands=tuple(wire.commands),
     )

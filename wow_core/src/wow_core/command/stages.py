@@ -105,10 +105,17 @@ class WaitSignal:
     function_name: str = ""
     signal_time: int = field(default_factory=now_ms)
     is_last: bool = True
+    root_id: str = ""
+    commands: tuple[str, ...] = ()
 
     @property
     def succeeded(self) -> bool:
         return not self.error_code
+
+    @property
+    def wait_id(self) -> str:
+        """The command id of the wait this signal serves."""
+        return self.root_id or self.command_id
 
 
 @dataclass(slots=True)
@@ -119,6 +126,11 @@ class CommandResult:
     that ended the command: a rejection is reported at ``PROCESSED``).
     ``duplicate`` marks a request decided before: ``aggregate_id`` and
     ``aggregate_version`` are then those of the original.
+
+    For a chain wait (:meth:`CommandWait.chain`) the result of the last stage is that of
+    a command the saga sent: ``command_id`` stays the one the caller sent,
+    ``chain_command_id`` names the saga's command the result reports (empty otherwise),
+    and ``aggregate_id``/``aggregate_version`` are that command's.
     """
 
     command_id: str
@@ -135,6 +147,7 @@ class CommandResult:
     processor_name: str = ""
     function_name: str = ""
     signal_time: int = field(default_factory=now_ms)
+    chain_command_id: str = ""
 
     @property
     def succeeded(self) -> bool:
@@ -148,6 +161,9 @@ class WaitPlan:
 
     ``supports_void``: whether a Void command may use the plan. Only ``SENT`` can: a
     Void command is dropped by the command dispatcher and reaches no later stage.
+
+    ``tail``: for a chain (:meth:`CommandWait.chain`), the plan each command the saga
+    sent must reach; this plan (``SAGA_HANDLED``) is then the chain's head.
     """
 
     stage: CommandStage
@@ -155,6 +171,7 @@ class WaitPlan:
     context_name: str = ""
     processor_name: str = ""
     function_name: str = ""
+    tail: WaitPlan | None = None
 
     def matches(self, signal: WaitSignal) -> bool:
         """Whether ``signal`` is the one this plan waits for."""
@@ -177,7 +194,8 @@ class WaitPlan:
 
     def __str__(self) -> str:
         names = [n for n in (self.context_name, self.processor_name, self.function_name) if n]
-        return f"{self.stage.value}({'.'.join(names)})" if names else self.stage.value
+        text = f"{self.stage.value}({'.'.join(names)})" if names else self.stage.value
+        return text if self.tail is None else f"{text} -> {self.tail}"
 
 
 class CommandWait:
@@ -212,6 +230,30 @@ class CommandWait:
     def saga_handled(context_name: str = "", processor_name: str = "", function_name: str = "") -> WaitPlan:
         """Until a saga (optionally: this one) handled the command's events."""
         return WaitPlan(CommandStage.SAGA_HANDLED, False, context_name, processor_name, function_name)
+
+    @staticmethod
+    def chain(saga: WaitPlan, then: WaitPlan) -> WaitPlan:
+        """Until a saga handled the command's events *and* every command it sent reached
+        ``then``: a wait two hops away (the caller's command, the saga, the saga's commands).
+
+        ``saga`` is a ``saga_handled(...)`` plan (naming the saga is wise when several
+        handle the events); ``then`` is any plan past ``SENT`` (``SAGA_HANDLED`` already
+        proves the saga's sends completed), not itself a chain. The wait context travels
+        with the saga's commands (:mod:`wow_core.command.endpoint`), so each of them
+        signals this process wherever it runs. The result reports the last of the saga's
+        commands to reach ``then`` (``chain_command_id``); the first failure or rejection
+        among them ends the wait with its error. A saga that sent nothing ends the chain
+        at its own ``SAGA_HANDLED``.
+        """
+        if saga.stage is not CommandStage.SAGA_HANDLED or saga.tail is not None:
+            raise ValueError(f"a chain starts at a saga_handled(...) plan, not {saga}")
+        if then.stage is CommandStage.SENT:
+            raise ValueError("a chain's next hop waits past SENT (SAGA_HANDLED proves the saga's sends)")
+        if then.tail is not None:
+            raise ValueError(f"a chain has one hop after the saga, not {then}")
+        return WaitPlan(
+            CommandStage.SAGA_HANDLED, False, saga.context_name, saga.processor_name, saga.function_name, then
+        )
 
 
 _SENT = WaitPlan(CommandStage.SENT, supports_void=True)

@@ -6,6 +6,12 @@ so a failed send fails the function (and is retried and recorded like any error)
 command whose ``request_id`` was left at its default gets a stable one derived from the
 event id and its position, so a redelivered event produces the same requests and the
 command kernel de-duplicates them.
+
+When the event's stream carries the head of a chain wait
+(:meth:`~wow_core.command.CommandWait.chain`) naming this saga (or no saga), each command
+gets the chain's next hop as its wait context
+(:meth:`~wow_core.command.endpoint.WaitContext.onward`): its stages signal the caller
+that waits for the chain, wherever they happen.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from inspect import isawaitable
 from typing import Any, Protocol, runtime_checkable
 
+from wow_core.command.endpoint import InvalidWaitEndpointError, WaitContext
 from wow_core.event.exchange import FunctionExchange
 from wow_core.event.filter import Next, filter_type, order
 from wow_core.event.function import ComponentKind
@@ -82,13 +89,31 @@ class SagaCommandSender:
         commands = saga_commands(result)
         if not commands:
             return
-        token = metrics_source.set(f"saga:{exchange.function.processor_name}")
+        function = exchange.function
+        onward = _onward(exchange)
+        token = metrics_source.set(f"saga:{function.processor_name}")
         try:
             for index, command in enumerate(commands):
                 if command.request_id == command.id:
                     command = dataclasses.replace(
-                        command, request_id=f"{exchange.message.id}.{exchange.function.function_name}.{index}"
+                        command, request_id=f"{exchange.message.id}.{function.function_name}.{index}"
                     )
+                if onward is not None:
+                    if command.header.read_only:
+                        command = command.copy()
+                    onward.write(command.header)
                 await self.sender.send(command)
         finally:
             metrics_source.reset(token)
+
+
+def _onward(exchange: FunctionExchange) -> WaitContext | None:
+    """The wait context of the commands this saga function sends, if a chain waits on it."""
+    try:
+        context = WaitContext.of(exchange.stream.header)
+    except InvalidWaitEndpointError:
+        return None  # a malformed context is not followed (the notifier drops it too)
+    if context is None:
+        return None
+    ref = exchange.function.ref
+    return context.onward(exchange.stream.command_id, ref.context_name, ref.processor_name, ref.function_name)

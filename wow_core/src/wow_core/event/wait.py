@@ -10,8 +10,9 @@ through the ``CommandWaitNotifier`` (fire and forget).
 
 A successful signal is forwarded only for the *last* event of the stream that the
 function handles, so a caller waiting for ``PROJECTED`` is released once that projection
-handled all of its command's events it handles, not after the first. A failure is
-forwarded at once (error code ``PROCESSING_ERROR`` unless the error carries an
+handled all of its command's events it handles, not after the first (but a saga's
+signal that lists commands it sent goes through for a chain wait, which follows them). A
+failure is forwarded at once (error code ``PROCESSING_ERROR`` unless the error carries an
 ``error_code``), so a caller learns of it without waiting for its deadline.
 """
 
@@ -21,13 +22,24 @@ from collections.abc import Mapping
 from typing import Any
 
 from wow_core.command.coordinator import WaitCoordinator
+from wow_core.command.endpoint import WAIT_TAIL_STAGE
 from wow_core.command.stages import CommandStage, ErrorCodes, WaitSignal
-from wow_core.event.notifier import ProcessingSignal
+from wow_core.event.function_filter import SagaCommandError, saga_commands
+from wow_core.event.notifier import ProcessingSignal, ProcessingStage
 
 
 def error_code_of(error: BaseException) -> str:
     code = getattr(error, "error_code", None) or getattr(error, "code", None)
     return code if isinstance(code, str) and code else ErrorCodes.PROCESSING_ERROR
+
+
+def _sent_commands(signal: ProcessingSignal) -> tuple[str, ...]:
+    if signal.stage is not ProcessingStage.SAGA_HANDLED or signal.error is not None:
+        return ()
+    try:
+        return tuple(command.id for command in saga_commands(signal.result))
+    except SagaCommandError:
+        return ()
 
 
 def wait_signal_of(signal: ProcessingSignal) -> WaitSignal:
@@ -45,6 +57,7 @@ def wait_signal_of(signal: ProcessingSignal) -> WaitSignal:
         processor_name=signal.function.processor_name,
         function_name=signal.function.function_name,
         is_last=signal.is_last,
+        commands=_sent_commands(signal),
     )
 
 
@@ -60,7 +73,15 @@ class CoordinatorNotifier:
         return self.coordinator.wants(command_id, header)
 
     def notify(self, signal: ProcessingSignal) -> None:
-        if signal.error is None and not signal.is_last:
+        if (
+            signal.error is None
+            and not signal.is_last
+            and not (
+                signal.stage is ProcessingStage.SAGA_HANDLED
+                and WAIT_TAIL_STAGE in signal.header
+                and bool(signal.result)
+            )
+        ):
             return
         if not self.coordinator.wants(signal.command_id, signal.header):
             return
