@@ -2,6 +2,7 @@
 beside the kernel, in :mod:`wow_core.modeling.dispatcher`)."""
 
 from wow_core.command.coordinator import WaitCoordinator, Waiter
+from wow_core.command.endpoint import WaitContext
 from wow_core.command.errors import (
     CommandGatewayError,
     CommandValidationError,
@@ -9,7 +10,6 @@ from wow_core.command.errors import (
     DuplicateWaitError,
     VoidCommandWaitError,
 )
-from wow_core.command.endpoint import WaitContext
 from wow_core.command.gateway import CommandGateway
 from wow_core.command.stages import (
     CommandResult,
