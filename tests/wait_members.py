@@ -1,12 +1,12 @@
 """Waits across real processes, the same scenario on every transport.
 
 The test process is the *caller*: a runtime that hosts nothing and sends the journal
-ledger's commands (:mod:`tests.wow_kafka.journal_app`) through the transport. Two
-``wow run`` instances of the journal service process them (one consumer group: each
-command goes to one of them), and a third process, the reactor
-(:mod:`tests.wait_apps`), projects and sagas their events. Every wait the caller makes
-past ``SENT`` is completed by a signal from another process, through the transport's
-``CommandWaitNotifier``.
+ledger's commands (:mod:`tests.wow_kafka.journal_app`) through the transport. Two or
+three ``wow run`` instances of the journal service process them (one consumer group:
+each command goes to one of them), and another process, the reactor
+(:mod:`tests.wait_apps`), projects and sagas their events; its saga sends commands of
+its own for chain waits. Every wait the caller makes past ``SENT`` is completed by a
+signal from another process, through the transport's ``CommandWaitNotifier``.
 """
 
 from __future__ import annotations
@@ -63,15 +63,20 @@ async def caller(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> WowRun
 
 
 async def waits_across_processes(
-    env: dict[str, str], journal_dir: Path, monkeypatch: pytest.MonkeyPatch, commands: int = 40
+    env: dict[str, str],
+    journal_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    commands: int = 40,
+    instances: int = 2,
 ) -> None:
-    """The whole scenario; see the module doc. ``env`` configures every process."""
+    """The whole scenario; see the module doc. ``env`` configures every process;
+    ``instances`` journal instances serve the commands."""
     members: list[Member] = []
     runtime: WowRuntime | None = None
     try:
-        first, second = Member("first", env), Member("second", env)
+        serving_members = [Member(f"journal-{n}", env) for n in range(instances)]
         reactor = Member("reactor", env, REACTOR)
-        members += [first, second, reactor]
+        members += [*serving_members, reactor]
         for member in members:
             await serving(member)
         runtime = await caller(env, monkeypatch)
@@ -87,11 +92,11 @@ async def waits_across_processes(
         assert [r.aggregate_version for r in results] == [1] * commands
         by_member = {
             member.name: {key for key, _ in journal(journal_dir, member.process.pid)}
-            for member in (first, second)
+            for member in serving_members
         }
-        assert by_member["first"] | by_member["second"] >= set(keys)
+        assert set().union(*by_member.values()) >= set(keys)
         split = {name: len(found & set(keys)) for name, found in by_member.items()}
-        assert min(split.values()) > 0, f"one instance processed every command, nothing crossed: {split}"
+        assert min(split.values()) > 0, f"an instance processed no command, nothing crossed: {split}"
 
         # PROJECTED and SAGA_HANDLED, reached in the reactor: a third process
         projected = await asyncio.gather(
@@ -110,6 +115,44 @@ async def waits_across_processes(
         )
         check_stage(projected, CommandStage.PROJECTED, "LedgerTotals")
         check_stage(sagas, CommandStage.SAGA_HANDLED, "LedgerSaga")
+
+        # chains: journal -> the reactor's saga -> its command processed by a journal
+        # instance (and projected by the reactor), each hop in another process
+        saga = CommandWait.saga_handled(CONTEXT, "LedgerSaga")
+        chained = await asyncio.gather(
+            *(
+                gateway.send_and_wait(
+                    record(f"c-{run}-{n}"), CommandWait.chain(saga, CommandWait.processed())
+                )
+                for n in range(5)
+            ),
+            gateway.send_and_wait(
+                record(f"c-{run}-p"), CommandWait.chain(saga, CommandWait.projected(CONTEXT, "LedgerTotals"))
+            ),
+        )
+        for n, result in enumerate(chained):
+            echo = f"c-{run}-{n if n < 5 else 'p'}-echo"
+            assert result.succeeded, result
+            assert result.aggregate_id == AggregateId(LEDGER, echo), result
+            assert result.chain_command_id, result
+        assert [r.stage for r in chained] == [CommandStage.PROCESSED] * 5 + [CommandStage.PROJECTED]
+        processed_echoes = set().union(
+            *({key for key, _ in journal(journal_dir, m.process.pid)} for m in serving_members)
+        )
+        assert {f"c-{run}-{n}-echo" for n in range(5)} <= processed_echoes
+
+        # a streaming wait yields each stage, the last one from the reactor
+        streamed = [
+            (r.stage, r.processor_name)
+            async for r in gateway.send_and_wait_stream(
+                record(f"t-{run}"), CommandWait.projected(CONTEXT, "LedgerTotals"), timeout=30
+            )
+        ]
+        assert streamed == [
+            (CommandStage.SENT, ""),
+            (CommandStage.PROCESSED, ""),
+            (CommandStage.PROJECTED, "LedgerTotals"),
+        ]
 
         # the reactor dies mid-wait: the caller fails at its deadline, naming PROCESSED
         reactor.kill()

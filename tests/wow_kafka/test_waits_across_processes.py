@@ -15,7 +15,9 @@ from tests.wow_kafka.conftest import test_settings
 pytestmark = [pytest.mark.slow]
 
 
-@pytest.mark.parametrize("local", [True, False], ids=["local-first", "no-local-first"])
+@pytest.mark.parametrize(
+    "local", [True, False], ids=["local-first-2-instances", "no-local-first-3-instances"]
+)
 async def test_every_stage_is_waited_for_from_another_process(
     local: bool, kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -27,7 +29,7 @@ async def test_every_stage_is_waited_for_from_another_process(
         "WOW_TRANSPORT": "kafka",
         "WOW_KAFKA__BOOTSTRAP_SERVERS": settings.bootstrap_servers,
         "WOW_KAFKA__TOPIC_PREFIX": settings.topic_prefix or "",
-        "WOW_KAFKA__PARTITIONS": "6",  # both journal instances get partitions
+        "WOW_KAFKA__PARTITIONS": "6",  # every journal instance gets partitions
         "WOW_KAFKA__SESSION_TIMEOUT_MS": str(settings.session_timeout_ms),
         "WOW_KAFKA__HEARTBEAT_INTERVAL_MS": str(settings.heartbeat_interval_ms),
         "WOW_KAFKA__FETCH_MAX_WAIT_MS": "50",
@@ -36,4 +38,4 @@ async def test_every_stage_is_waited_for_from_another_process(
         "PYTHONUNBUFFERED": "1",
         **local_first(local),
     }
-    await waits_across_processes(env, journal_dir, monkeypatch)
+    await waits_across_processes(env, journal_dir, monkeypatch, instances=2 if local else 3)

@@ -16,7 +16,9 @@ from wow_redis import RedisSettings
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 
-@pytest.mark.parametrize("local", [True, False], ids=["local-first", "no-local-first"])
+@pytest.mark.parametrize(
+    "local", [True, False], ids=["local-first-2-instances", "no-local-first-3-instances"]
+)
 async def test_every_stage_is_waited_for_from_another_process(
     local: bool,
     settings_for: Callable[..., RedisSettings],
@@ -34,9 +36,9 @@ async def test_every_stage_is_waited_for_from_another_process(
         "WOW_REDIS__URL": settings_for().url,
         "WOW_REDIS__KEY_PREFIX": prefix,
         "WOW_REDIS__BLOCK_TIME": "0.2",
-        "WOW_REDIS__BATCH_SIZE": "1",  # spread the commands over both instances
+        "WOW_REDIS__BATCH_SIZE": "1",  # spread the commands over every instance
         "WOW_TEST_JOURNAL_DIR": str(journal_dir),
         "PYTHONUNBUFFERED": "1",
         **local_first(local),
     }
-    await waits_across_processes(env, journal_dir, monkeypatch)
+    await waits_across_processes(env, journal_dir, monkeypatch, instances=2 if local else 3)
