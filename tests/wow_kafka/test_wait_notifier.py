@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from wow_core.command import CommandStage, CommandWait, WaitCoordinator, WaitSignal
 from wow_core.command.notifier import WaitSignalSink
@@ -77,3 +79,19 @@ async def test_endpoints_of_another_form_are_refused(kafka_settings: KafkaSettin
                 await sender.notify(WaitEndpoint("kafka", address), WaitSignal("c", CommandStage.PROCESSED))
     finally:
         await sender.close()
+
+
+async def test_the_signal_topic_is_created_with_a_short_retention(kafka_settings: KafkaSettings) -> None:
+    """What a dead caller leaves on its partition is dropped by the broker, not kept forever."""
+    settings = kafka_settings.model_copy(update={"wait_retention_ms": 123_000})
+    caller = notifier(settings)
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
+    try:
+        await caller.start(WaitSignalSink(WaitCoordinator().receive))
+        await admin.start()
+        described = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, caller.topic)])
+        entries = {entry[0]: entry[1] for entry in described[0].resources[0][4]}
+        assert entries["retention.ms"] == "123000"
+    finally:
+        await caller.close()
+        await admin.close()

@@ -79,6 +79,11 @@ class KafkaSettings(SettingsSection):
     replication_factor: PositiveInt = Field(
         1, description="Replication factor of a topic the transport creates."
     )
+    wait_retention_ms: PositiveInt = Field(
+        600_000,
+        description="retention.ms of the per-service wait signal topic that the wait notifier creates "
+        "(a signal is worth nothing past its wait's deadline; 10 minutes by default).",
+    )
     auto_create_topics: bool = Field(
         True, description="Create missing topics (admin client); when false a missing topic is an error."
     )

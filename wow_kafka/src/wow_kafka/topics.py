@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -55,8 +55,9 @@ class KafkaTopics:
         """Forget which topics exist (after a broker lost its data, for instance)."""
         self._known.clear()
 
-    async def ensure(self, topics: Iterable[str]) -> None:
-        """Return once every topic exists; create missing ones or raise."""
+    async def ensure(self, topics: Iterable[str], configs: Mapping[str, str] | None = None) -> None:
+        """Return once every topic exists; create missing ones (with the topic ``configs``,
+        e.g. ``retention.ms``) or raise. An existing topic's configs are left as they are."""
         wanted = [check_topic_name(topic) for topic in topics if topic not in self._known]
         if not wanted:
             return
@@ -72,7 +73,7 @@ class KafkaTopics:
                     "WOW_KAFKA__AUTO_CREATE_TOPICS is false: create them, or allow the transport to"
                 )
             if missing:
-                await self._create(admin, missing)
+                await self._create(admin, missing, configs)
             self._known.update(wanted)
 
     async def _list_topics(self) -> tuple[AIOKafkaAdminClient, set[str]]:
@@ -92,9 +93,16 @@ class KafkaTopics:
                     ) from error
         raise AssertionError("unreachable")
 
-    async def _create(self, admin: AIOKafkaAdminClient, topics: list[str]) -> None:
+    async def _create(
+        self, admin: AIOKafkaAdminClient, topics: list[str], configs: Mapping[str, str] | None = None
+    ) -> None:
         settings = self._settings
-        new = [NewTopic(topic, settings.partitions, settings.replication_factor) for topic in topics]
+        new = [
+            NewTopic(
+                topic, settings.partitions, settings.replication_factor, topic_configs=dict(configs or {})
+            )
+            for topic in topics
+        ]
         try:
             response = await admin.create_topics(new)
         except KafkaError as error:

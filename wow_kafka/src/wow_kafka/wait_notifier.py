@@ -17,8 +17,10 @@ service's signals, and the key keeps it from taking another process's signal.
 Guaranteed: a signal acknowledged by the broker while the caller reads its partition
 reaches it once. Not guaranteed: a signal produced before the caller started reading
 (lost), or to a caller that died (it stays in the topic until the topic's retention drops
-it: nothing else is kept, nothing is retried; give the signal topic a short
-``retention.ms``). Only topics of this form under this prefix are produced to: an
+it: nothing else is kept, nothing is retried). The notifier creates the signal topic
+with ``retention.ms`` = ``WOW_KAFKA__WAIT_RETENTION_MS`` (10 minutes), so what dead
+callers leave is dropped by the broker; a topic that already exists keeps its own
+configuration. Only topics of this form under this prefix are produced to: an
 endpoint naming anything else is refused.
 """
 
@@ -99,7 +101,7 @@ class KafkaWaitNotifier:
         end; returns once the reading position is fixed (nothing acknowledged later is
         missed)."""
         producer = await self._started()
-        await self._topics.ensure((self.topic,))
+        await self._topics.ensure((self.topic,), {"retention.ms": str(self.settings.wait_retention_ms)})
         partitions = sorted(await producer.partitions_for(self.topic))
         partition = random.choice(partitions)
         consumer = AIOKafkaConsumer(**self._common, group_id=None, enable_auto_commit=False)
