@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,7 @@ from wow_core.command import CommandStage, CommandWait, WaitCoordinator, WaitSig
 from wow_core.command.notifier import WaitSignalSink
 from wow_core.model import AggregateId, CommandMessage, NamedAggregate
 from wow_core.spi import WaitEndpoint, encode_signal
+from wow_core.testing import eventually
 from wow_redis import RedisSettings
 from wow_redis.wait_notifier import RedisWaitNotifier
 
@@ -76,3 +78,38 @@ async def test_a_dead_endpoint_keeps_nothing_and_other_channels_are_refused(
             )
     finally:
         await notifier.close()
+
+
+async def test_the_channel_is_subscribed_again_after_its_connection_was_killed(
+    settings_for: Callable[..., RedisSettings], redis: Redis
+) -> None:
+    """A lost subscription connection (a Redis restart, a proxy timeout) is re-established:
+    waits registered afterwards are signalled again."""
+    caller, sender = RedisWaitNotifier(settings_for()), RedisWaitNotifier(settings_for())
+    coordinator = WaitCoordinator()
+    endpoint = await caller.start(WaitSignalSink(coordinator.receive))
+    try:
+        pubsub = caller._pubsub
+        assert pubsub is not None
+        assert pubsub.connection is not None
+        host, port = pubsub.connection._writer.get_extra_info("sockname")[:2]  # type: ignore[union-attr]
+
+        async def subscribers() -> int:
+            return int((await redis.pubsub_numsub(caller.channel))[0][1])
+
+        assert await subscribers() == 1
+        await redis.execute_command("CLIENT", "KILL", "ADDR", f"{host}:{port}")
+        assert await subscribers() == 0, "the server dropped the subscription"
+
+        async def subscribed_again() -> bool:
+            return await subscribers() == 1
+
+        # the reader notices, backs off and subscribes again
+        await eventually(subscribed_again, timeout=15, what="the wait channel to be subscribed again")
+        waiter = coordinator.register(command(), CommandWait.processed())
+        await sender.notify(endpoint, WaitSignal(waiter.command.id, CommandStage.PROCESSED, AGG, 2))
+        assert (await asyncio.wait_for(waiter.future, 5)).aggregate_version == 2
+        assert sender.undelivered == 0
+    finally:
+        await caller.close()
+        await sender.close()

@@ -95,7 +95,7 @@ class RedisWaitNotifier:
                 delay = backoff.next_delay()
                 log.warning("wait channel %s: %r; subscribing again in %.1fs", self.channel, error, delay)
                 with contextlib.suppress(*TRANSIENT_ERRORS):
-                    await pubsub.reset()
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
                 await asyncio.sleep(delay)
                 continue
             if message is None or message.get("type") != "message":
