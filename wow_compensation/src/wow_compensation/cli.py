@@ -146,6 +146,7 @@ async def _with_commands(
     registry.register_body_types(container.body_types())
     transport = container.transport()
     event_store = container.event_store()
+    store = _store(invocation)
     kernel = container.kernel()
     out = invocation.out
     try:
@@ -154,7 +155,7 @@ async def _with_commands(
             await start()
         await transport.start()
         try:
-            written = await work(CompensationCommands(kernel, registry))
+            written = await work(CompensationCommands(kernel, registry, store))
         except ActionRefused as refused:
             out.write(f"refused: {refused.code}: {refused.message}\n")
             return 1
@@ -171,6 +172,7 @@ async def _with_commands(
         await transport.close()
         await event_store.close()
         await container.snapshot_repository().close()
+        await store.close()
 
 
 def _list(invocation: Invocation) -> int:

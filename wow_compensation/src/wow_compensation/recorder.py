@@ -136,7 +136,7 @@ class CompensationFailureRecorder:
         """Bind to ``runtime``: its kernel decides the records' commands; the scheduler
         runs with its dispatchers and the store closes with it."""
         self.runtime = runtime
-        self.commands = CompensationCommands(runtime.kernel, runtime.aggregates)
+        self.commands = CompensationCommands(runtime.kernel, runtime.aggregates, self.store)
         if self.settings.scheduler.enabled:
             self.scheduler = CompensationScheduler(self.store, self.commands, self.settings.scheduler)
             runtime.add_dispatcher(self.scheduler)
@@ -225,6 +225,15 @@ class CompensationFailureRecorder:
                 raise
             # The same function failed on the same event again (a redelivery): its
             # record exists already and is compensated as it stands.
+            return RecordResult.RECORDED
+        log.warning(
+            "recorded execution failure %s: %s on %s %s@%d",
+            record_id,
+            function.qualified_name,
+            ref.event_name,
+            ref.aggregate_id,
+            ref.version,
+        )
         return RecordResult.RECORDED
 
     async def record_success(self, success: ProcessingSuccess) -> None:

@@ -25,7 +25,7 @@ from wow_compensation.model import (
     Recoverable,
     RetrySpec,
 )
-from wow_compensation.store import now_ms
+from wow_compensation.store import CompensationStore, ExecutionRecord, now_ms
 from wow_core.command.stages import ErrorCodes
 from wow_core.model import AggregateId, CommandMessage
 from wow_core.modeling.registry import AggregateRegistry
@@ -64,10 +64,12 @@ class Written:
 class CompensationCommands:
     """Sends the commands of the records to the kernel; see the module doc."""
 
-    def __init__(self, kernel: CommandProcessor, aggregates: AggregateRegistry, tenant_id: str = "") -> None:
+    def __init__(
+        self, kernel: CommandProcessor, aggregates: AggregateRegistry, store: CompensationStore | None = None
+    ) -> None:
         self.kernel = kernel
         self.aggregates = aggregates
-        self.tenant_id = tenant_id
+        self.store = store
 
     def command(
         self, body: object, record_id: str, *, request_id: str = "", expected_version: int | None = None
@@ -91,6 +93,10 @@ class CompensationCommands:
                 raise UnknownExecutionError(record_id, code, f"no execution failure has the id {record_id}")
             raise ActionRefused(record_id, code, outcome.error_msg)
         state = outcome.state if isinstance(outcome.state, ExecutionFailedState) else None
+        if state is not None and self.store is not None and not outcome.duplicate:
+            # The read model at once, not only when the state event is projected: a
+            # process killed right after the append still leaves the record listed.
+            await self.store.save(ExecutionRecord(state, outcome.version, now_ms()))
         return Written(state, outcome.version, bool(outcome.duplicate))
 
     # -- the operator's actions -----------------------------------------------------------
