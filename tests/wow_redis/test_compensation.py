@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from tests.accounts import ACCOUNT, Account, Deposit, Open
+from tests.accounts import Account, Deposit, Open
 from tests.service_members import Member
 from tests.wow_compensation.conftest import FAST
 from wow_compensation.model import (
@@ -216,7 +216,8 @@ async def test_a_record_survives_sigkill_and_the_cli_acts_on_it(
             assert data["items"][0]["status"] == "FAILED"
             shown = _cli(env, "show", record_id)
             assert shown.returncode == 0, shown.stderr
-            assert "Broken" in shown.stdout and "stack trace:" in shown.stdout
+            assert "Broken" in shown.stdout
+            assert "stack trace:" in shown.stdout
             # bad input: an unknown id is refused, nothing changes
             unknown = _cli(env, "prepare", "no-such-record")
             assert unknown.returncode == 1
