@@ -238,7 +238,7 @@ def test_every_wrong_selection_is_reported_at_once(
     assert err.splitlines() == [
         "wow settings: invalid settings:",
         "  WOW_FAILURE_RECORDER='bogus' is not accepted: no failure recorder plugin has that name; "
-        "accepted: none",
+        "accepted: compensation, none",
         "  WOW_METRICS='otel' is not accepted: no metrics plugin has that name; accepted: in_memory, noop",
     ]
 

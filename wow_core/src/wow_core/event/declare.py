@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from wow_core.event.failure import FunctionRetry
 from wow_core.event.function import (
     ComponentKind,
     FunctionKind,
@@ -149,15 +150,36 @@ on_state_event = _function(FunctionKind.STATE_EVENT)
 """Mark a method as a ``FunctionKind.STATE_EVENT`` function (takes the state event)."""
 
 
-def retry(*, enabled: bool = True) -> Callable[[F], F]:
-    """``retry(enabled=False)``: a failure of this function is not to be compensated.
+def retry(
+    *,
+    enabled: bool = True,
+    max_retries: int | None = None,
+    min_backoff: float | None = None,
+    execution_timeout: float | None = None,
+    recoverable: Iterable[type[BaseException]] = (),
+    unrecoverable: Iterable[type[BaseException]] = (),
+) -> Callable[[F], F]:
+    """The durable-compensation retry spec of a function (:class:`FunctionRetry`).
 
-    The recorder sees ``retry_enabled=False`` and may waive the failure
-    (``FAILURE_WAIVED``). It does not switch off the in-process ``RetryableFilter``.
+    ``retry(enabled=False)``: a failure of this function is not to be compensated; the
+    recorder sees ``retry_enabled=False`` and may waive it (``FAILURE_WAIVED``). The other
+    arguments override the recorder's defaults for this function: at most
+    ``max_retries`` compensations, ``min_backoff`` seconds before the first (doubling
+    each time), ``execution_timeout`` seconds for one compensation, and error types the
+    function itself calls recoverable or unrecoverable. None of it changes the
+    in-process ``RetryableFilter``. A bad value raises ``ValueError`` at decoration.
     """
+    spec = FunctionRetry(
+        enabled,
+        max_retries,
+        min_backoff,
+        execution_timeout,
+        tuple(recoverable),
+        tuple(unrecoverable),
+    )
 
     def mark(target: F) -> F:
-        setattr(target, _RETRY_ATTR, enabled)
+        setattr(target, _RETRY_ATTR, spec)
         return target
 
     return mark
@@ -277,6 +299,8 @@ def parse_component(
                 body_types = fspec.body_types or hinted
             if not body_types:
                 raise FunctionRegistrationError(f"{where}: annotate the event parameter or pass body=")
+            found_retry = getattr(raw, _RETRY_ATTR, None)
+            retry_spec = found_retry if isinstance(found_retry, FunctionRetry) else None
             aggregates = fspec.aggregates or spec.aggregates
             if not aggregates and owner is not None:
                 aggregates = tuple(dict.fromkeys(a for body in body_types for a in owner(body)))
@@ -295,7 +319,8 @@ def parse_component(
                     body_types=body_types,
                     named_aggregates=frozenset(aggregates),
                     invoker=bound,
-                    retry_enabled=bool(getattr(raw, _RETRY_ATTR, True)),
+                    retry_enabled=retry_spec.enabled if retry_spec is not None else True,
+                    retry=retry_spec,
                     takes_body=takes_body,
                 )
             )

@@ -18,7 +18,7 @@ from enum import StrEnum
 from typing import Any
 
 from wow_core.event.compensation import CompensationTarget
-from wow_core.event.failure import FunctionRef
+from wow_core.event.failure import FunctionRef, FunctionRetry
 from wow_core.model import DomainEvent, NamedAggregate, StateEvent
 
 
@@ -65,6 +65,8 @@ class MessageFunction:
     retry_enabled: bool = True
     takes_body: bool = True
     """EVENT functions: the body is passed (True) or the whole ``DomainEvent`` (False)."""
+    retry: FunctionRetry | None = None
+    """What ``@retry(...)`` declared (durable compensation), if anything."""
     ref: FunctionRef = field(init=False, repr=False)
     is_async: bool = field(init=False, repr=False)
     """The user function is a coroutine function."""

@@ -41,6 +41,7 @@ from wow_core.event.failure import (
 )
 from wow_core.event.filter import FilterChain
 from wow_core.event.observer import EventProcessingObserver
+from wow_core.event.retryable import DEFAULT_CLASSIFIER, ErrorClassifier
 
 logger = logging.getLogger("wow.event.handler")
 
@@ -132,6 +133,7 @@ class FailureRecordingHandler:
         record_backoff: float = 0.2,
         observer: EventProcessingObserver | None = None,
         sleep: Sleep = asyncio.sleep,
+        classifier: ErrorClassifier | None = None,
     ) -> None:
         if record_attempts < 1:
             raise ValueError("record_attempts must be >= 1")
@@ -144,6 +146,7 @@ class FailureRecordingHandler:
         self.record_backoff = record_backoff
         self.observer = observer
         self._sleep = sleep
+        self.classifier = classifier or DEFAULT_CLASSIFIER
 
     async def handle(self, exchange: FunctionExchange) -> Settled:
         observer = self.observer
@@ -184,6 +187,8 @@ class FailureRecordingHandler:
             retry_enabled=exchange.function.retry_enabled,
             compensation_id=exchange.compensation.compensation_id if exchange.compensation else None,
             attributes={"component": self.component, "attempts": str(exchange.attempts)},
+            retry=exchange.function.retry,
+            recoverability=self.classifier.classify(error).value,
         )
         recording_error: Exception | None = None
         result: RecordResult | None = None

@@ -142,6 +142,7 @@ def build_event_dispatch(
             error_handler=error_handlers.get(kind),
             ack_on_unrecorded_failure=settings.ack_on_unrecorded_failure,
             observer=observer,
+            classifier=classifier,
         )
 
     dispatch = EventDispatch(registrars=registrars)

@@ -16,6 +16,7 @@ from dependency_injector import providers
 
 from wow_core.command.coordinator import WaitCoordinator
 from wow_core.command.gateway import CommandGateway
+from wow_core.event.failure import ContributingRecorder, RecorderParts
 from wow_core.eventsourcing.store import EventStore
 from wow_core.messaging.in_memory import InMemoryCommandBus, InMemoryDomainEventBus, InMemoryStateEventBus
 from wow_core.messaging.local_first import (
@@ -249,8 +250,12 @@ def build_runtime(
 
     if container is None:
         container = create_container(settings, plugins=plugins)
+    recorder = container.failure_recorder()
+    # A recorder may bring parts of its own (the compensation module's ExecutionFailed
+    # aggregate and the components that read it): hosted and dispatched like the app's.
+    parts = recorder.parts() if isinstance(recorder, ContributingRecorder) else RecorderParts()
     aggregates: AggregateRegistry = container.aggregate_registry()
-    for aggregate_type in app.aggregates:
+    for aggregate_type in (*app.aggregates, *parts.aggregates):
         aggregates.register(aggregate_type)
     body_types = container.body_types()
     aggregates.register_body_types(body_types)
@@ -261,13 +266,13 @@ def build_runtime(
     if app.name:
         runtime.name = app.name
         runtime.command_dispatcher.group = f"{app.name}.command"
-    for install in app.installers:
+    for install in (*app.installers, *parts.installers):
         install(runtime)
     # -- event dispatch (spec 003): processors, sagas, projections and snapshots ----------
     from wow_core.event.runtime import install_event_dispatch
 
-    components = [item() if isinstance(item, type) else item for item in app.components]
+    components = [item() if isinstance(item, type) else item for item in (*app.components, *parts.components)]
     runtime.event_dispatch = install_event_dispatch(
-        runtime, components, recorder=container.failure_recorder(), options=app.events
+        runtime, components, recorder=recorder, options=app.events
     )
     return runtime

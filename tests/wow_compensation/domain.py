@@ -1,0 +1,100 @@
+"""The service the compensation tests run: the test bank account and a projection whose
+functions fail on demand, as a ``WowApp`` (also run by ``wow run`` in the
+multi-process tests).
+
+``Ledger`` keeps what it handled in a :class:`Journal`: in memory, and, when
+``WOW_TEST_JOURNAL_DIR`` is set, one line per handled event in
+``$WOW_TEST_JOURNAL_DIR/<pid>.log`` (``<function> <event id>``), so a test can count
+what each process handled. Whether a function fails is read from ``Switches``: in
+memory, or, with ``WOW_TEST_SWITCH_DIR``, from a file named after the function in that
+directory (present: it fails), so a test can fix the cause of a failure in a running
+process.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tests.accounts import Account, Deposited, Opened
+from wow_core import DomainEvent, StateEvent, WowApp, on_event, on_state_event, projection, retry
+from wow_core.event import RecoverableError
+
+
+class Broken(RecoverableError):
+    """The failure a switch causes: recoverable (a dependency that is down)."""
+
+
+class Invalid(ValueError):
+    """A failure the function itself declares unrecoverable."""
+
+
+class Switches:
+    def __init__(self) -> None:
+        self.on: set[str] = set()
+        directory = os.environ.get("WOW_TEST_SWITCH_DIR")
+        self.directory = Path(directory) if directory else None
+
+    def failing(self, name: str) -> bool:
+        if self.directory is not None:
+            return (self.directory / name).exists()
+        return name in self.on
+
+
+class Journal:
+    def __init__(self) -> None:
+        self.handled: list[tuple[str, str]] = []
+        directory = os.environ.get("WOW_TEST_JOURNAL_DIR")
+        self.path = Path(directory) / f"{os.getpid()}.log" if directory else None
+
+    def add(self, function: str, event_id: str) -> None:
+        self.handled.append((function, event_id))
+        if self.path is not None:
+            with self.path.open("a") as file:
+                file.write(f"{function} {event_id}\n")
+
+    def count(self, function: str) -> int:
+        return sum(1 for name, _ in self.handled if name == function)
+
+
+@projection(context="bank", aggregates=["bank.account"])
+class Ledger:
+    def __init__(self) -> None:
+        self.switches = Switches()
+        self.journal = Journal()
+
+    @on_event
+    def opened(self, event: DomainEvent[Opened]) -> None:
+        if self.switches.failing("opened"):
+            raise Broken("the ledger database is down")
+        self.journal.add("opened", event.id)
+
+    @retry(max_retries=2)
+    @on_event
+    def deposited(self, event: DomainEvent[Deposited]) -> None:
+        if self.switches.failing("deposited"):
+            raise Broken("the ledger database is down")
+        self.journal.add("deposited", event.id)
+
+    @on_event
+    def audit_deposit(self, event: DomainEvent[Deposited]) -> None:
+        """A second function on the same event: a compensation of ``deposited`` must not run it again."""
+        self.journal.add("audit_deposit", event.id)
+
+    @retry(unrecoverable=(Invalid,))
+    @on_state_event(body=Opened)
+    def balance(self, state_event: StateEvent[object]) -> None:
+        if self.switches.failing("balance"):
+            raise Invalid("the balance cannot be negative")
+        self.journal.add("balance", state_event.stream.events[0].id)
+
+    @retry(enabled=False)
+    @on_event(name="notify")
+    def notify(self, event: DomainEvent[Opened]) -> None:
+        if self.switches.failing("notify"):
+            raise Broken("best effort only")
+        self.journal.add("notify", event.id)
+
+
+LEDGER = Ledger()
+app = WowApp("bank", aggregates=[Account], components=[LEDGER])

@@ -1,0 +1,248 @@
+"""Event compensation over Redis with separate ``wow run`` processes.
+
+Two instances of the ``bank`` service of :mod:`tests.wow_compensation.domain` share the
+Redis transport, event store and compensation store; a failing projection function is
+switched by a file, so the test fixes the cause while the processes run.
+
+- both instances run the scheduler: every record is compensated, and no record is
+  prepared twice for one attempt (each preparation is followed by its outcome before
+  the next), the function handled each event exactly once across both processes;
+- a record exists after its service is SIGKILLed right after recording it, and a
+  restarted instance compensates it;
+- the ``wow compensation`` command line lists, shows and acts on the records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from tests.accounts import Account, Deposit, Open
+from tests.service_members import Member
+from tests.wow_compensation.conftest import FAST
+from wow_compensation.model import (
+    EXECUTION_FAILED,
+    CompensationPrepared,
+    ExecutionFailed,
+    ExecutionFailedApplied,
+    ExecutionFailedCreated,
+    ExecutionFailedStatus,
+    ExecutionSuccessApplied,
+)
+from wow_compensation.redis_store import RedisCompensationStore
+from wow_compensation.store import ExecutionRecord
+from wow_core.model import AggregateId, BodyTypeRegistry, MessageCodec
+from wow_core.modeling.registry import AggregateRegistry
+from wow_core.testing import eventually
+from wow_core.transport.bus import TransportCommandBus
+from wow_redis import RedisEventStore, RedisSettings, RedisStreamTransport
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
+
+APP = "tests.wow_compensation.domain:app"
+ROOT = Path(__file__).resolve().parents[2]
+STARTED = re.compile(r"started|running|ready", re.IGNORECASE)
+RECORDED = re.compile(r"recorded execution failure (\w+)")
+
+
+def _env(settings: RedisSettings, prefix: str, tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "switches").mkdir(exist_ok=True)
+    (tmp_path / "journals").mkdir(exist_ok=True)
+    return {
+        **os.environ,
+        **FAST,
+        "WOW_COMPENSATION__SCHEDULER__INTERVAL": "0.2",
+        "WOW_COMPENSATION__RETRY__MIN_BACKOFF": "0.2",
+        "WOW_TRANSPORT": "redis",
+        "WOW_EVENTSOURCING__STORE": "redis",
+        "WOW_EVENTSOURCING__SNAPSHOT": "redis",
+        "WOW_REDIS__URL": settings.url,
+        "WOW_REDIS__KEY_PREFIX": prefix,
+        "WOW_REDIS__BLOCK_TIME": "0.2",
+        "WOW_TEST_SWITCH_DIR": str(tmp_path / "switches"),
+        "WOW_TEST_JOURNAL_DIR": str(tmp_path / "journals"),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def _handled(journals: Path, function: str) -> list[str]:
+    return [
+        event_id
+        for path in journals.glob("*.log")
+        for name, event_id in (line.split() for line in path.read_text().splitlines())
+        if name == function
+    ]
+
+
+class Client:
+    """Sends the bank's commands over the transport and reads the records."""
+
+    def __init__(self, settings: RedisSettings, prefix: str) -> None:
+        self.aggregates = AggregateRegistry([Account, ExecutionFailed])
+        codec = MessageCodec(self.aggregates.register_body_types(BodyTypeRegistry()))
+        self.transport = RedisStreamTransport(settings)
+        self.bus = TransportCommandBus(self.transport, codec)
+        self.events = RedisEventStore(settings, codec=codec)
+        self.store = RedisCompensationStore(settings.url, prefix)
+
+    async def __aenter__(self) -> Client:
+        await self.transport.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.bus.close()
+        await self.transport.close()
+        await self.events.close()
+        await self.store.close()
+
+    async def send(self, body: object, aggregate_id: str) -> None:
+        await self.bus.send(self.aggregates.command(body, aggregate_id))
+
+    async def history(self, record_id: str) -> list[type[Any]]:
+        streams = await self.events.load(AggregateId(EXECUTION_FAILED, record_id))
+        return [type(event.body) for stream in streams for event in stream.events]
+
+    async def records(self) -> list[ExecutionRecord]:
+        return await self.store.records()
+
+
+def _started(member: Member) -> None:
+    member.wait_for(lambda: any("started" in line for line in member.lines), 30)
+
+
+async def test_two_instances_compensate_every_record_once(
+    settings_for: Callable[..., RedisSettings], prefix: str, redis: Redis, tmp_path: Path
+) -> None:
+    env = _env(settings_for(), prefix, tmp_path)
+    (tmp_path / "switches" / "deposited").touch()
+    members = [Member("first", env, APP), Member("second", env, APP)]
+    try:
+        for member in members:
+            _started(member)
+        accounts = [f"acc-{uuid.uuid4().hex[:8]}" for _ in range(8)]
+        async with Client(settings_for(), prefix) as client:
+            for account in accounts:
+                await client.send(Open("ann"), account)
+                await client.send(Deposit(5), account)
+
+            async def all_recorded() -> bool:
+                return len(
+                    [
+                        r
+                        for r in await client.records()
+                        if r.state.function and r.state.function.function_name == "deposited"
+                    ]
+                ) == len(accounts)
+
+            await eventually(all_recorded, 30, "a record per failed deposit")
+
+            async def retried_once() -> bool:
+                return all(r.state.retry_state.retries >= 1 for r in await client.records())
+
+            await eventually(retried_once, 30, "every record retried (and failed again) at least once")
+            (tmp_path / "switches" / "deposited").unlink()  # the cause is fixed
+
+            async def all_succeeded() -> bool:
+                found = await client.records()
+                return bool(found) and all(r.state.status is ExecutionFailedStatus.SUCCEEDED for r in found)
+
+            await eventually(all_succeeded, 30, "every record SUCCEEDED")
+            for record in await client.records():
+                history = await client.history(record.id)
+                # every preparation is followed by its outcome before the next one: no
+                # record was prepared twice for one attempt, by either instance
+                outcomes = [
+                    t
+                    for t in history
+                    if t in (CompensationPrepared, ExecutionFailedApplied, ExecutionSuccessApplied)
+                ]
+                assert outcomes[0::2] == [CompensationPrepared] * len(outcomes[0::2]), history
+                assert all(t is not CompensationPrepared for t in outcomes[1::2]), history
+                assert outcomes[-1] is ExecutionSuccessApplied
+                assert record.state.retry_state.retries == outcomes.count(CompensationPrepared)
+        deposited = _handled(tmp_path / "journals", "deposited")
+        assert len(deposited) == len(set(deposited)) == len(accounts)
+        # the other function of the event was never replayed
+        assert len(_handled(tmp_path / "journals", "audit_deposit")) == len(accounts)
+        for member in members:
+            assert member.stop() == 0
+    finally:
+        for member in members:
+            member.kill()
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "wow"), "compensation", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+async def test_a_record_survives_sigkill_and_the_cli_acts_on_it(
+    settings_for: Callable[..., RedisSettings], prefix: str, redis: Redis, tmp_path: Path
+) -> None:
+    env = {**_env(settings_for(), prefix, tmp_path), "WOW_COMPENSATION__SCHEDULER__ENABLED": "false"}
+    (tmp_path / "switches" / "opened").touch()
+    account = f"acc-{uuid.uuid4().hex[:8]}"
+    member = Member("victim", env, APP)
+    try:
+        _started(member)
+        async with Client(settings_for(), prefix) as client:
+            await client.send(Open("ann"), account)
+            member.wait_for(lambda: any(RECORDED.search(line) for line in member.lines), 30)
+            member.kill()  # SIGKILL right after the record was written
+            [record_id] = [m.group(1) for line in member.lines if (m := RECORDED.search(line))]
+            assert (await client.history(record_id))[:1] == [ExecutionFailedCreated]
+            # the command line lists and shows it, from the shared store
+            listed = _cli(env, "list", "--json", "--aggregate-id", account)
+            assert listed.returncode == 0, listed.stderr
+            data = json.loads(listed.stdout)
+            assert [item["id"] for item in data["items"]] == [record_id]
+            assert data["items"][0]["status"] == "FAILED"
+            shown = _cli(env, "show", record_id)
+            assert shown.returncode == 0, shown.stderr
+            assert "Broken" in shown.stdout
+            assert "stack trace:" in shown.stdout
+            # bad input: an unknown id is refused, nothing changes
+            unknown = _cli(env, "prepare", "no-such-record")
+            assert unknown.returncode == 1
+            assert "AGGREGATE_NOT_FOUND" in unknown.stdout
+            assert (await client.history("no-such-record")) == []
+            # a restarted instance replays what the operator prepares, once fixed
+            (tmp_path / "switches" / "opened").unlink()
+            member = Member("restarted", env, APP)
+            _started(member)
+            prepared = _cli(env, "prepare", record_id)
+            assert prepared.returncode == 0, prepared.stdout + prepared.stderr
+            assert "PREPARED" in prepared.stdout
+
+            async def succeeded() -> bool:
+                found = await client.store.get(record_id)
+                return found is not None and found.state.status is ExecutionFailedStatus.SUCCEEDED
+
+            await eventually(succeeded, 30, "the record SUCCEEDED")
+            # a stale action: prepare on SUCCEEDED is refused, nothing written
+            before = await client.history(record_id)
+            stale = _cli(env, "prepare", record_id)
+            assert stale.returncode == 1
+            assert "EXECUTION_SUCCEEDED" in stale.stdout
+            assert await client.history(record_id) == before
+        assert _handled(tmp_path / "journals", "opened") != []
+        assert member.stop() == 0
+    finally:
+        member.kill()
