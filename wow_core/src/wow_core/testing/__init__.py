@@ -1,4 +1,6 @@
-"""Test support for wow-py and its plugins: the conformance suites every transport runs.
+"""Test support for wow-py and its plugins: given/when/expect specifications of a
+service's aggregates, sagas, projections and event processors
+(:mod:`wow_core.testing.spec`), and the conformance suites every transport runs.
 
 ``TransportConformance``, ``MessageBusConformance`` and ``EventStoreConformance`` are
 test classes to subclass (``InMemoryMetrics`` records what a test asserts on); the
@@ -10,6 +12,15 @@ fixtures they use come from the pytest plugin :mod:`wow_core.testing.pytest_plug
 from wow_core.metrics import InMemoryMetrics
 from wow_core.testing.bus_conformance import MessageBusConformance
 from wow_core.testing.event_store import CONFORMANCE_BODY_TYPES, EventStoreConformance
+from wow_core.testing.spec import (
+    AggregateExpectation,
+    AggregateSpec,
+    ComponentExpectation,
+    EventProcessorSpec,
+    ProjectionSpec,
+    SagaExpectation,
+    SagaSpec,
+)
 from wow_core.testing.support import (
     BusFactory,
     InMemoryBusFactory,
@@ -23,6 +34,13 @@ from wow_core.testing.support import (
 from wow_core.testing.transport_conformance import TransportConformance
 
 __all__ = [
+    "AggregateExpectation",
+    "AggregateSpec",
+    "ComponentExpectation",
+    "EventProcessorSpec",
+    "ProjectionSpec",
+    "SagaExpectation",
+    "SagaSpec",
     "CONFORMANCE_BODY_TYPES",
     "EventStoreConformance",
     "InMemoryMetrics",
