@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from typing import Any
 
 import pytest
 from examples.bank.domain import (
@@ -210,3 +211,33 @@ class AsyncSaga:
 async def test_the_kit_runs_inside_a_running_event_loop() -> None:
     OPENED.when(Withdraw(30)).expect_result({"balance": 70})
     SagaSpec(AsyncSaga).when(AccountOpened("ann", 0)).expect_no_commands()
+
+
+# -- a whole service in one process ---------------------------------------------------------
+
+
+async def test_a_test_runtime_runs_the_app_in_memory_whatever_the_environment_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from examples.bank.app import app
+
+    from wow_core import CommandWait
+    from wow_core.testing import TestRuntime
+
+    monkeypatch.setenv("WOW_TRANSPORT", "kafka")
+    monkeypatch.setenv("WOW_EVENTSOURCING__STORE", "redis")
+    async with TestRuntime(app, command={"wait_timeout": 7}) as runtime:
+        assert runtime.transport.name == "in_memory"
+        assert runtime.gateway.default_timeout == 7
+        opened = await runtime.gateway.send_and_wait(
+            runtime.aggregates.command(OpenAccount("ann", 5)), CommandWait.projected()
+        )
+        assert opened.succeeded
+
+
+async def test_the_wow_test_runtime_fixture_starts_and_stops_runtimes(wow_test_runtime: Any) -> None:
+    from examples.bank.app import app
+
+    runtime = await wow_test_runtime(app)
+    result = await runtime.gateway.send_and_wait(runtime.aggregates.command(OpenAccount("bob", 1)))
+    assert result.aggregate_version == 1

@@ -20,6 +20,7 @@ from wow_core.testing.spec import (
     ProjectionSpec,
     SagaExpectation,
     SagaSpec,
+    TestRuntime,
 )
 from wow_core.testing.support import (
     BusFactory,
@@ -41,6 +42,7 @@ __all__ = [
     "ProjectionSpec",
     "SagaExpectation",
     "SagaSpec",
+    "TestRuntime",
     "CONFORMANCE_BODY_TYPES",
     "EventStoreConformance",
     "InMemoryMetrics",

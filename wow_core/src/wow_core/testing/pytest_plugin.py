@@ -12,6 +12,9 @@ tests run only where a module subclasses a suite:
   (``WOW_CONFORMANCE_TIMEOUT``, default 10); raise it for a slow broker.
 * ``wow_conformance_context``: the unique bounded context of one test; every topic and
   group of the test is named under it, so a fixture can clean up by that prefix.
+* ``wow_test_runtime``: a factory of started in-process runtimes of a ``WowApp`` on the
+  in-memory default (:class:`~wow_core.testing.spec.TestRuntime`):
+  ``runtime = await wow_test_runtime(app)``; each is stopped after the test.
 * ``wow_rig``: the :class:`~wow_core.testing.support.Rig` a test works with; it closes
   every receiver, bus and transport it handed out.
 
@@ -84,3 +87,22 @@ else:
             yield rig
         finally:
             await rig.aclose()
+
+
+@pytest.fixture
+async def wow_test_runtime() -> AsyncIterator[Any]:
+    """Start in-process runtimes of apps (``await wow_test_runtime(app, **overrides)``);
+    every one is stopped when the test ends."""
+    from wow_core.testing.spec import TestRuntime
+
+    started: list[TestRuntime] = []
+
+    async def start(app: Any, **overrides: Any) -> Any:
+        test_runtime = TestRuntime(app, **overrides)
+        runtime = await test_runtime.__aenter__()
+        started.append(test_runtime)
+        return runtime
+
+    yield start
+    for test_runtime in reversed(started):
+        await test_runtime.__aexit__(None, None, None)

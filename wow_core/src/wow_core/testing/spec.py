@@ -536,3 +536,48 @@ class ComponentExpectation(Generic[C]):
                 f"expected {error_type.__name__} from handling {self.event.name}, got {error!r}"
             )
         return self
+
+
+# -- a whole service in one process --------------------------------------------------------
+
+
+class TestRuntime:
+    """Runs a :class:`~wow_core.runtime.app.WowApp` in this process on the in-memory
+    default, whatever the environment says about the transport, the stores and the wait
+    notifier (``WOW_TRANSPORT=kafka`` in a developer's shell does not reach a test)::
+
+        async with TestRuntime(app) as runtime:
+            result = await runtime.gateway.send_and_wait(runtime.aggregates.command(OpenAccount("ann")))
+
+    Every wait stage works (the dispatchers run in-process); ``eventually`` polls what
+    only a query shows. Other ``WOW_*`` settings still apply; pass ``overrides``
+    (``WowSettings`` fields, e.g. ``command={"wait_timeout": 5}``) to set them.
+    """
+
+    __test__ = False  # not a pytest test class, despite its name
+
+    def __init__(self, app: Any, *, service_name: str | None = None, **overrides: Any) -> None:
+        from wow_core.runtime.settings import WowSettings
+
+        fields: dict[str, Any] = {
+            "transport": "in_memory",
+            "failure_recorder": "none",
+            "eventsourcing": {"store": "in_memory", "snapshot": "in_memory"},
+            "command": {"wait": {"notifier": "in_memory"}},
+        }
+        fields.update(overrides)
+        if service_name is not None:
+            fields["service_name"] = service_name
+        self.app = app
+        self.settings = WowSettings.load(**fields)
+        self.runtime: Any = None
+
+    async def __aenter__(self) -> Any:
+        self.runtime = self.app.runtime(self.settings)
+        await self.runtime.start()
+        return self.runtime
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        runtime, self.runtime = self.runtime, None
+        if runtime is not None:
+            await runtime.stop()
