@@ -49,8 +49,8 @@ LAYERS: list[tuple[str, list[tuple[str, str]]]] = [
             ("plugins", "hookspecs, plugin manager, CLI Command"),
         ],
     ),
-    ("", [("testing", "conformance suites, test helpers")]),
     ("", [("runtime", "WowSettings, container, assembly, WowRuntime, KeyedExecutor, WowApp, CLI")]),
+    ("", [("testing", "given/when/expect specs, TestRuntime, conformance suites")]),
 ]
 """The rows of the diagram, bottom first: (caption, [(package, what it owns)])."""
 
