@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from examples.bank.domain import Account, Loan, Transfer
-from examples.bank.processor import LargeMovementAudit
-from examples.bank.projection import BankSummary
-from examples.bank.saga import Notice, TransferNoticeSaga
+from .domain import Account, Loan, Transfer
+from .processor import LargeMovementAudit
+from .projection import BankSummary
+from .saga import Notice, TransferNoticeSaga
 
 from wow_core import WowApp
 

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from examples.bank.domain import (
+from .domain import (
     Account,
     AccountState,
     CompleteTransfer,

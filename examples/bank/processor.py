@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from examples.bank.domain import MoneyDeposited, MoneyWithdrawn
+from .domain import MoneyDeposited, MoneyWithdrawn
 
 from wow_core import DomainEvent, event_processor, on_event
 

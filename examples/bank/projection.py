@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from examples.bank.domain import (
+from .domain import (
     AccountClosed,
     AccountOpened,
     MoneyDeposited,

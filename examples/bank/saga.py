@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from examples.bank.domain import TransferCompleted, TransferFailed
+from .domain import TransferCompleted, TransferFailed
 
 from wow_core import (
     AggregateId,

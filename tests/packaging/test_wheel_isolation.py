@@ -52,6 +52,7 @@ def test_each_wheel_holds_only_its_own_package(wheelhouse: dict[str, Path]) -> N
                 name.split("/")[0] for name in archive.namelist() if ".dist-info" not in name.split("/")[0]
             }
         expected = set() if distribution == "wow-py" else {distribution.replace("-", "_")}
+        # (wow-core carries the bank example as wow_core.examples.bank: still its own package)
         assert tops == expected, (distribution, tops)
 
 
@@ -93,6 +94,10 @@ def test_wow_core_alone_installs_without_broker_clients_or_opentelemetry(
     plugins = venv.command("wow", "plugins", "--json", cwd=tmp_path)
     assert plugins.returncode == 0, plugins.stderr
     assert {p["distribution"] for p in json.loads(plugins.stdout)["plugins"]} == {"wow-core"}
+    # the bank example ships in the wheel: the demo runs in an empty folder
+    demo = venv.command("wow", "demo", "--accounts", "3", "--transfers", "4", cwd=tmp_path)
+    assert demo.returncode == 0, demo.stderr
+    assert "wow demo: the bank service" in demo.stdout
 
 
 def test_an_extra_of_the_umbrella_pulls_its_member_in(

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import importlib.util
 import inspect
 import logging
 import os
@@ -272,6 +273,22 @@ def run_command(invocation: Any) -> int:
 # -- wow demo ------------------------------------------------------------------------------
 
 
+def _bank_package() -> str:
+    """The bank example's package: the copy in the wheel (``wow_core.examples.bank``), or
+    ``examples.bank`` of a source checkout (an editable install has no copy)."""
+    if importlib.util.find_spec("wow_core.examples") is not None:
+        return "wow_core.examples.bank"
+    root = _examples_root()
+    if root is None:
+        raise SettingsError(
+            "the bank example is neither installed (wow_core.examples.bank, part of the wow-core wheel) "
+            "nor in a source checkout of wow-py (examples/bank)"
+        )
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    return "examples.bank"
+
+
 def _examples_root() -> Path | None:
     """The source checkout holding ``examples/`` (the working directory or the repo of wow_core)."""
     candidates = [Path.cwd(), *Path(__file__).resolve().parents]
@@ -295,16 +312,10 @@ def demo_command(invocation: Any) -> int:
         raise SettingsError("wow demo needs --accounts >= 3, --transfers >= 0 and --concurrency >= 1")
     # Warnings of the framework and the broker clients, each naming its origin.
     _configure_logging("WARNING", format="%(levelname)s %(name)s: %(message)s")
-    root = _examples_root()
-    if root is None:
-        raise SettingsError(
-            "it runs examples/bank, which is not part of the installed packages; run it from the root of "
-            "a source checkout of wow-py"
-        )
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    from examples.bank.app import app
-    from examples.bank.demo import DemoAborted, print_report, run_demo
+    package = _bank_package()
+    app = importlib.import_module(f"{package}.app").app
+    demo = importlib.import_module(f"{package}.demo")
+    DemoAborted, print_report, run_demo = demo.DemoAborted, demo.print_report, demo.run_demo
 
     container = invocation.container()
     runtime = build_runtime(app, container=container)
