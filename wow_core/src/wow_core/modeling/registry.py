@@ -73,6 +73,10 @@ class AggregateRegistry:
                     registry.register(cls)
         return registry
 
+    def handler_of(self, body_type: type[Any]) -> AggregateMetadata[Any] | None:
+        """The aggregate that handles commands of ``body_type``, if one is registered."""
+        return self._by_body.get(body_type)
+
     def function_for(self, body: object) -> tuple[AggregateMetadata[Any], CommandFunction]:
         metadata = self._by_body.get(type(body))
         if metadata is None:

@@ -173,6 +173,18 @@ def _configure_demo(parser: argparse.ArgumentParser) -> None:
     configure_demo(parser)
 
 
+def _run_asyncapi(invocation: Invocation) -> int:
+    from wow_core.runtime.asyncapi import asyncapi_command
+
+    return asyncapi_command(invocation)
+
+
+def _configure_asyncapi(parser: argparse.ArgumentParser) -> None:
+    from wow_core.runtime.asyncapi import configure_asyncapi
+
+    configure_asyncapi(parser)
+
+
 def _run_run(invocation: Invocation) -> int:
     from wow_core.runtime.serve import run_command
 
@@ -209,6 +221,14 @@ CORE_COMMANDS: dict[str, Command] = {
         "stage and a summary (counts, throughput, latency percentiles).",
         run=_run_demo,
         configure=_configure_demo,
+    ),
+    "asyncapi": Command(
+        help="print the AsyncAPI 3.0 document of a service (module:app)",
+        description="The channels (the transport's topic names), messages (the wire envelope with each "
+        "body's JSON schema) and operations of a WowApp on the settings' transport, as AsyncAPI 3.0 "
+        "JSON (--yaml: YAML). Nothing is started or connected.",
+        run=_run_asyncapi,
+        configure=_configure_asyncapi,
     ),
     "run": Command(
         help="run a service (module:app) until SIGINT or SIGTERM",
