@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from wow_core import WowApp
+
 from .domain import Account, Loan, Transfer
 from .processor import LargeMovementAudit
 from .projection import BankSummary
 from .saga import Notice, TransferNoticeSaga
-
-from wow_core import WowApp
 
 app = WowApp(
     "bank",

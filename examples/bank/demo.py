@@ -30,6 +30,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from wow_core import (
+    AggregateId,
+    CommandMessage,
+    CommandResult,
+    CommandStage,
+    CommandValidationError,
+    CommandWait,
+    CommandWaitTimeoutError,
+    NamedAggregate,
+    WowRuntime,
+)
+
 from .domain import (
     Account,
     AccountState,
@@ -41,18 +53,6 @@ from .domain import (
     Ping,
     PrepareTransfer,
     Withdraw,
-)
-
-from wow_core import (
-    AggregateId,
-    CommandMessage,
-    CommandResult,
-    CommandStage,
-    CommandValidationError,
-    CommandWait,
-    CommandWaitTimeoutError,
-    NamedAggregate,
-    WowRuntime,
 )
 
 

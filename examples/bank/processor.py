@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .domain import MoneyDeposited, MoneyWithdrawn
-
 from wow_core import DomainEvent, event_processor, on_event
+
+from .domain import MoneyDeposited, MoneyWithdrawn
 
 LARGE = 10_000
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from wow_core import DomainEvent, on_event, projection
+
 from .domain import (
     AccountClosed,
     AccountOpened,
@@ -20,8 +22,6 @@ from .domain import (
     TransferFailed,
     TransferPrepared,
 )
-
-from wow_core import DomainEvent, on_event, projection
 
 
 @dataclass

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .domain import TransferCompleted, TransferFailed
-
 from wow_core import (
     AggregateId,
     CommandMessage,
@@ -27,6 +25,8 @@ from wow_core import (
     on_sourcing,
     stateless_saga,
 )
+
+from .domain import TransferCompleted, TransferFailed
 
 NOTICE = NamedAggregate("bank", "notice")
 

@@ -43,6 +43,10 @@ def test_every_member_builds_its_own_wheel_from_its_own_pyproject(wheelhouse: di
         assert len(required) == len(declared), (distribution, required, declared)
         for name in project.get("entry-points", {}).get("wow", {}):
             assert f"{name} = " in entry_points.split("[wow]", 1)[1], (distribution, name)
+        if (ROOT / folder / "README.md").is_file():
+            # the member's own README is its description on the index
+            assert project.get("readme") == "README.md", distribution
+            assert fields.get("Description-Content-Type") == ["text/markdown"], distribution
 
 
 def test_each_wheel_holds_only_its_own_package(wheelhouse: dict[str, Path]) -> None:
