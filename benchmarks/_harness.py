@@ -82,9 +82,15 @@ class Figure:
 class Harness:
     """Timing helpers and the yardstick, for one run of one benchmark module."""
 
-    def __init__(self, *, quick: bool = False, repeat: int = 5) -> None:
+    def __init__(
+        self, *, quick: bool = False, repeat: int = 5, options: argparse.Namespace | None = None
+    ) -> None:
         self.quick = quick
         self.repeat = max(1, repeat)
+        self.options = options or argparse.Namespace()
+        """The module's own command-line options (``Harness.main(..., options=...)``)."""
+        self.failures: list[str] = []
+        """What could not be measured (a broker that is down): the exit status is 1."""
         self._hop_pipelined: float | None = None
         self._hop_latency: float | None = None
 
@@ -227,8 +233,11 @@ class Harness:
         benchmark: str,
         run: Callable[[Harness], Awaitable[list[Figure]]],
         description: str | None = None,
+        options: Callable[[argparse.ArgumentParser], None] | None = None,
     ) -> None:
-        """The command line of a benchmark module."""
+        """The command line of a benchmark module; ``options`` adds the module's own.
+
+        Exits 1 when the run recorded failures (the figures measured are written)."""
         parser = argparse.ArgumentParser(
             prog=f"python -m benchmarks.{benchmark}",
             description=description,
@@ -236,8 +245,10 @@ class Harness:
         )
         parser.add_argument("--quick", action="store_true", help="a tenth of the operations")
         parser.add_argument("--repeat", type=int, default=5, help="runs per figure; the best is kept")
+        if options is not None:
+            options(parser)
         args = parser.parse_args()
-        harness = cls(quick=args.quick, repeat=args.repeat)
+        harness = cls(quick=args.quick, repeat=args.repeat, options=args)
         figures = asyncio.run(run(harness))
         report = {"machine": cls.machine(), "yardstick": harness.yardstick(), "repeat": harness.repeat}
         path = cls.write(benchmark, figures, report)
@@ -246,6 +257,10 @@ class Harness:
         for figure in figures:
             print(figure.line())
         print(f"wrote {path}", file=sys.stderr)
+        for failure in harness.failures:
+            print(f"failed: {failure}", file=sys.stderr)
+        if harness.failures:
+            raise SystemExit(1)
 
 
 def per_op(seconds: float, count: int) -> float:
