@@ -104,7 +104,14 @@ class KafkaWaitNotifier:
         await self._topics.ensure((self.topic,), {"retention.ms": str(self.settings.wait_retention_ms)})
         partitions = sorted(await producer.partitions_for(self.topic))
         partition = random.choice(partitions)
-        consumer = AIOKafkaConsumer(**self._common, group_id=None, enable_auto_commit=False)
+        # The transport's fetch wait, not aiokafka's 500 ms: a broker may hold an empty
+        # fetch that long (tansu does), and every signal arriving meanwhile waits for it.
+        consumer = AIOKafkaConsumer(
+            **self._common,
+            group_id=None,
+            enable_auto_commit=False,
+            fetch_max_wait_ms=self.settings.fetch_max_wait_ms,
+        )
         await consumer.start()
         self._consumer = consumer
         assigned = TopicPartition(self.topic, partition)
