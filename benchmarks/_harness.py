@@ -234,6 +234,8 @@ class Harness:
         run: Callable[[Harness], Awaitable[list[Figure]]],
         description: str | None = None,
         options: Callable[[argparse.ArgumentParser], None] | None = None,
+        *,
+        repeat: int = 5,
     ) -> None:
         """The command line of a benchmark module; ``options`` adds the module's own.
 
@@ -244,7 +246,7 @@ class Harness:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         parser.add_argument("--quick", action="store_true", help="a tenth of the operations")
-        parser.add_argument("--repeat", type=int, default=5, help="runs per figure; the best is kept")
+        parser.add_argument("--repeat", type=int, default=repeat, help="runs per figure; the best is kept")
         if options is not None:
             options(parser)
         args = parser.parse_args()

@@ -172,7 +172,10 @@ async def respond_kafka(bootstrap: str, requests: str, replies: str, fetch_max_w
 
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, fetch_max_wait_ms=fetch_max_wait_ms
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        fetch_max_wait_ms=fetch_max_wait_ms,
     )
     await producer.start()
     await consumer.start()
@@ -217,7 +220,9 @@ def main() -> None:
     responder = sub.add_parser("responder", help="the raw clients' request-reply responder")
     responder.add_argument("broker", choices=["redis", "nats", "kafka"])
     responder.add_argument("url", help="Redis URL, NATS URL or Kafka bootstrap servers")
-    responder.add_argument("names", nargs="+", help="request channel/subject; Kafka: request and reply topics")
+    responder.add_argument(
+        "names", nargs="+", help="request channel/subject; Kafka: request and reply topics"
+    )
     responder.add_argument("--fetch-max-wait-ms", type=int, default=50)
     arguments = parser.parse_args()
     if arguments.broker == "kafka" and len(arguments.names) != 2:
