@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
+import os
 import re
 import signal
 import subprocess
@@ -59,7 +61,34 @@ class Counter:
         return Tally(state.value + event.by)
 
 
-app = WowApp("waitbench", aggregates=[Counter])
+PROFILE = "WOW_BENCH_PROFILE"
+"""A file path: the service profiles itself (pyinstrument) from SIGUSR1 to SIGUSR2, writes
+the text profile there and prints ``profiled``."""
+
+
+def profiling(runtime: object) -> None:
+    """The installer behind :data:`PROFILE` (nothing without it)."""
+    path = os.environ.get(PROFILE)
+    if not path:
+        return
+    from pyinstrument import Profiler
+
+    profiler = Profiler(async_mode="disabled", interval=0.0005)
+
+    def begin(*_: object) -> None:
+        profiler.start()
+
+    def end(*_: object) -> None:
+        profiler.stop()
+        text = profiler.output_text(unicode=False, color=False, show_all=False)
+        Path(path).write_text(text, encoding="utf-8")
+        print("profiled", flush=True)
+
+    signal.signal(signal.SIGUSR1, begin)
+    signal.signal(signal.SIGUSR2, end)
+
+
+app = WowApp("waitbench", aggregates=[Counter], installers=[profiling])
 """The service: ``wow run benchmarks._wait_peer:app``."""
 
 SERVING = re.compile(r"serving (\S+); SIGINT or SIGTERM stops")
@@ -80,9 +109,11 @@ class Peer:
             stderr=subprocess.STDOUT,
             text=True,
         )
-        self.lines: list[str] = []
+        self.lines: collections.deque[str] = collections.deque(maxlen=2000)
+        """The last lines of its output."""
         self._ready_line = ready
-        self._ready = threading.Event()
+        self._ended = False
+        self._changed = threading.Condition()
         threading.Thread(target=self._read, name=f"{name}-output", daemon=True).start()
 
     @classmethod
@@ -99,17 +130,32 @@ class Peer:
     def _read(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
-            if len(self.lines) < 2000:
+            with self._changed:
                 self.lines.append(line)
-            if self._ready_line.search(line):
-                self._ready.set()
-        self._ready.set()  # the process ended: ready() says so
+                self._changed.notify_all()
+        with self._changed:
+            self._ended = True
+            self._changed.notify_all()
+
+    def _waited(self, pattern: re.Pattern[str], timeout: float) -> bool:
+        def seen() -> bool:
+            return any(pattern.search(line) for line in self.lines)
+
+        with self._changed:
+            self._changed.wait_for(lambda: seen() or self._ended, timeout)
+            return seen()
+
+    async def printed(self, pattern: re.Pattern[str], timeout: float = 60.0) -> None:
+        """Until the process printed a line ``pattern`` finds; raises if it ended or timed out first."""
+        if not await asyncio.to_thread(self._waited, pattern, timeout):
+            self.stop()
+            raise RuntimeError(
+                f"{self.name} did not print {pattern.pattern!r}:\n{''.join(list(self.lines)[-30:])}"
+            )
 
     async def ready(self, timeout: float = 60.0) -> None:
         """Until the process printed its ready line; raises if it ended or timed out first."""
-        if not await asyncio.to_thread(self._ready.wait, timeout) or self.process.poll() is not None:
-            self.stop()
-            raise RuntimeError(f"{self.name} did not start:\n{''.join(self.lines[-30:])}")
+        await self.printed(self._ready_line, timeout)
 
     def stop(self) -> None:
         if self.process.poll() is not None:

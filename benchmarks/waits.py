@@ -29,6 +29,7 @@ removed at the end; Kafka is a ``tansu`` started here (memory storage) unless
 
     python -m benchmarks.waits [--quick] [--repeat N]
     python -m benchmarks.waits --brokers redis nats   # a subset
+    python -m benchmarks.waits --profile redis        # where the time goes (waits_profile.txt)
 """
 
 from __future__ import annotations
@@ -37,15 +38,18 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
+import signal
 import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from benchmarks._harness import Figure, Harness
-from benchmarks._wait_peer import AGGREGATE, CONTEXT, Bump, Peer, app
+from benchmarks._harness import RESULTS, Figure, Harness
+from benchmarks._wait_peer import AGGREGATE, CONTEXT, PROFILE, Bump, Peer, app
 from wow_core.command import CommandStage, CommandWait
 from wow_core.model import AggregateId, CommandMessage, NamedAggregate
 from wow_core.runtime.app import WowApp
@@ -468,52 +472,104 @@ SUBJECTS = (
 )
 
 
-async def measure_broker(h: Harness, broker: Broker, sequential: int, concurrent: int) -> list[Figure]:
+@contextlib.asynccontextmanager
+async def prepared(
+    broker: Broker, keys: tuple[str, ...], service_env: dict[str, str] | None = None
+) -> AsyncIterator[tuple[dict[str, Subject], Peer | None]]:
+    """The subjects ``keys`` ready and warmed up (connections, topics, groups, the first
+    aggregates), and the cross-process service (when ``cross`` is one of them); at the
+    end everything is stopped and every name of the run removed from the broker."""
     run_id = uuid.uuid4().hex[:8]
-    spaces = {key: f"wb{run_id}{key.replace('_', '')}." for key, _ in SUBJECTS}
-    if broker.name == "redis":
-        spaces = {key: space.replace(".", ":") for key, space in spaces.items()}
-    base = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    separator = ":" if broker.name == "redis" else "."
+    spaces = {key: f"wb{run_id}{key.replace('_', '')}{separator}" for key in keys}
+    labels = dict(SUBJECTS)
     runtimes: list[WowRuntime] = []
     service: Peer | None = None
     subjects: dict[str, Subject] = {}
     try:
         async with contextlib.AsyncExitStack() as stack:
-            raw = await stack.enter_async_context(broker.raw(spaces["raw"]))
-            subjects["raw"] = Subject("raw", dict(SUBJECTS)["raw"], raw)
+            if "raw" in keys:
+                raw = await stack.enter_async_context(broker.raw(spaces["raw"]))
+                subjects["raw"] = Subject("raw", labels["raw"], raw)
             for key, enabled in (("single_off", False), ("single_on", True)):
-                runtime = await started(app, {**broker.env(spaces[key]), **local_first(enabled)})
-                runtimes.append(runtime)
-                subjects[key] = Subject(key, dict(SUBJECTS)[key], waiting(runtime, key))
-            cross_env = {**broker.env(spaces["cross"]), **local_first(False)}
-            service = Peer.service({**base, **cross_env})
-            await service.ready()
-            caller = await started(WowApp("", body_types=[Bump]), cross_env)
-            runtimes.append(caller)
-            subjects["cross"] = Subject("cross", dict(SUBJECTS)["cross"], waiting(caller, "cross"))
-            hop = hop_latency = float("inf")
-            # warm-up of every subject: connections, topics, groups, the first aggregates
+                if key in keys:
+                    runtime = await started(app, {**broker.env(spaces[key]), **local_first(enabled)})
+                    runtimes.append(runtime)
+                    subjects[key] = Subject(key, labels[key], waiting(runtime, key))
+            if "cross" in keys:
+                cross_env = {**broker.env(spaces["cross"]), **local_first(False)}
+                service = Peer.service(
+                    {**os.environ, "PYTHONUNBUFFERED": "1", **cross_env, **(service_env or {})}
+                )
+                await service.ready()
+                caller = await started(WowApp("", body_types=[Bump]), cross_env)
+                runtimes.append(caller)
+                subjects["cross"] = Subject("cross", labels["cross"], waiting(caller, "cross"))
             for subject in subjects.values():
                 await drive(subject.round_trip, IN_FLIGHT * 2, IN_FLIGHT)
                 await drive(subject.round_trip, 20, 1)
-            order = list(subjects.values())
-            for round_no in range(h.repeat):
-                hop = min(hop, await h.hop_once())
-                hop_latency = min(hop_latency, await h.hop_once(latency=True))
-                shift = round_no % len(order)
-                for subject in order[shift:] + order[:shift]:
-                    subject.keep(await drive(subject.round_trip, sequential, 1, SEQUENTIAL_BUDGET))
-                    subject.keep(await drive(subject.round_trip, concurrent, IN_FLIGHT, CONCURRENT_BUDGET))
-                print(
-                    f"   {broker.name}: round {round_no + 1} of {h.repeat} done", file=sys.stderr, flush=True
-                )
+            yield subjects, service
     finally:
         for runtime in reversed(runtimes):
             await runtime.stop()
         if service is not None:
             service.stop()
         await broker.clean(list(spaces.values()))
+
+
+async def measure_broker(h: Harness, broker: Broker, sequential: int, concurrent: int) -> list[Figure]:
+    async with prepared(broker, tuple(key for key, _ in SUBJECTS)) as (subjects, _):
+        hop = hop_latency = float("inf")
+        order = list(subjects.values())
+        for round_no in range(h.repeat):
+            hop = min(hop, await h.hop_once())
+            hop_latency = min(hop_latency, await h.hop_once(latency=True))
+            shift = round_no % len(order)
+            for subject in order[shift:] + order[:shift]:
+                subject.keep(await drive(subject.round_trip, sequential, 1, SEQUENTIAL_BUDGET))
+                subject.keep(await drive(subject.round_trip, concurrent, IN_FLIGHT, CONCURRENT_BUDGET))
+            print(f"   {broker.name}: round {round_no + 1} of {h.repeat} done", file=sys.stderr, flush=True)
     return figures_of(broker.name, subjects, hop, hop_latency)
+
+
+PROFILED = re.compile(r"^profiled$")
+
+
+async def profile_broker(broker: Broker, concurrent: int) -> Path:
+    """pyinstrument profiles of 64 in flight for ``CONCURRENT_BUDGET`` seconds: the caller
+    and the service of the cross-process subject, then the single-process one (local-first
+    off), into ``results/waits_profile.txt``."""
+    from pyinstrument import Profiler
+
+    service_profile = RESULTS / "waits_profile_service.tmp"
+    sections: list[str] = []
+    async with prepared(broker, ("single_off", "cross"), {PROFILE: str(service_profile)}) as (
+        subjects,
+        service,
+    ):
+        assert service is not None
+        for key in ("cross", "single_off"):
+            profiler = Profiler(async_mode="disabled", interval=0.0005)
+            if key == "cross":
+                service.process.send_signal(signal.SIGUSR1)
+            profiler.start()
+            done = await drive(subjects[key].round_trip, concurrent, IN_FLIGHT, CONCURRENT_BUDGET)
+            profiler.stop()
+            if key == "cross":
+                service.process.send_signal(signal.SIGUSR2)
+                await service.printed(PROFILED)
+            what = f"{subjects[key].label}, {IN_FLIGHT} in flight: {done.rate:,.0f} commands/s"
+            text = profiler.output_text(unicode=False, color=False, show_all=False)
+            if key == "cross":
+                sections.append(f"== {broker.name} {what}: the caller process\n{text}")
+                service_text = service_profile.read_text(encoding="utf-8")
+                service_profile.unlink()
+                sections.append(f"== {broker.name} {what}: the service process\n{service_text}")
+            else:
+                sections.append(f"== {broker.name} {what}: the one process\n{text}")
+    target = RESULTS / "waits_profile.txt"
+    target.write_text("\n".join(sections), encoding="utf-8")
+    return target
 
 
 def figures_of(broker: str, subjects: dict[str, Subject], hop: float, hop_latency: float) -> list[Figure]:
@@ -572,6 +628,13 @@ def figures_of(broker: str, subjects: dict[str, Subject], hop: float, hop_latenc
 async def run(h: Harness) -> list[Figure]:
     sequential = max(50, h.n(500) // 2) if h.quick else h.n(500)
     concurrent = max(IN_FLIGHT * 4, h.n(3200) // 2) if h.quick else h.n(3200)
+    if h.options.profile:
+        broker = BROKER_FACTORIES[h.options.profile]()
+        try:
+            print(f"wrote {await profile_broker(broker, concurrent)}", file=sys.stderr)
+        finally:
+            broker.stop()
+        raise SystemExit(0)  # a profile run writes no figures
     figures: list[Figure] = []
     for name in h.options.brokers:
         print(f"== waits on {name}", file=sys.stderr, flush=True)
@@ -595,6 +658,12 @@ def options(parser: argparse.ArgumentParser) -> None:
         choices=BROKERS,
         default=list(BROKERS),
         help="measure only these brokers (default: all three)",
+    )
+    parser.add_argument(
+        "--profile",
+        choices=BROKERS,
+        help="instead: pyinstrument profiles of the cross-process caller and service and of the "
+        "single-process subject on this broker, 64 in flight (results/waits_profile.txt)",
     )
 
 
