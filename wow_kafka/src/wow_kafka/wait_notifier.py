@@ -7,9 +7,10 @@ endpoint is ``kafka:<topic>/<partition>/<process id>``. Its receiving half reads
 partition, without a consumer group and from the end (no offsets are committed: a signal
 is worth nothing after its deadline), fetching with ``WOW_KAFKA__FETCH_MAX_WAIT_MS`` as
 the transport's consumers do (a broker may hold an empty fetch that long, and a signal
-arriving meanwhile waits for it), and keeps the records keyed by its own process id. A process that reaches a stage of a command waited for elsewhere produces the
-signal's JSON (:func:`wow_core.spi.encode_signal`) to that topic and partition, keyed by
-the process id, and returns on the broker's acknowledgement.
+arriving meanwhile waits for it), and keeps the records keyed by its own process id. A
+process that reaches a stage of a command waited for elsewhere produces the signal's
+JSON (:func:`wow_core.spi.encode_signal`) to that topic and partition, keyed by the
+process id, and returns on the broker's acknowledgement.
 
 Why this shape: a topic per process would leave a topic behind for every process that
 ever ran; one partition per process bounds what a caller reads to its share of its own
