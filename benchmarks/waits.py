@@ -644,9 +644,11 @@ async def run(h: Harness) -> list[Figure]:
     for name in h.options.brokers:
         print(f"== waits on {name}", file=sys.stderr, flush=True)
         broker: Broker | None = None
+        began = time.perf_counter()
         try:
             broker = BROKER_FACTORIES[name]()
             figures += await measure_broker(h, broker, sequential, concurrent)
+            print(f"== waits on {name}: {time.perf_counter() - began:.0f}s", file=sys.stderr, flush=True)
         except Exception as error:  # a broker that is down: the others still run
             h.failures.append(f"waits on {name}: {error!r}")
             print(f"!! waits on {name} failed: {error!r}", file=sys.stderr, flush=True)
