@@ -30,7 +30,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -231,7 +231,7 @@ class Harness:
     def main(
         cls,
         benchmark: str,
-        run: Callable[[Harness], Awaitable[list[Figure]]],
+        run: Callable[[Harness], Coroutine[Any, Any, list[Figure]]],
         description: str | None = None,
         options: Callable[[argparse.ArgumentParser], None] | None = None,
         *,

@@ -186,7 +186,7 @@ async def respond_redis(url: str, channel: str) -> None:
             if message is None or message.get("type") != "message":
                 continue
             reply, _, rest = message["data"].partition(b" ")
-            await client.execute_command("PUBLISH", reply, rest)
+            await client.publish(reply, rest)
     finally:
         await pubsub.aclose()  # type: ignore[no-untyped-call]
         await client.aclose()

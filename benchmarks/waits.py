@@ -231,9 +231,9 @@ async def raw_redis(prefix: str) -> AsyncIterator[RoundTrip]:
         reader = asyncio.create_task(read())
 
         async def round_trip(index: int) -> None:
-            request = f"{uuid.uuid4().hex[:16]}"
+            request = uuid.uuid4().hex[:16]
             answered = replies.expect(request)
-            await client.execute_command("PUBLISH", requests, f"{reply} {request} {PAYLOAD}")
+            await client.publish(requests, f"{reply} {request} {PAYLOAD}")
             await asyncio.wait_for(answered, TIMEOUT)
 
         yield round_trip
@@ -634,11 +634,11 @@ async def run(h: Harness) -> list[Figure]:
     sequential = max(50, h.n(500) // 2) if h.quick else h.n(500)
     concurrent = max(IN_FLIGHT * 4, h.n(3200) // 2) if h.quick else h.n(3200)
     if h.options.profile:
-        broker = BROKER_FACTORIES[h.options.profile]()
+        profiled = BROKER_FACTORIES[h.options.profile]()
         try:
-            print(f"wrote {await profile_broker(broker, concurrent)}", file=sys.stderr)
+            print(f"wrote {await profile_broker(profiled, concurrent)}", file=sys.stderr)
         finally:
-            broker.stop()
+            profiled.stop()
         raise SystemExit(0)  # a profile run writes no figures
     figures: list[Figure] = []
     for name in h.options.brokers:
