@@ -207,7 +207,9 @@ def main() -> int:
     )
     parser.add_argument("--only", nargs="*", default=None, help="run only these modules")
     parser.add_argument("--quick", action="store_true", help="pass --quick to modules that take it")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per module")
+    # 15 minutes: the cross-process waits (three brokers, processes started per broker) take
+    # 5 to 6 on the busy 2-core machine, and more when the neighbours are busier
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per module")
     parser.add_argument("--plot-only", action="store_true", help="only redraw the plot from the results")
     args = parser.parse_args()
     failed: list[str] = []

@@ -30,7 +30,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -82,9 +82,15 @@ class Figure:
 class Harness:
     """Timing helpers and the yardstick, for one run of one benchmark module."""
 
-    def __init__(self, *, quick: bool = False, repeat: int = 5) -> None:
+    def __init__(
+        self, *, quick: bool = False, repeat: int = 5, options: argparse.Namespace | None = None
+    ) -> None:
         self.quick = quick
         self.repeat = max(1, repeat)
+        self.options = options or argparse.Namespace()
+        """The module's own command-line options (``Harness.main(..., options=...)``)."""
+        self.failures: list[str] = []
+        """What could not be measured (a broker that is down): the exit status is 1."""
         self._hop_pipelined: float | None = None
         self._hop_latency: float | None = None
 
@@ -225,19 +231,26 @@ class Harness:
     def main(
         cls,
         benchmark: str,
-        run: Callable[[Harness], Awaitable[list[Figure]]],
+        run: Callable[[Harness], Coroutine[Any, Any, list[Figure]]],
         description: str | None = None,
+        options: Callable[[argparse.ArgumentParser], None] | None = None,
+        *,
+        repeat: int = 5,
     ) -> None:
-        """The command line of a benchmark module."""
+        """The command line of a benchmark module; ``options`` adds the module's own.
+
+        Exits 1 when the run recorded failures (the figures measured are written)."""
         parser = argparse.ArgumentParser(
             prog=f"python -m benchmarks.{benchmark}",
             description=description,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         parser.add_argument("--quick", action="store_true", help="a tenth of the operations")
-        parser.add_argument("--repeat", type=int, default=5, help="runs per figure; the best is kept")
+        parser.add_argument("--repeat", type=int, default=repeat, help="runs per figure; the best is kept")
+        if options is not None:
+            options(parser)
         args = parser.parse_args()
-        harness = cls(quick=args.quick, repeat=args.repeat)
+        harness = cls(quick=args.quick, repeat=args.repeat, options=args)
         figures = asyncio.run(run(harness))
         report = {"machine": cls.machine(), "yardstick": harness.yardstick(), "repeat": harness.repeat}
         path = cls.write(benchmark, figures, report)
@@ -246,6 +259,10 @@ class Harness:
         for figure in figures:
             print(figure.line())
         print(f"wrote {path}", file=sys.stderr)
+        for failure in harness.failures:
+            print(f"failed: {failure}", file=sys.stderr)
+        if harness.failures:
+            raise SystemExit(1)
 
 
 def per_op(seconds: float, count: int) -> float:

@@ -3,6 +3,8 @@ per process, records keyed by process id."""
 
 from __future__ import annotations
 
+import asyncio
+import statistics
 from typing import Any
 
 import pytest
@@ -95,3 +97,31 @@ async def test_the_signal_topic_is_created_with_a_short_retention(kafka_settings
     finally:
         await caller.close()
         await admin.close()
+
+
+async def test_signals_are_read_within_the_transports_fetch_wait(kafka_settings: KafkaSettings) -> None:
+    """The receiving half fetches with ``WOW_KAFKA__FETCH_MAX_WAIT_MS`` (50 ms here), as
+    the transport's consumers do, not aiokafka's default of 500 ms: a broker that holds
+    an empty fetch for its whole wait (tansu does) would add up to 500 ms to every
+    cross-process wait. Twenty signals one at a time: their median delay stays far below
+    what a 500 ms fetch wait gives (about 250 ms)."""
+    assert kafka_settings.fetch_max_wait_ms == 50
+    caller, sender = notifier(kafka_settings), notifier(kafka_settings)
+    coordinator = WaitCoordinator()
+    sink = WaitSignalSink(coordinator.receive)
+    loop = asyncio.get_running_loop()
+    try:
+        endpoint = await caller.start(sink)
+        await sender.notify(endpoint, WaitSignal("warm-up", CommandStage.PROCESSED))  # metadata, connection
+        delays = []
+        for _ in range(20):
+            waiter = coordinator.register(command(), CommandWait.processed())
+            sent = loop.time()
+            await sender.notify(endpoint, WaitSignal(waiter.command.id, CommandStage.PROCESSED, AGG, 1))
+            await asyncio.wait_for(waiter.future, 5)
+            delays.append(loop.time() - sent)
+            coordinator.unregister(waiter)
+        assert statistics.median(delays) < 0.15, sorted(round(d * 1000) for d in delays)
+    finally:
+        await sender.close()
+        await caller.close()

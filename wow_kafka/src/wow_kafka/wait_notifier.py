@@ -5,10 +5,12 @@ transport's topics, ``WOW_KAFKA__PARTITIONS`` partitions). A process picks one o
 partitions at random when it starts and names itself by a random process id: its
 endpoint is ``kafka:<topic>/<partition>/<process id>``. Its receiving half reads that one
 partition, without a consumer group and from the end (no offsets are committed: a signal
-is worth nothing after its deadline), and keeps the records keyed by its own process
-id. A process that reaches a stage of a command waited for elsewhere produces the
-signal's JSON (:func:`wow_core.spi.encode_signal`) to that topic and partition, keyed by
-the process id, and returns on the broker's acknowledgement.
+is worth nothing after its deadline), fetching with ``WOW_KAFKA__FETCH_MAX_WAIT_MS`` as
+the transport's consumers do (a broker may hold an empty fetch that long, and a signal
+arriving meanwhile waits for it), and keeps the records keyed by its own process id. A
+process that reaches a stage of a command waited for elsewhere produces the signal's
+JSON (:func:`wow_core.spi.encode_signal`) to that topic and partition, keyed by the
+process id, and returns on the broker's acknowledgement.
 
 Why this shape: a topic per process would leave a topic behind for every process that
 ever ran; one partition per process bounds what a caller reads to its share of its own
@@ -104,7 +106,14 @@ class KafkaWaitNotifier:
         await self._topics.ensure((self.topic,), {"retention.ms": str(self.settings.wait_retention_ms)})
         partitions = sorted(await producer.partitions_for(self.topic))
         partition = random.choice(partitions)
-        consumer = AIOKafkaConsumer(**self._common, group_id=None, enable_auto_commit=False)
+        # The transport's fetch wait, not aiokafka's 500 ms: a broker may hold an empty
+        # fetch that long (tansu does), and every signal arriving meanwhile waits for it.
+        consumer = AIOKafkaConsumer(
+            **self._common,
+            group_id=None,
+            enable_auto_commit=False,
+            fetch_max_wait_ms=self.settings.fetch_max_wait_ms,
+        )
         await consumer.start()
         self._consumer = consumer
         assigned = TopicPartition(self.topic, partition)

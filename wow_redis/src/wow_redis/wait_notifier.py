@@ -3,7 +3,10 @@
 Each process subscribes to its own channel, ``<key_prefix>wow:wait:<process id>`` (the
 endpoint ``redis:<channel>``); a process that reaches a stage of a command waited for
 elsewhere ``PUBLISH``-es the signal's JSON (:func:`wow_core.spi.encode_signal`) to the
-channel named in the command's header.
+channel named in the command's header. Notifications made while a ``PUBLISH`` round
+trip is in flight are queued and written together in the next one, on one connection (a
+service answering many waiting callers would otherwise spend a round trip, and a pooled
+connection, per signal: more than its commands cost to process).
 
 Guaranteed: a signal published while the caller is subscribed reaches it once, in
 publish order per publisher. Not guaranteed: delivery across a disconnection of either
@@ -26,7 +29,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 from wow_core.spi import WaitEndpoint, WaitSignal, WaitSignalSink, encode_signal
-from wow_redis.connection import TRANSIENT_ERRORS, Backoff, command, create_client
+from wow_redis.connection import TRANSIENT_ERRORS, Backoff, create_client, deadline, pack, round_trip
 from wow_redis.settings import SECTION, RedisSettings
 
 if TYPE_CHECKING:
@@ -54,6 +57,8 @@ class RedisWaitNotifier:
         self._client: Redis | None = None
         self._pubsub: PubSub | None = None
         self._reader: asyncio.Task[None] | None = None
+        self._queue: list[tuple[bytes, asyncio.Future[int]]] = []
+        self._writer: asyncio.Task[None] | None = None
         self.undelivered = 0
         """Signals published to a channel nobody listens on (the caller is gone)."""
 
@@ -103,25 +108,58 @@ class RedisWaitNotifier:
             sink(message["data"])  # never raises
 
     async def notify(self, endpoint: WaitEndpoint, signal: WaitSignal) -> None:
-        """``PUBLISH`` the signal to the endpoint's channel (a channel of another form is
-        refused with ``ValueError``)."""
+        """``PUBLISH`` the signal to the endpoint's channel; returns on Redis's reply (a
+        channel of another form is refused with ``ValueError``). Concurrent notifications
+        share round trips, written in the order ``notify`` was called."""
         if self._accepted.fullmatch(endpoint.address) is None:
             raise ValueError(f"not a wait channel of this key prefix: {endpoint.address[:120]!r}")
-        receivers = await command(
-            self._connected(),
-            "PUBLISH",
-            endpoint.address,
-            encode_signal(signal),
-            timeout=self.settings.socket_timeout,
-        )
+        packed = pack(b"PUBLISH", endpoint.address.encode(), encode_signal(signal).encode())
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._queue.append((packed, future))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(
+                self._write(), name=f"{self.channel}:publish"
+            )
+        receivers = await future
         if receivers == 0:
             self.undelivered += 1
 
+    async def _write(self) -> None:
+        """Until the queue is empty: its PUBLISHes (up to ``send_batch_size``) in one round
+        trip, each reply (or the round trip's error) to its own notification."""
+        client = self._connected()
+        limit = self.settings.send_batch_size
+        while self._queue:
+            batch, self._queue = self._queue[:limit], self._queue[limit:]
+            try:
+                async with deadline(self.settings.socket_timeout, "PUBLISH"):
+                    replies = await round_trip(client, [packed for packed, _ in batch])
+            except BaseException as error:
+                failure = error if isinstance(error, Exception) else ConnectionError("notifier closed")
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(failure)
+                if not isinstance(error, Exception):
+                    raise
+                continue
+            for (_, future), reply in zip(batch, replies, strict=True):
+                if future.done():
+                    continue
+                if isinstance(reply, Exception):
+                    future.set_exception(reply)
+                else:
+                    future.set_result(int(reply))
+
     async def close(self) -> None:
-        reader, self._reader = self._reader, None
-        if reader is not None:
-            reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
+        for task in (self._reader, self._writer):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._reader = self._writer = None
+        queued, self._queue = self._queue, []
+        for _, future in queued:
+            if not future.done():
+                future.set_exception(ConnectionError("the Redis wait notifier is closed"))
         pubsub, self._pubsub = self._pubsub, None
         if pubsub is not None:
             with contextlib.suppress(*TRANSIENT_ERRORS):
