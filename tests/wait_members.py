@@ -141,18 +141,18 @@ async def waits_across_processes(
         )
         assert {f"c-{run}-{n}-echo" for n in range(5)} <= processed_echoes
 
-        # a streaming wait yields each stage, the last one from the reactor
+        # a streaming wait yields each stage in order, the last one from the reactor;
+        # PROCESSED (from a journal instance) may arrive after PROJECTED (from the
+        # reactor): it is then not yielded, the later stage proves it
         streamed = [
             (r.stage, r.processor_name)
             async for r in gateway.send_and_wait_stream(
                 record(f"t-{run}"), CommandWait.projected(CONTEXT, "LedgerTotals"), timeout=30
             )
         ]
-        assert streamed == [
-            (CommandStage.SENT, ""),
-            (CommandStage.PROCESSED, ""),
-            (CommandStage.PROJECTED, "LedgerTotals"),
-        ]
+        assert streamed[0] == (CommandStage.SENT, "")
+        assert streamed[-1] == (CommandStage.PROJECTED, "LedgerTotals")
+        assert streamed[1:-1] in ([], [(CommandStage.PROCESSED, "")]), streamed
 
         # the reactor dies mid-wait: the caller fails at its deadline, naming PROCESSED
         reactor.kill()
