@@ -16,8 +16,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tests.accounts import Account, Deposited, Opened
-from wow_core import DomainEvent, StateEvent, WowApp, on_event, on_state_event, projection, retry
+from tests.accounts import ACCOUNT, Account, Deposit, Deposited, Opened, Withdraw
+from wow_core import (
+    DomainEvent,
+    StateEvent,
+    WowApp,
+    on_event,
+    on_state_event,
+    projection,
+    retry,
+    stateless_saga,
+)
+from wow_core.model import AggregateId, CommandMessage
 from wow_core.event import RecoverableError
 
 
@@ -94,6 +104,27 @@ class Ledger:
         if self.switches.failing("notify"):
             raise Broken("best effort only")
         self.journal.add("notify", event.id)
+
+
+@stateless_saga(context="bank", aggregates=["bank.account"])
+class Sweep:
+    """On a deposit into ``into`` (when set), pays a fee of 1 into ``fees`` and withdraws
+    the deposit from ``source``: the withdrawal is rejected (INSUFFICIENT_FUNDS) while
+    ``source`` holds less, a failed hop of the saga after the fee went through."""
+
+    def __init__(self) -> None:
+        self.into = ""
+        self.source = ""
+        self.fees = ""
+
+    @on_event
+    def swept(self, event: DomainEvent[Deposited]) -> list[CommandMessage[object]]:
+        if not self.into or event.aggregate_id.id != self.into:
+            return []
+        return [
+            CommandMessage(AggregateId(ACCOUNT, self.fees), Deposit(1), "Deposit"),
+            CommandMessage(AggregateId(ACCOUNT, self.source), Withdraw(event.body.amount), "Withdraw"),
+        ]
 
 
 LEDGER = Ledger()

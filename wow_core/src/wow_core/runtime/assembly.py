@@ -16,6 +16,7 @@ from dependency_injector import providers
 
 from wow_core.command.coordinator import WaitCoordinator
 from wow_core.command.gateway import CommandGateway
+from wow_core.command.origin import SagaCommandRecorder
 from wow_core.event.failure import ContributingRecorder, RecorderParts
 from wow_core.eventsourcing.store import EventStore
 from wow_core.messaging.in_memory import InMemoryCommandBus, InMemoryDomainEventBus, InMemoryStateEventBus
@@ -266,6 +267,8 @@ def build_runtime(
     if app.name:
         runtime.name = app.name
         runtime.command_dispatcher.group = f"{app.name}.command"
+    if isinstance(recorder, SagaCommandRecorder):
+        runtime.command_dispatcher.saga_recorder = recorder
     for install in (*app.installers, *parts.installers):
         install(runtime)
     # -- event dispatch (spec 003): processors, sagas, projections and snapshots ----------
