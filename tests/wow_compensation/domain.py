@@ -27,8 +27,8 @@ from wow_core import (
     retry,
     stateless_saga,
 )
-from wow_core.model import AggregateId, CommandMessage
 from wow_core.event import RecoverableError
+from wow_core.model import AggregateId, CommandMessage
 
 
 class Broken(RecoverableError):

@@ -98,7 +98,8 @@ async def test_a_rejected_saga_command_is_recorded_and_retried_until_it_passes(b
     assert (state.event.aggregate_id, state.event.version, state.event.event_name) == (into, 2, "Deposited")
     assert state.error is not None
     assert state.error.error_type == "INSUFFICIENT_FUNDS"
-    assert "Withdraw" in state.error.message and source in state.error.message
+    assert "Withdraw" in state.error.message
+    assert source in state.error.message
     assert state.recoverable is Recoverable.UNKNOWN
     # The scheduler re-runs the saga function: the fee is a duplicate, the withdrawal is
     # rejected again, so the compensation fails (the saga waits for its commands).
@@ -126,7 +127,7 @@ def test_a_saga_origin_is_all_or_nothing_and_checked() -> None:
     header = origin.to_header()
     assert SagaOrigin.from_header(header) == origin
     assert SagaOrigin.from_header({}) is None
-    with pytest.raises(InvalidSagaOriginError, match="saga.event.id"):
+    with pytest.raises(InvalidSagaOriginError, match=r"saga\.event\.id"):
         SagaOrigin.from_header({k: v for k, v in header.items() if k != "saga.event.id"})
     with pytest.raises(InvalidSagaOriginError, match="positive integer"):
         SagaOrigin.from_header({**header, "saga.event.version": "two"})
