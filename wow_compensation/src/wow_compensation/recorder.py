@@ -48,7 +48,7 @@ from wow_compensation.model import (
     execution_id,
 )
 from wow_compensation.scheduler import CompensationScheduler
-from wow_compensation.service import ActionRefused, CompensationCommands
+from wow_compensation.service import ActionRefused, CompensationCommands, aggregate_id
 from wow_compensation.settings import CompensationSettings
 from wow_compensation.store import CompensationStore, now_ms
 from wow_core.command.origin import SagaCommandFailure
@@ -64,6 +64,8 @@ from wow_core.event.failure import (
 from wow_core.model import DomainEvent, StateEvent
 
 if TYPE_CHECKING:
+    from wow_compensation.ui.app import Operations
+    from wow_compensation.ui.server import OperationsServer
     from wow_core.runtime.runtime import WowRuntime
 
 log = logging.getLogger("wow.compensation")
@@ -129,6 +131,7 @@ class CompensationFailureRecorder:
         self.commands: CompensationCommands | None = None
         self.runtime: WowRuntime | None = None
         self.scheduler: CompensationScheduler | None = None
+        self.page_server: OperationsServer | None = None
 
     # -- the runtime ----------------------------------------------------------------------
 
@@ -148,6 +151,38 @@ class CompensationFailureRecorder:
             self.scheduler = CompensationScheduler(self.store, self.commands, self.settings.scheduler)
             runtime.add_dispatcher(self.scheduler)
         runtime.add_closeable(self.store, "compensation store")
+        ui = self.settings.ui
+        if ui.enabled:
+            self.serve_page(runtime)
+
+    def operations(self) -> Operations:
+        """What the operations page of this process reads and writes."""
+        from wow_compensation.ui.app import Operations
+
+        runtime = self.runtime
+        if runtime is None:
+            raise RecorderNotBoundError("the compensation recorder is not installed in a runtime")
+        event_store = runtime.event_store
+
+        async def history(record_id: str) -> list[Any]:
+            return list(await event_store.load(aggregate_id(record_id)))
+
+        return Operations(self.store, self.commands, history)
+
+    def serve_page(self, runtime: WowRuntime) -> None:
+        """Serve the operations page from ``runtime`` (``WOW_COMPENSATION__UI__*``)."""
+        try:
+            from wow_compensation.ui import OperationsServer, create_app
+        except ImportError as missing:
+            raise RuntimeError(
+                "WOW_COMPENSATION__UI__ENABLED needs the operations page's dependencies: "
+                f'pip install "wow-compensation[ui]" ({missing})'
+            ) from missing
+        ui = self.settings.ui
+        token = ui.token.get_secret_value() if ui.token is not None else None
+        app = create_app(self.operations(), token=token, refresh=ui.refresh)
+        self.page_server = OperationsServer(app, ui.host, ui.port)
+        runtime.add_dispatcher(self.page_server)
 
     def _commands(self) -> CompensationCommands:
         if self.commands is None:
