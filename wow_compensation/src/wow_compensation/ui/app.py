@@ -486,12 +486,20 @@ def _facts(items: list[tuple[str, object]]) -> str:
     )
 
 
+MAX_BODY = 1_000
+"""Characters of an event body the history shows."""
+
+
 def _body_json(body: object) -> str:
+    """An event body as JSON, its stack trace left out (the Error section shows it)."""
     if dataclasses.is_dataclass(body) and not isinstance(body, type):
         data: object = dataclasses.asdict(body)
     else:
         data = body
-    return json.dumps(data, default=str, sort_keys=True)
+    if isinstance(data, dict) and isinstance(data.get("error"), dict) and data["error"].get("stack_trace"):
+        data["error"]["stack_trace"] = "(see Error)"
+    text = json.dumps(data, default=str, sort_keys=True)
+    return text if len(text) <= MAX_BODY else text[: MAX_BODY - 1] + "\u2026"
 
 
 def _detail(record: ExecutionRecord, history: list[Any]) -> str:
@@ -637,8 +645,8 @@ def _actions(page: _Page, record: ExecutionRecord) -> str:
             "force-prepare",
             "Force retry",
             '<p class="muted">Past the retry cap and whatever the recoverability.</p>'
-            '<p><input type="checkbox" id="confirm-force" name="confirm" value="yes" required> '
-            '<label for="confirm-force" style="display:inline">I want to force this retry</label></p>',
+            '<p class="check"><input type="checkbox" id="confirm-force" name="confirm" value="yes" required> '
+            '<label for="confirm-force">I want to force this retry</label></p>',
             "Force retry...",
             ' class="danger"',
         )
@@ -649,8 +657,8 @@ def _actions(page: _Page, record: ExecutionRecord) -> str:
             + number("min_backoff", "Min backoff (s)", f"{spec.min_backoff:g}")
             + number("max_backoff", "Max backoff (s)", f"{spec.max_backoff:g}")
             + number("execution_timeout", "Execution timeout (s)", f"{spec.execution_timeout:g}")
-            + f'<p><input type="checkbox" id="enabled" name="enabled" value="yes"{enabled}> '
-            '<label for="enabled" style="display:inline">Enabled</label></p>',
+            + f'<p class="check"><input type="checkbox" id="enabled" name="enabled" value="yes"{enabled}> '
+            '<label for="enabled">Enabled</label></p>',
             "Apply retry spec",
         )
         + form(
