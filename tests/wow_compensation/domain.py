@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tests.accounts import ACCOUNT, Account, Deposit, Deposited, Opened, Withdraw
+from tests.accounts import ACCOUNT, Account, Deposit, Deposited, Opened, Withdraw, Withdrawn
 from wow_core import (
     DomainEvent,
     StateEvent,
@@ -113,9 +113,8 @@ class Sweep:
     ``source`` holds less, a failed hop of the saga after the fee went through."""
 
     def __init__(self) -> None:
-        self.into = ""
-        self.source = ""
-        self.fees = ""
+        # WOW_TEST_SWEEP="<into>:<source>:<fees>" configures it in a `wow run` process.
+        self.into, self.source, self.fees = (os.environ.get("WOW_TEST_SWEEP", "") or "::").split(":")
 
     @on_event
     def swept(self, event: DomainEvent[Deposited]) -> list[CommandMessage[object]]:
@@ -129,3 +128,9 @@ class Sweep:
 
 LEDGER = Ledger()
 app = WowApp("bank", aggregates=[Account], components=[LEDGER])
+accounts = WowApp("bank", aggregates=[Account])
+"""The accounts alone: the service that decides (and rejects) the saga's commands."""
+sweeper = WowApp(
+    "sweeper", body_types=[Opened, Deposited, Withdrawn, Deposit, Withdraw], components=[Sweep()]
+)
+"""The ``Sweep`` saga alone, in a service of its own: it hosts no account."""

@@ -146,7 +146,7 @@ def create_bus(container: WowContainer, kind: TopicKind) -> Any:
     registry: AggregateRegistry = container.aggregate_registry()
 
     def is_local(named_aggregate: NamedAggregate) -> bool:
-        return registry.get(named_aggregate) is not None
+        return registry.owns(named_aggregate)
 
     local_first = local_first_type(
         decorate_local_bus(middleware, local_type()),
@@ -256,8 +256,12 @@ def build_runtime(
     # aggregate and the components that read it): hosted and dispatched like the app's.
     parts = recorder.parts() if isinstance(recorder, ContributingRecorder) else RecorderParts()
     aggregates: AggregateRegistry = container.aggregate_registry()
-    for aggregate_type in (*app.aggregates, *parts.aggregates):
+    for aggregate_type in app.aggregates:
         aggregates.register(aggregate_type)
+    for aggregate_type in parts.aggregates:
+        # Every service that uses the recorder hosts its records: none owns them, so a
+        # record's events reach the other services too (local-first would drop them there).
+        aggregates.register(aggregate_type, shared=True)
     body_types = container.body_types()
     aggregates.register_body_types(body_types)
     for cls in app.body_types:
