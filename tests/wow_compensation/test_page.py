@@ -3,6 +3,8 @@ who may act, and how it refuses bad input without changing anything."""
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import AsyncIterator
 
 import httpx
@@ -10,8 +12,10 @@ import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
+from tests.service_members import Member
 from tests.wow_compensation.page_support import TOKEN, PageService, page_service
 from wow_compensation.model import ExecutionFailedStatus, Recoverable
+from wow_compensation.store import Queue
 from wow_compensation.ui import create_app
 from wow_compensation.ui.app import SESSION_COOKIE
 
@@ -305,3 +309,36 @@ def test_a_short_operator_token_is_refused(monkeypatch: pytest.MonkeyPatch) -> N
 
     with pytest.raises(ValueError, match="at least 16 characters"):
         UiSettings(token="short")  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+async def test_wow_run_serves_the_page_and_stops_with_the_service() -> None:
+    env = {
+        **os.environ,
+        "WOW_FAILURE_RECORDER": "compensation",
+        "WOW_COMPENSATION__UI__ENABLED": "true",
+        "WOW_COMPENSATION__UI__PORT": "0",
+        "WOW_COMPENSATION__UI__TOKEN": TOKEN,
+        "PYTHONUNBUFFERED": "1",
+    }
+    served = re.compile(r"operations page on (http://\S+)")
+    member = Member("page", env, "tests.wow_compensation.domain:app")
+    try:
+        member.wait_for(lambda: any(served.search(line) for line in member.lines), 30)
+        [url] = [m.group(1) for line in member.lines if (m := served.search(line))]
+        async with httpx.AsyncClient() as http:
+            page = await http.get(url, timeout=5)
+            assert page.status_code == 200
+            assert "Operator token" in page.text  # a token is configured: the sign-in form
+            api = await http.get(url + "api/records", timeout=5)
+            assert api.json() == {
+                "total": 0,
+                "counts": dict.fromkeys([q.value for q in Queue], 0),
+                "items": [],
+            }
+        assert member.stop() == 0
+        with pytest.raises(httpx.ConnectError):
+            async with httpx.AsyncClient() as http:
+                await http.get(url, timeout=2)
+    finally:
+        member.kill()
