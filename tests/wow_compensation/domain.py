@@ -16,9 +16,19 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tests.accounts import Account, Deposited, Opened
-from wow_core import DomainEvent, StateEvent, WowApp, on_event, on_state_event, projection, retry
+from tests.accounts import ACCOUNT, Account, Deposit, Deposited, Opened, Withdraw, Withdrawn
+from wow_core import (
+    DomainEvent,
+    StateEvent,
+    WowApp,
+    on_event,
+    on_state_event,
+    projection,
+    retry,
+    stateless_saga,
+)
 from wow_core.event import RecoverableError
+from wow_core.model import AggregateId, CommandMessage
 
 
 class Broken(RecoverableError):
@@ -96,5 +106,31 @@ class Ledger:
         self.journal.add("notify", event.id)
 
 
+@stateless_saga(context="bank", aggregates=["bank.account"])
+class Sweep:
+    """On a deposit into ``into`` (when set), pays a fee of 1 into ``fees`` and withdraws
+    the deposit from ``source``: the withdrawal is rejected (INSUFFICIENT_FUNDS) while
+    ``source`` holds less, a failed hop of the saga after the fee went through."""
+
+    def __init__(self) -> None:
+        # WOW_TEST_SWEEP="<into>:<source>:<fees>" configures it in a `wow run` process.
+        self.into, self.source, self.fees = (os.environ.get("WOW_TEST_SWEEP", "") or "::").split(":")
+
+    @on_event
+    def swept(self, event: DomainEvent[Deposited]) -> list[CommandMessage[object]]:
+        if not self.into or event.aggregate_id.id != self.into:
+            return []
+        return [
+            CommandMessage(AggregateId(ACCOUNT, self.fees), Deposit(1), "Deposit"),
+            CommandMessage(AggregateId(ACCOUNT, self.source), Withdraw(event.body.amount), "Withdraw"),
+        ]
+
+
 LEDGER = Ledger()
 app = WowApp("bank", aggregates=[Account], components=[LEDGER])
+accounts = WowApp("bank", aggregates=[Account])
+"""The accounts alone: the service that decides (and rejects) the saga's commands."""
+sweeper = WowApp(
+    "sweeper", body_types=[Opened, Deposited, Withdrawn, Deposit, Withdraw], components=[Sweep()]
+)
+"""The ``Sweep`` saga alone, in a service of its own: it hosts no account."""

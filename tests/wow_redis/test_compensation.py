@@ -9,7 +9,12 @@ switched by a file, so the test fixes the cause while the processes run.
   the next), the function handled each event exactly once across both processes;
 - a record exists after its service is SIGKILLed right after recording it, and a
   restarted instance compensates it;
-- the ``wow compensation`` command line lists, shows and acts on the records.
+- the ``wow compensation`` command line lists, shows and acts on the records;
+- an unrecoverable failure is never retried by either instance's scheduler, until an
+  operator forces it; a redelivered failure of the same event stays one record;
+- a command the ``Sweep`` saga (a service of its own) sent and the accounts service
+  rejected is recorded by the accounts service and retried by the saga's service, which
+  waits across processes for the retried command to be processed.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from tests.accounts import Account, Deposit, Open
+from tests.accounts import ACCOUNT, Account, AccountState, Deposit, Open
 from tests.service_members import Member
 from tests.wow_compensation.conftest import FAST
 from wow_compensation.model import (
@@ -44,7 +49,7 @@ from wow_compensation.store import ExecutionRecord
 from wow_core.model import AggregateId, BodyTypeRegistry, MessageCodec
 from wow_core.modeling.registry import AggregateRegistry
 from wow_core.testing import eventually
-from wow_core.transport.bus import TransportCommandBus
+from wow_core.transport.bus import TransportCommandBus, TransportDomainEventBus
 from wow_redis import RedisEventStore, RedisSettings, RedisStreamTransport
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
@@ -92,6 +97,7 @@ class Client:
         codec = MessageCodec(self.aggregates.register_body_types(BodyTypeRegistry()))
         self.transport = RedisStreamTransport(settings)
         self.bus = TransportCommandBus(self.transport, codec)
+        self.event_bus = TransportDomainEventBus(self.transport, codec)
         self.events = RedisEventStore(settings, codec=codec)
         self.store = RedisCompensationStore(settings.url, prefix)
 
@@ -101,6 +107,7 @@ class Client:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.bus.close()
+        await self.event_bus.close()
         await self.transport.close()
         await self.events.close()
         await self.store.close()
@@ -114,6 +121,21 @@ class Client:
 
     async def records(self) -> list[ExecutionRecord]:
         return await self.store.records()
+
+    async def of(self, function: str) -> list[ExecutionRecord]:
+        return [
+            r for r in await self.records() if r.state.function and r.state.function.function_name == function
+        ]
+
+    async def balance(self, account: str) -> int:
+        metadata = self.aggregates.get(ACCOUNT)
+        assert metadata is not None
+        state: Any = metadata.initial_state(AggregateId(ACCOUNT, account))
+        for stream in await self.events.load(AggregateId(ACCOUNT, account)):
+            for event in stream.events:
+                state = metadata.sourcing[type(event.body)](state, event.body)
+        assert isinstance(state, AccountState)
+        return state.balance
 
 
 def _started(member: Member) -> None:
@@ -246,3 +268,124 @@ async def test_a_record_survives_sigkill_and_the_cli_acts_on_it(
         assert member.stop() == 0
     finally:
         member.kill()
+
+
+async def test_unrecoverable_and_redelivered_failures_over_two_instances(
+    settings_for: Callable[..., RedisSettings], prefix: str, redis: Redis, tmp_path: Path
+) -> None:
+    env = _env(settings_for(), prefix, tmp_path)
+    for switch in ("balance", "deposited"):
+        (tmp_path / "switches" / switch).touch()
+    members = [Member("first", env, APP), Member("second", env, APP)]
+    try:
+        for member in members:
+            _started(member)
+        account = f"acc-{uuid.uuid4().hex[:8]}"
+        async with Client(settings_for(), prefix) as client:
+            await client.send(Open("ann"), account)
+            await client.send(Deposit(5), account)
+
+            async def both_recorded() -> bool:
+                return len(await client.of("balance")) == 1 and len(await client.of("deposited")) == 1
+
+            await eventually(both_recorded, 30, "the balance and deposited records")
+            [deposited] = await client.of("deposited")
+
+            async def retried_twice() -> bool:
+                [record] = await client.of("deposited")
+                return record.state.retry_state.retries >= 2  # @retry(max_retries=2): its cap
+
+            # the schedulers run meanwhile (they retried the recoverable record to its cap)...
+            await eventually(retried_twice, 30, "the recoverable record retried to its cap")
+            [balance] = await client.of("balance")
+            # ...but never the unrecoverable one
+            assert balance.state.recoverable.value == "UNRECOVERABLE"
+            assert balance.state.retry_state.retries == 0
+            assert await client.history(balance.id) == [ExecutionFailedCreated]
+            # the broker redelivers the deposit: the function fails again on either
+            # instance, and the record of that event and function stays the one it was
+            assert deposited.state.event is not None
+            [stream] = await client.events.load(AggregateId(ACCOUNT, account), 2, 2)
+            await client.event_bus.send(stream.copy())
+
+            def audits() -> int:
+                return len(_handled(tmp_path / "journals", "audit_deposit"))
+
+            await eventually(lambda: _true(audits() == 2), 30, "the redelivered deposit handled")
+            assert [r.id for r in await client.of("deposited")] == [deposited.id]
+            assert (await client.history(deposited.id)).count(ExecutionFailedCreated) == 1
+            # the operator fixes the cause and forces the unrecoverable record
+            (tmp_path / "switches" / "balance").unlink()
+            forced = _cli(env, "force-prepare", balance.id)
+            assert forced.returncode == 0, forced.stdout + forced.stderr
+
+            async def succeeded() -> bool:
+                found = await client.store.get(balance.id)
+                return found is not None and found.state.status is ExecutionFailedStatus.SUCCEEDED
+
+            await eventually(succeeded, 30, "the forced record SUCCEEDED")
+        assert len(_handled(tmp_path / "journals", "balance")) == 1
+        for member in members:
+            assert member.stop() == 0
+    finally:
+        for member in members:
+            member.kill()
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def test_a_rejected_saga_command_is_retried_across_services(
+    settings_for: Callable[..., RedisSettings], prefix: str, redis: Redis, tmp_path: Path
+) -> None:
+    into, source, fees = (f"{name}-{uuid.uuid4().hex[:8]}" for name in ("into", "source", "fees"))
+    env = {**_env(settings_for(), prefix, tmp_path), "WOW_TEST_SWEEP": f"{into}:{source}:{fees}"}
+    members = [
+        Member("accounts", env, "tests.wow_compensation.domain:accounts"),
+        Member("sweeper", env, "tests.wow_compensation.domain:sweeper"),
+    ]
+    try:
+        for member in members:
+            _started(member)
+        async with Client(settings_for(), prefix) as client:
+            for account in (into, source, fees):
+                await client.send(Open(account), account)
+            await client.send(Deposit(5), into)
+
+            async def recorded() -> bool:
+                return len(await client.of("swept")) == 1
+
+            await eventually(recorded, 30, "the record of the rejected withdrawal")
+            [record] = await client.of("swept")
+            assert record.state.error is not None
+            assert record.state.error.error_type == "INSUFFICIENT_FUNDS"
+            # recorded by the accounts service, which does not host the saga
+            members[0].wait_for(lambda: any(RECORDED.search(line) for line in members[0].lines), 10)
+            assert not any(RECORDED.search(line) for line in members[1].lines)
+
+            async def retried() -> bool:
+                found = await client.store.get(record.id)
+                return (
+                    found is not None
+                    and found.state.retry_state.retries >= 1
+                    and (found.state.status is ExecutionFailedStatus.FAILED)
+                )
+
+            # the saga's service replays it (a record's events reach every service), the
+            # accounts service rejects the withdrawal again, the saga's wait sees it
+            await eventually(retried, 30, "a retry rejected again")
+            await client.send(Deposit(10), source)  # the operator's fix
+
+            async def succeeded() -> bool:
+                found = await client.store.get(record.id)
+                return found is not None and found.state.status is ExecutionFailedStatus.SUCCEEDED
+
+            await eventually(succeeded, 30, "the saga's record SUCCEEDED")
+            assert await client.balance(source) == 5
+            assert await client.balance(fees) == 1  # the fee went through once, whatever the retries
+        for member in members:
+            assert member.stop() == 0
+    finally:
+        for member in members:
+            member.kill()

@@ -15,6 +15,12 @@ terminated (after the notifier signalled), the handler calls it:
 - a write that fails (the store is down) raises, so the handler retries it and then
   settles ``RECORDING_FAILED``: the source is not acknowledged.
 
+It also records the failed hops of sagas (:meth:`record_saga_command_failure`, called by
+the command dispatcher of the aggregate that rejected or failed a command a saga sent):
+the record is the saga function's on the event it handled (the same id as a failure of
+the function itself), its error the command's rejection, so retrying it runs the saga
+function again for that event.
+
 It brings its own parts into the runtime (:meth:`parts`): the ``ExecutionFailed``
 aggregate, the projector of the read model, the replayer and the scheduler.
 """
@@ -42,9 +48,10 @@ from wow_compensation.model import (
     execution_id,
 )
 from wow_compensation.scheduler import CompensationScheduler
-from wow_compensation.service import ActionRefused, CompensationCommands
+from wow_compensation.service import ActionRefused, CompensationCommands, aggregate_id
 from wow_compensation.settings import CompensationSettings
 from wow_compensation.store import CompensationStore, now_ms
+from wow_core.command.origin import SagaCommandFailure
 from wow_core.command.stages import ErrorCodes
 from wow_core.event.failure import (
     FunctionRef,
@@ -57,6 +64,8 @@ from wow_core.event.failure import (
 from wow_core.model import DomainEvent, StateEvent
 
 if TYPE_CHECKING:
+    from wow_compensation.ui.app import Operations
+    from wow_compensation.ui.server import OperationsServer
     from wow_core.runtime.runtime import WowRuntime
 
 log = logging.getLogger("wow.compensation")
@@ -122,6 +131,7 @@ class CompensationFailureRecorder:
         self.commands: CompensationCommands | None = None
         self.runtime: WowRuntime | None = None
         self.scheduler: CompensationScheduler | None = None
+        self.page_server: OperationsServer | None = None
 
     # -- the runtime ----------------------------------------------------------------------
 
@@ -141,6 +151,38 @@ class CompensationFailureRecorder:
             self.scheduler = CompensationScheduler(self.store, self.commands, self.settings.scheduler)
             runtime.add_dispatcher(self.scheduler)
         runtime.add_closeable(self.store, "compensation store")
+        ui = self.settings.ui
+        if ui.enabled:
+            self.serve_page(runtime)
+
+    def operations(self) -> Operations:
+        """What the operations page of this process reads and writes."""
+        from wow_compensation.ui.app import Operations
+
+        runtime = self.runtime
+        if runtime is None:
+            raise RecorderNotBoundError("the compensation recorder is not installed in a runtime")
+        event_store = runtime.event_store
+
+        async def history(record_id: str) -> list[Any]:
+            return list(await event_store.load(aggregate_id(record_id)))
+
+        return Operations(self.store, self.commands, history)
+
+    def serve_page(self, runtime: WowRuntime) -> None:
+        """Serve the operations page from ``runtime`` (``WOW_COMPENSATION__UI__*``)."""
+        try:
+            from wow_compensation.ui import OperationsServer, create_app
+        except ImportError as missing:
+            raise RuntimeError(
+                "WOW_COMPENSATION__UI__ENABLED needs the operations page's dependencies: "
+                f'pip install "wow-compensation[ui]" ({missing})'
+            ) from missing
+        ui = self.settings.ui
+        token = ui.token.get_secret_value() if ui.token is not None else None
+        app = create_app(self.operations(), token=token, refresh=ui.refresh)
+        self.page_server = OperationsServer(app, ui.host, ui.port)
+        runtime.add_dispatcher(self.page_server)
 
     def _commands(self) -> CompensationCommands:
         if self.commands is None:
@@ -235,6 +277,79 @@ class CompensationFailureRecorder:
             ref.version,
         )
         return RecordResult.RECORDED
+
+    async def record_saga_command_failure(self, failure: SagaCommandFailure) -> None:
+        """Record a command a saga sent that its aggregate rejected or failed to process."""
+        origin, command = failure.origin, failure.command
+        ref = EventRef(
+            origin.event_context,
+            origin.event_aggregate,
+            origin.event_aggregate_id,
+            origin.event_tenant_id,
+            origin.event_version,
+            origin.event_id,
+            origin.event_name,
+            origin.event_stream_id,
+        )
+        function = FunctionInfo(
+            origin.context_name,
+            origin.processor_name,
+            origin.function_name,
+            FunctionKindName(origin.function_kind),
+        )
+        hop = f"{command.name} {command.id} to {command.aggregate_id}"
+        if failure.error is not None:
+            # The aggregate failed to decide it (its store is down...): worth retrying.
+            error = self.error_info(failure.error)
+            error = ErrorInfo(
+                error.error_type,
+                _bounded(f"{hop}: {error.message}", self.settings.max_message),
+                error.stack_trace,
+            )
+            recoverable = Recoverable.RECOVERABLE
+        else:
+            # A business rejection: whether it passes later depends on the aggregate's state.
+            message = f"{hop} was rejected: {failure.error_code}" + (
+                f": {failure.error_msg}" if failure.error_msg else ""
+            )
+            error = ErrorInfo(failure.error_code, _bounded(message, self.settings.max_message))
+            recoverable = Recoverable.UNKNOWN
+        record_id = execution_id(ref.event_id, function)
+        body = CreateExecutionFailed(
+            ref, function, error, now_ms(), recoverable, self.retry_spec(self._hosted_retry(function))
+        )
+        try:
+            await self._commands().send(body, record_id, request_id=f"{record_id}.created")
+        except ActionRefused as refused:
+            if refused.code != ErrorCodes.DUPLICATE_AGGREGATE_ID:
+                raise
+            return  # another command of the same saga function on the same event failed first
+        log.warning(
+            "recorded execution failure %s: %s on %s %s@%d: %s",
+            record_id,
+            function.qualified_name,
+            ref.event_name,
+            ref.aggregate_id,
+            ref.version,
+            error.message,
+        )
+
+    def _hosted_retry(self, function: FunctionInfo) -> FunctionRetry | None:
+        """The saga function's ``@retry`` when this process hosts it (else the defaults)."""
+        runtime = self.runtime
+        if runtime is None or runtime.event_dispatch is None:
+            return None
+        for dispatcher in runtime.event_dispatch.dispatchers:
+            for hosted in dispatcher.functions:
+                ref = hosted.ref
+                if (ref.context_name, ref.processor_name, ref.function_name, ref.function_kind) == (
+                    function.context_name,
+                    function.processor_name,
+                    function.function_name,
+                    function.function_kind.value,
+                ):
+                    return hosted.retry
+        return None
 
     async def record_success(self, success: ProcessingSuccess) -> None:
         if not success.compensation_id:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field
+from pydantic import Field, SecretStr, field_validator
 
 from wow_core.settings import Count, NonNegativeSeconds, Seconds, SettingsSection
 
@@ -41,6 +41,30 @@ class SchedulerSettings(SettingsSection):
     )
 
 
+class UiSettings(SettingsSection):
+    """``WOW_COMPENSATION__UI__*``: the operations page (needs ``wow-compensation[ui]``)."""
+
+    enabled: bool = Field(
+        False, description="Serve the operations page from this process (wow run, any runtime)."
+    )
+    host: str = Field("127.0.0.1", min_length=1, description="Address the page's server listens on.")
+    port: int = Field(8089, ge=0, le=65535, description="Port of the page's server (0: any free port).")
+    token: SecretStr | None = Field(
+        None,
+        description="Operator token: with it the page's actions (prepare, force prepare, retry spec, "
+        "recoverability, function) are enabled for who signs in with it; without it the page is "
+        "read-only. At least 16 characters.",
+    )
+    refresh: Seconds = Field(2.0, description="Seconds between two live refreshes of the page.")
+
+    @field_validator("token")
+    @classmethod
+    def _long_enough(cls, token: SecretStr | None) -> SecretStr | None:
+        if token is not None and len(token.get_secret_value()) < 16:
+            raise ValueError("the operator token must have at least 16 characters")
+        return token
+
+
 class StoreKind(StrEnum):
     AUTO = "auto"
     IN_MEMORY = "in_memory"
@@ -57,6 +81,7 @@ class CompensationSettings(SettingsSection):
     )
     retry: RetryDefaults = Field(default_factory=RetryDefaults)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    ui: UiSettings = Field(default_factory=UiSettings)
     max_message: int = Field(2048, ge=64, le=1 << 20, description="Characters kept of an error message.")
     max_stack_trace: int = Field(
         16_384, ge=0, le=1 << 22, description="Characters kept of an error's stack trace."

@@ -131,7 +131,9 @@ class RecorderParts:
     """What a recorder brings into the service it records for (a durable recorder keeps
     its records as an aggregate of its own, read by its own components).
 
-    ``aggregates`` are hosted like the app's, ``components`` dispatched like the app's,
+    ``aggregates`` are hosted like the app's but shared (every service that records with
+    it hosts them, none owns them: ``AggregateRegistry.register(shared=True)``),
+    ``components`` dispatched like the app's,
     and each of ``installers`` is called with the runtime after the app's installers.
     """
 

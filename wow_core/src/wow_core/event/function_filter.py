@@ -12,6 +12,16 @@ When the event's stream carries the head of a chain wait
 gets the chain's next hop as its wait context
 (:meth:`~wow_core.command.endpoint.WaitContext.onward`): its stages signal the caller
 that waits for the chain, wherever they happen.
+
+Each command also carries its :class:`~wow_core.event.compensation.SagaOrigin` (this saga
+function and the event it handled) in its header, unless the function's ``@retry``
+disables compensation: the command dispatcher of the aggregate that rejects or fails the
+command hands it to the failure recorder, so a failed hop of the saga is a record of
+this function on this event, retried by running the function again (the commands it
+already got through are then duplicates the kernel recognises by their request ids).
+When the function runs as a compensation, it waits for each command to be ``PROCESSED``
+and fails with :class:`SagaCommandRejectedError` if one is rejected, so the compensation
+settles on what the commands did, not on their having been sent.
 """
 
 from __future__ import annotations
@@ -22,11 +32,13 @@ from inspect import isawaitable
 from typing import Any, Protocol, runtime_checkable
 
 from wow_core.command.endpoint import InvalidWaitEndpointError, WaitContext
+from wow_core.command.origin import SagaOrigin
+from wow_core.command.stages import CommandWait
 from wow_core.event.exchange import FunctionExchange
 from wow_core.event.filter import Next, filter_type, order
 from wow_core.event.function import ComponentKind
 from wow_core.metrics import metrics_source
-from wow_core.model import CommandMessage
+from wow_core.model import CommandMessage, DomainEvent, StateEvent
 
 ResultHandler = Callable[[FunctionExchange, Any], Awaitable[None]]
 
@@ -60,6 +72,28 @@ class CommandSender(Protocol):
     async def send(self, command: CommandMessage[Any]) -> Any: ...
 
 
+@runtime_checkable
+class WaitingCommandSender(CommandSender, Protocol):
+    """A sender that can also wait for a stage (the ``CommandGateway``)."""
+
+    async def send_and_wait(
+        self, command: CommandMessage[Any], wait: Any = None, *, timeout: float | None = None
+    ) -> Any: ...
+
+
+class SagaCommandRejectedError(RuntimeError):
+    """A command a saga function sent during a compensation was rejected or failed."""
+
+    def __init__(self, command: CommandMessage[Any], error_code: str, error_msg: str) -> None:
+        super().__init__(
+            f"{command.name} {command.id} to {command.aggregate_id} was not processed: {error_code}"
+            + (f": {error_msg}" if error_msg else "")
+        )
+        self.command = command
+        self.error_code = error_code
+        self.error_msg = error_msg
+
+
 class SagaCommandError(TypeError):
     """A saga function returned something that is not a command."""
 
@@ -91,6 +125,8 @@ class SagaCommandSender:
             return
         function = exchange.function
         onward = _onward(exchange)
+        origin = saga_origin(exchange) if function.retry_enabled else None
+        waiting = self.sender if exchange.compensation is not None else None
         token = metrics_source.set(f"saga:{function.processor_name}")
         try:
             for index, command in enumerate(commands):
@@ -98,13 +134,46 @@ class SagaCommandSender:
                     command = dataclasses.replace(
                         command, request_id=f"{exchange.message.id}.{function.function_name}.{index}"
                     )
-                if onward is not None:
+                if onward is not None or origin is not None:
                     if command.header.read_only:
                         command = command.copy()
-                    onward.write(command.header)
-                await self.sender.send(command)
+                    if onward is not None:
+                        onward.write(command.header)
+                    if origin is not None:
+                        command.header.update(origin)
+                if isinstance(waiting, WaitingCommandSender):
+                    result = await waiting.send_and_wait(command, CommandWait.processed())
+                    if not result.succeeded:
+                        raise SagaCommandRejectedError(command, result.error_code, result.error_msg)
+                else:
+                    await self.sender.send(command)
         finally:
             metrics_source.reset(token)
+
+
+def saga_origin(exchange: FunctionExchange) -> dict[str, str]:
+    """The header entries naming this saga function and the event it handles."""
+    message = exchange.message
+    event = message.stream.events[0] if isinstance(message, StateEvent) else message
+    assert isinstance(event, DomainEvent)
+    ref = exchange.function.ref
+    named = event.aggregate_id.named_aggregate
+    compensation = exchange.compensation
+    return SagaOrigin(
+        ref.context_name,
+        ref.processor_name,
+        ref.function_name,
+        ref.function_kind,
+        event.id,
+        "+".join(e.name for e in message.stream.events) if isinstance(message, StateEvent) else event.name,
+        named.context_name,
+        named.aggregate_name,
+        event.aggregate_id.id,
+        event.version,
+        event.aggregate_id.tenant_id,
+        message.stream.id if isinstance(message, StateEvent) else "",
+        compensation.compensation_id if compensation is not None else "",
+    ).to_header()
 
 
 def _onward(exchange: FunctionExchange) -> WaitContext | None:

@@ -17,6 +17,12 @@ decided. A failure of the kernel itself (the event store is down) is signalled a
 ``PROCESSING_ERROR`` and logged; the exchange is released without acknowledgement, so a
 transport that redelivers will present the command again (the kernel's request-id
 de-duplication keeps a second decision from writing twice).
+
+A command a saga sent carries its :class:`~wow_core.event.compensation.SagaOrigin`; when
+it is rejected or fails, the dispatcher hands it to the ``saga_recorder`` (the failure
+recorder, when it records saga hops) before it settles the exchange, so the failed hop
+is recorded where the command was decided. A recorder that cannot write releases the
+exchange unacknowledged, like a kernel failure.
 """
 
 from __future__ import annotations
@@ -26,6 +32,12 @@ import logging
 from collections.abc import Awaitable
 
 from wow_core.command.coordinator import WaitCoordinator
+from wow_core.command.origin import (
+    InvalidSagaOriginError,
+    SagaCommandFailure,
+    SagaCommandRecorder,
+    SagaOrigin,
+)
 from wow_core.command.stages import CommandStage, ErrorCodes, WaitSignal
 from wow_core.executor import Executor, NowaitExecutor
 from wow_core.messaging.contract import (
@@ -34,7 +46,7 @@ from wow_core.messaging.contract import (
     MessageSubscription,
     ServerCommandExchange,
 )
-from wow_core.model import NamedAggregate
+from wow_core.model import CommandMessage, NamedAggregate
 from wow_core.modeling.kernel import CommandKernel
 
 log = logging.getLogger(__name__)
@@ -52,12 +64,14 @@ class CommandDispatcher:
         *,
         group: str = "wow-service.command",
         named_aggregates: frozenset[NamedAggregate] | None = None,
+        saga_recorder: SagaCommandRecorder | None = None,
     ) -> None:
         self.bus = bus
         self.kernel = kernel
         self.coordinator = coordinator
         self.executor = executor
         self.group = group
+        self.saga_recorder = saga_recorder
         self.named_aggregates = (
             kernel.registry.named_aggregates if named_aggregates is None else named_aggregates
         )
@@ -115,6 +129,7 @@ class CommandDispatcher:
             outcome = await self.kernel.process(command)
         except Exception as error:
             log.exception("command %s %s to %s failed", command.name, command.id, command.aggregate_id)
+            message = f"{type(error).__name__}: {error}"
             self.coordinator.route(
                 command.header,
                 WaitSignal(
@@ -122,14 +137,46 @@ class CommandDispatcher:
                     CommandStage.PROCESSED,
                     command.aggregate_id,
                     error_code=ErrorCodes.PROCESSING_ERROR,
-                    error_msg=f"{type(error).__name__}: {error}",
+                    error_msg=message,
                     final=True,
                 ),
             )
+            await self._record_saga_hop(command, ErrorCodes.PROCESSING_ERROR, message, error)
             exchange.release()
             return
         self.coordinator.route(command.header, outcome.signal())
+        if (
+            outcome.error_code
+            and not outcome.duplicate
+            and not await self._record_saga_hop(command, outcome.error_code, outcome.error_msg, None)
+        ):
+            exchange.release()
+            return
         await exchange.ack()
+
+    async def _record_saga_hop(
+        self, command: CommandMessage[object], code: str, message: str, error: BaseException | None
+    ) -> bool:
+        """Record a failed command of a saga; False when the record could not be written."""
+        recorder = self.saga_recorder
+        if recorder is None:
+            return True
+        try:
+            origin = SagaOrigin.from_header(command.header)
+        except InvalidSagaOriginError as invalid:
+            log.warning("command %s: its saga origin is not recorded: %s", command.id, invalid)
+            return True
+        if origin is None or origin.compensation_id:
+            # No saga sent it, or a compensation did and waits for it to settle its record.
+            return True
+        try:
+            await recorder.record_saga_command_failure(
+                SagaCommandFailure(origin, command, code, message, error)
+            )
+        except Exception:
+            log.exception("command %s: the failed saga hop could not be recorded", command.id)
+            return False
+        return True
 
     async def stop(self, timeout: float | None = None) -> bool:
         """Stop taking commands and let those in flight finish (up to ``timeout``); close.

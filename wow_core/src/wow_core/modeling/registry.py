@@ -24,15 +24,21 @@ class UnknownCommandError(LookupError):
 class AggregateRegistry:
     """Named aggregates to their metadata; command body types to their aggregate."""
 
-    __slots__ = ("_by_body", "_by_name")
+    __slots__ = ("_by_body", "_by_name", "_shared")
 
     def __init__(self, aggregates: Iterable[type[Any] | AggregateMetadata[Any]] = ()) -> None:
         self._by_name: dict[NamedAggregate, AggregateMetadata[Any]] = {}
         self._by_body: dict[type[Any], AggregateMetadata[Any]] = {}
+        self._shared: set[NamedAggregate] = set()
         for item in aggregates:
             self.register(item)
 
-    def register(self, aggregate: type[Any] | AggregateMetadata[Any]) -> AggregateMetadata[Any]:
+    def register(
+        self, aggregate: type[Any] | AggregateMetadata[Any], *, shared: bool = False
+    ) -> AggregateMetadata[Any]:
+        """Host ``aggregate``. ``shared``: every service hosts it (a failure recorder's
+        records), so no service owns it: local-first neither hands its messages off nor
+        drops a distributed copy another service handled (:meth:`owns`)."""
         metadata = aggregate if isinstance(aggregate, AggregateMetadata) else metadata_of(aggregate)
         if metadata.named_aggregate in self._by_name:
             raise ValueError(f"aggregate {metadata.named_aggregate} is registered twice")
@@ -46,10 +52,16 @@ class AggregateRegistry:
         self._by_name[metadata.named_aggregate] = metadata
         for body_type in metadata.commands:
             self._by_body[body_type] = metadata
+        if shared:
+            self._shared.add(metadata.named_aggregate)
         return metadata
 
     def get(self, named_aggregate: NamedAggregate) -> AggregateMetadata[Any] | None:
         return self._by_name.get(named_aggregate)
+
+    def owns(self, named_aggregate: NamedAggregate) -> bool:
+        """Hosted here and by this service alone (not :meth:`register`-ed ``shared``)."""
+        return named_aggregate in self._by_name and named_aggregate not in self._shared
 
     @property
     def named_aggregates(self) -> frozenset[NamedAggregate]:

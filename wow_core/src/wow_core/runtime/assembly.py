@@ -16,6 +16,7 @@ from dependency_injector import providers
 
 from wow_core.command.coordinator import WaitCoordinator
 from wow_core.command.gateway import CommandGateway
+from wow_core.command.origin import SagaCommandRecorder
 from wow_core.event.failure import ContributingRecorder, RecorderParts
 from wow_core.eventsourcing.store import EventStore
 from wow_core.messaging.in_memory import InMemoryCommandBus, InMemoryDomainEventBus, InMemoryStateEventBus
@@ -145,7 +146,7 @@ def create_bus(container: WowContainer, kind: TopicKind) -> Any:
     registry: AggregateRegistry = container.aggregate_registry()
 
     def is_local(named_aggregate: NamedAggregate) -> bool:
-        return registry.get(named_aggregate) is not None
+        return registry.owns(named_aggregate)
 
     local_first = local_first_type(
         decorate_local_bus(middleware, local_type()),
@@ -255,8 +256,12 @@ def build_runtime(
     # aggregate and the components that read it): hosted and dispatched like the app's.
     parts = recorder.parts() if isinstance(recorder, ContributingRecorder) else RecorderParts()
     aggregates: AggregateRegistry = container.aggregate_registry()
-    for aggregate_type in (*app.aggregates, *parts.aggregates):
+    for aggregate_type in app.aggregates:
         aggregates.register(aggregate_type)
+    for aggregate_type in parts.aggregates:
+        # Every service that uses the recorder hosts its records: none owns them, so a
+        # record's events reach the other services too (local-first would drop them there).
+        aggregates.register(aggregate_type, shared=True)
     body_types = container.body_types()
     aggregates.register_body_types(body_types)
     for cls in app.body_types:
@@ -266,6 +271,8 @@ def build_runtime(
     if app.name:
         runtime.name = app.name
         runtime.command_dispatcher.group = f"{app.name}.command"
+    if isinstance(recorder, SagaCommandRecorder):
+        runtime.command_dispatcher.saga_recorder = recorder
     for install in (*app.installers, *parts.installers):
         install(runtime)
     # -- event dispatch (spec 003): processors, sagas, projections and snapshots ----------
