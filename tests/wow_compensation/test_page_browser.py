@@ -1,9 +1,10 @@
 """The operations page in a real headless browser (Debian's ``chromium`` driven by
 Playwright for Python): a failing projection creates a record, the page lists it, the
 operator signs in with the token and retries it after fixing the cause, the record goes
-to SUCCEEDED and the projection holds the event. It saves the page's screenshots into
-``docs/compensation/`` and checks both views with axe-core (no serious or critical
-violation).
+to SUCCEEDED and the projection holds the event. It takes the page's screenshots and
+checks both views with axe-core (no serious or critical violation). The screenshots go to
+the test's temporary folder, or, with ``WOW_UPDATE_SCREENSHOTS=1``, into
+``docs/compensation/`` for the documentation (a plain run leaves the checkout clean).
 
 Skipped, with the reason, when ``/usr/bin/chromium`` is absent, unless ``CI=true``
 (``.ci/run`` installs it).
@@ -22,6 +23,13 @@ from wow_compensation.model import ExecutionFailedStatus
 
 CHROMIUM = Path("/usr/bin/chromium")
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "compensation"
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    """Where the screenshots go (see the module doc)."""
+    return DOCS if os.environ.get("WOW_UPDATE_SCREENSHOTS") == "1" else tmp_path
+
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +55,7 @@ async def serious_violations(page: Any) -> list[str]:
 
 
 async def test_an_operator_retries_a_failed_projection_in_the_browser(
-    chromium: Path, fast_compensation: dict[str, str], monkeypatch: pytest.MonkeyPatch
+    chromium: Path, shots: Path, fast_compensation: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from playwright.async_api import async_playwright, expect
 
@@ -77,7 +85,7 @@ async def test_an_operator_retries_a_failed_projection_in_the_browser(
             row = page.locator(f'tr[data-record="{record.id}"]')
             await expect(row).to_be_visible()
             await expect(page.locator('a[data-queue="next_retry"] .count')).to_have_text("1")
-            await page.screenshot(path=str(DOCS / "page-list.png"))
+            await page.screenshot(path=str(shots / "page-list.png"))
             assert await serious_violations(page) == []
             # The detail view; the operator signs in with the token.
             await row.get_by_role("link").click()
@@ -87,7 +95,7 @@ async def test_an_operator_retries_a_failed_projection_in_the_browser(
             await page.get_by_role("button", name="Sign in").click()
             retry = page.get_by_role("button", name="Retry", exact=True)
             await expect(retry).to_be_visible()
-            await page.screenshot(path=str(DOCS / "page-detail.png"), full_page=True)
+            await page.screenshot(path=str(shots / "page-detail.png"), full_page=True)
             assert await serious_violations(page) == []
             # The cause is fixed; the operator retries; the record settles live.
             service.ledger.switches.on.clear()
@@ -95,7 +103,7 @@ async def test_an_operator_retries_a_failed_projection_in_the_browser(
             await expect(page.get_by_role("status")).to_contain_text("Done: prepare")
             await expect(page.locator("#status")).to_have_text("SUCCEEDED")
             await expect(page.locator("#h-history + table")).to_contain_text("ExecutionSuccessApplied")
-            await page.screenshot(path=str(DOCS / "page-succeeded.png"))
+            await page.screenshot(path=str(shots / "page-succeeded.png"))
         finally:
             await browser.close()
         done = await service.record(record.id)
