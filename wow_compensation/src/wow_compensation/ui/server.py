@@ -61,6 +61,9 @@ class OperationsServer:
             raise OSError(
                 error.errno, f"the operations page cannot listen on {self.host}:{self.port}: {error}"
             ) from error
+        # Listening before the URL is logged: a client that reads the log and connects at
+        # once is queued until uvicorn accepts, never refused.
+        sock.listen(2048)
         sock.setblocking(False)
         self.bound_port = int(sock.getsockname()[1])
         config = uvicorn.Config(self.app, lifespan="off", log_level="warning", access_log=False)
