@@ -55,6 +55,8 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
 
     name = "kafka"
     label = "Kafka"
+    owns_partitions = True
+    """Each key partition of a group's topic belongs to one member (the cluster intake needs it)."""
 
     def __init__(
         self,
