@@ -675,3 +675,36 @@ async def test_an_envelope_nobody_can_be_answered_for_is_dead_lettered(
     assert record.payload == "{not json"
     await send(node, command(account("after"), Open("a")))
     assert (await receipts.next()).committed  # the intake goes on
+
+
+# -- the runtime runs the intakes when enabled --------------------------------------------
+
+
+async def test_the_runtime_starts_an_intake_per_context_when_enabled_and_stops_it() -> None:
+    from wow_core import WowApp, WowSettings
+
+    app = WowApp("bank-service", aggregates=[Account])
+    settings = WowSettings(cluster={"intake": {"enabled": True, "in_flight": 3}})
+    runtime = app.runtime(settings)
+    [intake] = runtime.intakes
+    assert intake.name == "bank.intake"
+    assert intake.topic == "wow.bank.commands"
+    assert intake.limit.intakes == 3
+    transport = runtime.transport
+    assert isinstance(transport, InMemoryTransport)
+    async with runtime:
+        reader = Receipts(InMemoryTransport(broker=transport.broker))
+        message = command(account("rt"), Open("rt"))
+        payload = CommandWire(message, COMMITTED).encode(intake.registry)
+        await transport.send(TransportMessage(TOPIC, message.aggregate_id.id, payload, now_ms()))
+        receipt = await reader.next()
+        assert receipt.committed
+        assert receipt.version == 1
+        await reader.close()
+    assert intake._receiver is None  # closed with the runtime
+
+
+def test_the_intake_is_off_unless_enabled() -> None:
+    from wow_core import WowApp, WowSettings
+
+    assert WowApp("bank-service", aggregates=[Account]).runtime(WowSettings()).intakes == []

@@ -242,11 +242,12 @@ class CommandIntake:
 
     # -- life -----------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Join the subscription ``name`` of the command topic and start taking commands.
+    async def prepare(self) -> None:
+        """Join the subscription ``name`` of the command topic and wait until the receiver
+        is ready, without taking commands yet (the runtime prepares every receiver first).
 
         :class:`IntakeUnsupportedError` for a transport without partition ownership."""
-        if self._loop is not None:
+        if self._receiver is not None:
             return
         if not getattr(self.transport, "owns_partitions", False):
             raise IntakeUnsupportedError(
@@ -257,9 +258,17 @@ class CommandIntake:
                 "commands could run on two nodes at once"
             )
         receiver = self.transport.open(self.name, [self.topic])
-        await receiver.ready()
-        receiver.open_processing()
         self._receiver = receiver
+        await receiver.ready()
+
+    async def start(self) -> None:
+        """Start taking commands (prepares first if needed)."""
+        if self._loop is not None:
+            return
+        await self.prepare()
+        receiver = self._receiver
+        assert receiver is not None
+        receiver.open_processing()
         self._loop = asyncio.get_running_loop().create_task(self._consume(receiver), name=self.name)
         log.info("cluster intake %s takes %s", self.name, self.topic)
 

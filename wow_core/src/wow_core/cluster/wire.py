@@ -106,6 +106,16 @@ class CommandWire:
     due_at: int | None = None
     assigned_id: bool = False
 
+    def encode(self, registry: BodyTypeRegistry) -> str:
+        """The JSON text of this envelope (:func:`encode_command`)."""
+        return encode_command(self, registry)
+
+    @property
+    def key(self) -> str:
+        """The record key to send it with: the aggregate id (the request id for a creation
+        the intake gives its id to), so it lands on its aggregate's partition."""
+        return self.command.request_id if self.assigned_id else self.command.aggregate_id.id
+
 
 class CreationIds:
     """The id of a creation that names no aggregate: derived from its named aggregate and
