@@ -47,9 +47,9 @@ LAYERS: list[tuple[str, list[tuple[str, str]]]] = [
         [
             ("middleware", "decorators of buses, gateway, handler, store"),
             ("plugins", "hookspecs, plugin manager, CLI Command"),
-            ("cluster", "CommandIntake, receipts, failure ledger, checkpoints"),
         ],
     ),
+    ("", [("cluster", "CommandIntake, receipts, failure ledger, checkpoints")]),
     ("", [("runtime", "WowSettings, container, assembly, WowRuntime, KeyedExecutor, WowApp, CLI")]),
     ("", [("testing", "given/when/expect specs, TestRuntime, conformance suites")]),
 ]

@@ -708,3 +708,114 @@ def test_the_intake_is_off_unless_enabled() -> None:
     from wow_core import WowApp, WowSettings
 
     assert WowApp("bank-service", aggregates=[Account]).runtime(WowSettings()).intakes == []
+
+
+# -- the ledger's system commands and wow ledger -------------------------------------------
+
+
+async def test_a_store_outage_parks_aggregates_and_the_ledgers_retry_command_drains_them(
+    node: Node, receipts: Receipts, store: FlakyStore, broker: InMemoryBroker
+) -> None:
+    from wow_core.cluster.ops import ledger_request
+
+    ops = InMemoryTransport(broker=broker)
+    lena, mike = account("lena"), account("mike")
+    for aggregate_id in (lena, mike):
+        await send(node, command(aggregate_id, Open(aggregate_id.id)))
+    await receipts.take(2)
+    store.down = True
+    for aggregate_id in (lena, mike):
+        await send(node, command(aggregate_id, Deposit(7)))
+
+    async def both_parked() -> bool:
+        return len(node.intake.parked()) == 2
+
+    await eventually(both_parked, WAIT, "both aggregates to be parked")
+    listed = await ledger_request(ops, "list", lena, timeout=WAIT)
+    assert listed.committed
+    assert sorted(e["aggregate"] for e in listed.result["parked"]) == [
+        "bank.account@lena",
+        "bank.account@mike",
+    ]
+    store.down = False
+    for aggregate_id in (lena, mike):
+        retried = await ledger_request(ops, "retry", aggregate_id, timeout=WAIT)
+        assert retried.committed
+        assert retried.result["parked"][0]["aggregate"] == f"bank.account@{aggregate_id.id}"
+    drained = await receipts.take(2)
+    assert sorted((r.aggregate_id.id, r.version) for r in drained if r.aggregate_id) == [
+        ("lena", 2),
+        ("mike", 2),
+    ]
+    assert node.intake.parked() == []
+    missing = await ledger_request(ops, "skip", lena, timeout=WAIT)
+    assert (missing.committed, missing.error_code) == (False, "LEDGER_ENTRY_NOT_FOUND")
+    other = await ledger_request(ops, "list", lena, name="bank.other", timeout=WAIT)
+    assert other.error_code == "LEDGER_UNKNOWN_SUBSCRIPTION"
+    await ops.close()
+
+
+async def test_a_ledger_command_is_not_held_behind_the_parked_aggregate_it_names(
+    node: Node, receipts: Receipts, store: FlakyStore, broker: InMemoryBroker
+) -> None:
+    from wow_core.cluster.ops import ledger_request
+
+    nina = account("nina")
+    await send(node, command(nina, Open("n")))
+    await receipts.next()
+    store.down = True
+    await send(node, command(nina, Deposit(1)))
+    await _parked(node)
+    store.down = False
+    await send(node, command(nina, Deposit(2)))  # behind the parked one
+    ops = InMemoryTransport(broker=broker)
+    skipped = await ledger_request(ops, "skip", nina, timeout=WAIT)
+    assert skipped.committed
+    after = await receipts.next()
+    assert after.result == {"balance": 2}
+    await ops.close()
+
+
+async def test_wow_ledger_sends_the_command_and_prints_the_receipt(
+    node: Node, store: FlakyStore, broker: InMemoryBroker
+) -> None:
+    import io
+
+    from dependency_injector import providers
+
+    from wow_core.plugins import load_plugins
+    from wow_core.runtime.cli import Invocation, build_parser
+    from wow_core.runtime.container import WowContainer, create_container
+    from wow_core.runtime.ledger_cli import ledger_main
+    from wow_core.runtime.settings import WowSettings
+
+    olga = account("olga")
+    await send(node, command(olga, Open("o")), reply_to=None)
+    store.down = True
+    await send(node, command(olga, Deposit(3)), reply_to=None)
+    await _parked(node)
+    store.down = False
+    plugins = load_plugins()
+
+    class Here(Invocation):
+        def container(self) -> WowContainer:
+            container = create_container(WowSettings(), plugins=plugins)
+            container.transport.override(providers.Object(InMemoryTransport(broker=broker)))
+            return container
+
+    async def wow_ledger(*argv: str) -> tuple[int, str]:
+        out = io.StringIO()
+        args = build_parser(plugins).parse_args(["ledger", *argv, "--timeout", str(WAIT)])
+        return await ledger_main(Here(args, plugins, out)), out.getvalue()
+
+    status, printed = await wow_ledger("list", "bank.account@olga")
+    assert status == 0, printed
+    assert printed.startswith("parked: bank.account@olga ((0)) under bank.intake at ")
+    assert f"{FAST.retries + 1} attempts" in printed
+    status, printed = await wow_ledger("retry", "bank.account@olga")
+    assert (status, printed.split(":")[0]) == (0, "retried")
+    status, printed = await wow_ledger("retry", "bank.account@olga")
+    assert status == 1
+    assert printed.startswith("refused: LEDGER_ENTRY_NOT_FOUND")
+    status, printed = await wow_ledger("list", "not-an-aggregate")
+    assert (status, printed) == (2, "wow ledger: expected context.aggregate@id, got 'not-an-aggregate'\n")

@@ -48,20 +48,26 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from wow_core.cluster.checkpoint import LowWatermark, parse_position
-from wow_core.cluster.ledger import FailureLedger, ParkedAggregate
+from wow_core.cluster.ledger import FailureLedger, ParkedAggregate, ParkedNotFoundError
 from wow_core.cluster.wire import (
+    LEDGER,
+    LEDGER_BODIES,
     CommandReceipt,
     CommandWire,
     CreationIds,
     EnvelopeHead,
+    LedgerList,
+    LedgerRetry,
     ReceiptOutcome,
     UndecodableCommand,
     WireError,
     commands_topic,
     decode_command,
     receipts_topic,
+    register_ledger_bodies,
 )
 from wow_core.command.coordinator import WaitCoordinator
 from wow_core.command.stages import CommandStage, ErrorCodes, WaitSignal
@@ -143,6 +149,7 @@ class _Entry:
         "attempts",
         "busy",
         "head",
+        "lane_id",
         "offset",
         "outcome",
         "partition",
@@ -170,6 +177,12 @@ class _Entry:
         self.busy = 0
         self.outcome: CommandReceipt | None = None  # decided: only its settlement is left
         self.head: EnvelopeHead | None = rejection.head if rejection is not None else None
+        # A ledger system command runs in a lane of its own, never behind a parked aggregate.
+        self.lane_id = (
+            AggregateId(LEDGER, wire.command.id)
+            if wire is not None and type(wire.command.body) in LEDGER_BODIES
+            else aggregate_id
+        )
 
 
 class _Lane:
@@ -214,7 +227,7 @@ class CommandIntake:
         self.transport = transport
         self.kernel = kernel
         self.coordinator = coordinator
-        self.registry = registry
+        self.registry = register_ledger_bodies(registry)
         self.limit = limit
         self.ledger = ledger if ledger is not None else FailureLedger()
         self.options = options or IntakeOptions()
@@ -368,9 +381,9 @@ class CommandIntake:
                 if mark is None:
                     mark = self._watermarks[entry.partition] = LowWatermark()
                 mark.track(entry.offset)
-            lane = self._lanes.get(entry.aggregate_id)
+            lane = self._lanes.get(entry.lane_id)
             if lane is None:
-                lane = self._lanes[entry.aggregate_id] = _Lane(entry.aggregate_id)
+                lane = self._lanes[entry.lane_id] = _Lane(entry.lane_id)
             lane.queue.append(entry)
             if len(lane.queue) == 1 and lane.parked is None:
                 self._pool.ready(lane)
@@ -548,6 +561,8 @@ class CommandIntake:
             )
         wire = entry.wire
         assert wire is not None
+        if type(wire.command.body) in LEDGER_BODIES:
+            return await self._ledger_command(wire, position)
         command = self.coordinator.forward(wire.command, wire.wait)
         if command.is_void:
             self.kernel.dropped(command)
@@ -564,6 +579,36 @@ class CommandIntake:
         self.executed += 1
         self.coordinator.route(command.header, outcome.signal())
         return self._receipt(outcome, wire, position)
+
+    async def _ledger_command(self, wire: CommandWire, position: str) -> CommandReceipt:
+        """Run a ``wow.ledger.*`` system command on this node's parked entries."""
+        command = wire.command
+        body = command.body
+        target = command.aggregate_id
+
+        def answer(result: dict[str, Any], code: str = "", message: str = "") -> CommandReceipt:
+            return CommandReceipt(
+                ReceiptOutcome.REJECTED if code else ReceiptOutcome.COMMITTED,
+                command.id,
+                command.request_id,
+                target,
+                result=result,
+                error_code=code,
+                error_msg=message,
+                position=position,
+            )
+
+        if body.name and body.name != self.name:
+            self.rejected += 1
+            return answer({}, "LEDGER_UNKNOWN_SUBSCRIPTION", f"{body.name!r} is not {self.name!r}")
+        if isinstance(body, LedgerList):
+            return answer({"parked": [parked_to_json(entry) for entry in self.parked()]})
+        try:
+            entry = self.retry(target) if isinstance(body, LedgerRetry) else await self.skip(target)
+        except ParkedNotFoundError as error:
+            self.rejected += 1
+            return answer({}, "LEDGER_ENTRY_NOT_FOUND", str(error))
+        return answer({"parked": [parked_to_json(entry)]})
 
     def _receipt(self, outcome: CommandOutcome, wire: CommandWire, position: str) -> CommandReceipt:
         command = outcome.command
@@ -596,6 +641,22 @@ class CommandIntake:
             wait=wire.wait,
             position=position,
         )
+
+
+def parked_to_json(entry: ParkedAggregate) -> dict[str, Any]:
+    """A parked aggregate as a JSON-ready dict (the ledger commands' receipts carry it)."""
+    aggregate_id = entry.aggregate_id
+    return {
+        "name": entry.name,
+        "aggregate": f"{aggregate_id.named_aggregate}@{aggregate_id.id}",
+        "tenant": aggregate_id.tenant_id,
+        "from_position": entry.from_position,
+        "command_id": entry.command_id,
+        "error": entry.error,
+        "attempts": entry.attempts,
+        "parked_at": entry.parked_at,
+        "waiting": entry.waiting,
+    }
 
 
 __all__ = [

@@ -283,6 +283,50 @@ def decode_command(
     return CommandWire(message, reply_to, wait, due_at, assigned)
 
 
+LEDGER = NamedAggregate("wow", "ledger")
+"""The lane name of the ledger's system commands (each runs in a lane of its own)."""
+
+
+@dataclass(frozen=True)
+class LedgerRetry:
+    """``wow.ledger.retry``: run the parked aggregate (the command's aggregate) again from
+    its failed command. ``name``: the subscription, default the intake's own."""
+
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class LedgerSkip:
+    """``wow.ledger.skip``: settle the parked aggregate's failed command without executing
+    it, then run its later ones."""
+
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class LedgerList:
+    """``wow.ledger.list``: the parked aggregates of the node that owns the partition of the
+    command's aggregate (its receipt's ``result["parked"]``)."""
+
+    name: str = ""
+
+
+LEDGER_BODIES: dict[type[Any], str] = {
+    LedgerRetry: "wow.ledger.retry",
+    LedgerSkip: "wow.ledger.skip",
+    LedgerList: "wow.ledger.list",
+}
+"""The ledger's system command bodies and their wire type names (``wow.ledger.*``)."""
+
+
+def register_ledger_bodies(registry: BodyTypeRegistry) -> BodyTypeRegistry:
+    """Register the ``wow.ledger.*`` bodies with ``registry`` (once)."""
+    for cls, name in LEDGER_BODIES.items():
+        if cls not in registry:
+            registry.register(cls, name)
+    return registry
+
+
 class ReceiptOutcome(StrEnum):
     COMMITTED = "committed"
     REJECTED = "rejected"
