@@ -72,8 +72,9 @@ from wow_core.cluster.wire import (
 from wow_core.command.coordinator import WaitCoordinator
 from wow_core.command.stages import CommandStage, ErrorCodes, WaitSignal
 from wow_core.concurrency.lane_pool import LanePool
-from wow_core.model import AggregateId, BodyTypeRegistry, now_ms
+from wow_core.model import AggregateId, BodyTypeRegistry, TopicKind, now_ms
 from wow_core.modeling.kernel import CommandKernel, CommandOutcome
+from wow_core.transport.defaults import DefaultTopicNaming, naming_of
 from wow_core.transport.spi import Transport, TransportMessage, TransportReceiver, TransportRecord
 
 log = logging.getLogger(__name__)
@@ -270,6 +271,15 @@ class CommandIntake:
                 "its consumers share a stream without partition ownership, so one aggregate's "
                 "commands could run on two nodes at once"
             )
+        check = getattr(self.transport, "check_co_partitioned", None)
+        if check is not None:
+            naming = naming_of(self.transport, DefaultTopicNaming(self.prefix))
+            event_topics = sorted(
+                naming.topic(named, TopicKind.EVENT)
+                for named in self.kernel.registry.named_aggregates
+                if named.context_name == self.context_name
+            )
+            await check(self.topic, event_topics)
         receiver = self.transport.open(self.name, [self.topic])
         self._receiver = receiver
         await receiver.ready()
