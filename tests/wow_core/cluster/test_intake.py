@@ -228,6 +228,22 @@ async def test_a_transport_without_partition_ownership_is_refused_at_start(store
         await node.intake.start()
 
 
+@pytest.mark.parametrize("plugin", ["redis", "nats"])
+async def test_redis_and_nats_are_refused_at_start_naming_why(store: FlakyStore, plugin: str) -> None:
+    if plugin == "redis":
+        from wow_redis import RedisStreamTransport
+
+        transport: Any = RedisStreamTransport()
+    else:
+        from wow_nats.transport import NatsTransport
+
+        transport = NatsTransport()
+    node = Node(InMemoryBroker(), store)
+    node.intake.transport = transport
+    with pytest.raises(IntakeUnsupportedError, match=rf"'{plugin}' does not: its consumers share a stream"):
+        await node.intake.prepare()  # refused before any connection is made
+
+
 async def test_the_members_of_the_subscription_split_the_partitions_and_each_command_runs_once(
     broker: InMemoryBroker, store: FlakyStore, receipts: Receipts
 ) -> None:
