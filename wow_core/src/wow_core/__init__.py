@@ -23,6 +23,8 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: ``import wow_core`` does not 
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from wow_core.cluster.intake import CommandIntake
+    from wow_core.cluster.wire import CommandReceipt, CommandWire, ReceiptDeduplicator, ReplyTo
     from wow_core.command.errors import CommandValidationError, CommandWaitTimeoutError
     from wow_core.command.gateway import CommandGateway
     from wow_core.command.stages import CommandResult, CommandStage, CommandWait
@@ -78,6 +80,12 @@ _EXPORTS = {
     "CommandResult": "wow_core.command.stages",
     "CommandValidationError": "wow_core.command.errors",
     "CommandWaitTimeoutError": "wow_core.command.errors",
+    # the cluster intake (spec 002)
+    "CommandIntake": "wow_core.cluster.intake",
+    "CommandWire": "wow_core.cluster.wire",
+    "CommandReceipt": "wow_core.cluster.wire",
+    "ReplyTo": "wow_core.cluster.wire",
+    "ReceiptDeduplicator": "wow_core.cluster.wire",
     # the service, its runtime and settings
     "WowApp": "wow_core.runtime.app",
     "WowRuntime": "wow_core.runtime.runtime",
@@ -115,6 +123,11 @@ __all__ = [
     "CommandResult",
     "CommandValidationError",
     "CommandWaitTimeoutError",
+    "CommandIntake",
+    "CommandWire",
+    "CommandReceipt",
+    "ReplyTo",
+    "ReceiptDeduplicator",
     "WowApp",
     "WowRuntime",
     "WowSettings",

@@ -76,6 +76,24 @@ class KafkaTopics:
                 await self._create(admin, missing, configs)
             self._known.update(wanted)
 
+    async def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
+        """The partition count of each of ``topics`` (created first if missing, as by
+        :meth:`ensure`)."""
+        wanted = list(dict.fromkeys(topics))
+        await self.ensure(wanted)
+        admin = await self._client()
+        try:
+            described = await admin.describe_topics(wanted)
+        except KafkaError as error:
+            raise KafkaTopicError(
+                f"describing topic(s) {', '.join(wanted)} failed: {error}", error
+            ) from error
+        counts = {entry["topic"]: len(entry["partitions"]) for entry in described if not entry["error_code"]}
+        missing = [topic for topic in wanted if topic not in counts]
+        if missing:
+            raise KafkaTopicError(f"topic(s) {', '.join(missing)} could not be described")
+        return counts
+
     async def _list_topics(self) -> tuple[AIOKafkaAdminClient, set[str]]:
         # A broker restart leaves the admin client with a dead connection it does not
         # re-open by itself: on a retriable error, start a new client once.

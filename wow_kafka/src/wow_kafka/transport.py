@@ -55,6 +55,8 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
 
     name = "kafka"
     label = "Kafka"
+    owns_partitions = True
+    """Each key partition of a group's topic belongs to one member (the cluster intake needs it)."""
 
     def __init__(
         self,
@@ -149,6 +151,21 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
             await future
         except KafkaError as error:
             raise self._send_error(message, error) from error
+
+    async def check_co_partitioned(self, topic: str, others: Sequence[str]) -> None:
+        """Raise :class:`~wow_kafka.errors.KafkaTopicError` unless ``topic`` has as many
+        partitions as each of ``others`` (the cluster intake: its command topic and the
+        event topics of its context, so that a key's partition is the same number on all;
+        the producer's partitioner, a murmur2 hash of the key, is the same for every topic)."""
+        counts = await self.topics.partition_counts([topic, *others])
+        wrong = {other: counts[other] for other in others if counts[other] != counts[topic]}
+        if wrong:
+            raise KafkaTopicError(
+                f"{topic} has {counts[topic]} partitions but "
+                + ", ".join(f"{name} has {count}" for name, count in sorted(wrong.items()))
+                + ": a command would run where its aggregate's log partition is not owned; give them the "
+                "same partition count"
+            )
 
     async def send_many(self, messages: Sequence[TransportMessage]) -> None:
         """Send all ``messages``; return when every one was acknowledged.

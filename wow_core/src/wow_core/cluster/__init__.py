@@ -1,1 +1,50 @@
-"""cluster."""
+"""The cluster command intake (spec 002): partition-owned lanes, receipts, the failure
+ledger, busy backpressure, scheduled commands and low-watermark checkpoints."""
+
+from wow_core.cluster.checkpoint import LowWatermark
+from wow_core.cluster.intake import (
+    CommandBusyError,
+    CommandIntake,
+    ContendedOutcomeError,
+    InFlightLimit,
+    IntakeOptions,
+    IntakeUnsupportedError,
+)
+from wow_core.cluster.ledger import FailureLedger, ParkedAggregate, ParkedNotFoundError
+from wow_core.cluster.wire import (
+    CommandReceipt,
+    CommandWire,
+    CreationIds,
+    ReceiptDeduplicator,
+    ReceiptOutcome,
+    ReplyTo,
+    WireError,
+    commands_topic,
+    decode_command,
+    encode_command,
+    receipts_topic,
+)
+
+__all__ = [
+    "CommandBusyError",
+    "CommandIntake",
+    "CommandReceipt",
+    "CommandWire",
+    "ContendedOutcomeError",
+    "CreationIds",
+    "FailureLedger",
+    "InFlightLimit",
+    "IntakeOptions",
+    "IntakeUnsupportedError",
+    "LowWatermark",
+    "ParkedAggregate",
+    "ParkedNotFoundError",
+    "ReceiptDeduplicator",
+    "ReceiptOutcome",
+    "ReplyTo",
+    "WireError",
+    "commands_topic",
+    "decode_command",
+    "encode_command",
+    "receipts_topic",
+]

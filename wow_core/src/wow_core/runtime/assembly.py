@@ -282,4 +282,49 @@ def build_runtime(
     runtime.event_dispatch = install_event_dispatch(
         runtime, components, recorder=recorder, options=app.events
     )
+    if container.settings().cluster.intake.enabled:
+        install_intakes(container, runtime)
     return runtime
+
+
+def install_intakes(container: WowContainer, runtime: WowRuntime) -> None:
+    """One cluster intake per bounded context the runtime hosts (``WOW_CLUSTER__INTAKE__*``),
+    sharing the node's :class:`~wow_core.cluster.InFlightLimit` and failure ledger, run as
+    dispatchers (prepared with the others, stopped with them)."""
+    from wow_core.cluster import CommandIntake, FailureLedger, InFlightLimit, IntakeOptions
+    from wow_core.transport.defaults import naming_of
+
+    settings = container.settings()
+    section = settings.cluster.intake
+    transport = runtime.transport
+    if transport is None:
+        raise RuntimeError(
+            "WOW_CLUSTER__INTAKE__ENABLED needs a transport; this runtime runs in-process buses"
+        )
+    limit = InFlightLimit(settings.runtime.max_in_flight, section.in_flight)
+    ledger = FailureLedger()
+    options = IntakeOptions(
+        retries=section.retries,
+        retry_backoff=section.retry_backoff,
+        max_retry_backoff=section.max_retry_backoff,
+        busy_backoff=section.busy_backoff,
+        max_buffered=section.max_buffered,
+    )
+    prefix = getattr(naming_of(transport), "prefix", settings.messaging.topic_prefix)
+    contexts = sorted({named.context_name for named in runtime.aggregates.named_aggregates})
+    for context in contexts:
+        intake = CommandIntake(
+            context,
+            transport,
+            runtime.kernel,
+            runtime.coordinator,
+            container.body_types(),
+            limit=limit,
+            ledger=ledger,
+            options=options,
+            name=f"{context}.{section.name or 'intake'}",
+            prefix=prefix,
+            strict_bodies=settings.command.strict_bodies,
+        )
+        runtime.intakes.append(intake)
+        runtime.add_dispatcher(intake)

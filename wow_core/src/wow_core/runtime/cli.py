@@ -197,6 +197,12 @@ def _configure_run(parser: argparse.ArgumentParser) -> None:
     configure_run(parser)
 
 
+def _ledger_command() -> Command:
+    from wow_core.runtime.ledger_cli import COMMAND
+
+    return COMMAND
+
+
 CORE_COMMANDS: dict[str, Command] = {
     "plugins": Command(
         help="list the discovered plugins and what each registered",
@@ -238,6 +244,7 @@ CORE_COMMANDS: dict[str, Command] = {
         run=_run_run,
         configure=_configure_run,
     ),
+    "ledger": _ledger_command(),
 }
 
 

@@ -36,6 +36,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
+from wow_core.cluster.intake import CommandIntake
 from wow_core.command.coordinator import WaitCoordinator
 from wow_core.command.gateway import CommandGateway
 from wow_core.command.notifier import WaitNotifierService
@@ -295,6 +296,8 @@ class WowRuntime(Lifecycle):
         self.event_dispatch: EventDispatch | None = None
         # Set by the assembly: the CommandWaitNotifier, started first and closed first.
         self.wait_notifier: WaitNotifierService | None = None
+        # Set by the assembly when WOW_CLUSTER__INTAKE__ENABLED: one intake per context.
+        self.intakes: list[CommandIntake] = []
 
     async def after_dispatchers(self, timeout: float) -> None:
         if not await self.executor.close(timeout):

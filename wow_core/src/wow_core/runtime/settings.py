@@ -43,6 +43,7 @@ from pydantic import create_model as _create_model
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings import SettingsError as _SourceError
 
+from wow_core.cluster.settings import ClusterSettings
 from wow_core.command.settings import CommandSettings
 from wow_core.event.settings import EventSettings, RetrySettings
 from wow_core.eventsourcing.settings import EventSourcingSettings, StateSettings
@@ -148,6 +149,7 @@ class WowSettings(BaseSettings):
         "dispatchers and the consumer groups, <name>.command for commands. Letters, digits, '.', '_' and "
         "'-', starting with a letter or a digit.",
     )
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings)
     command: CommandSettings = Field(default_factory=CommandSettings)
     event: EventSettings = Field(default_factory=EventSettings)
     eventsourcing: EventSourcingSettings = Field(default_factory=EventSourcingSettings)

@@ -337,6 +337,8 @@ class InMemoryTransport(TransportBase["InMemoryTransportReceiver"]):
 
     name = "in_memory"
     label = "in-memory"
+    owns_partitions = True
+    """Each key partition of a group's topic belongs to one member (the cluster intake needs it)."""
 
     def __init__(
         self,

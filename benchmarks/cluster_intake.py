@@ -1,0 +1,228 @@
+"""The cluster intake on Kafka: throughput with receipts for 1, 2 and 3 node processes, and
+the latency of each command to its committed receipt (p50, p99).
+
+For each node count, N ``wow run benchmarks._intake_app:app`` processes run the intake of
+``tally`` (``WOW_CLUSTER__INTAKE__ENABLED``) over a 6-partition command topic, the event
+store in memory in each node (each aggregate is owned by one node; the figure is the
+intake's, not a store's). Once every node owns partitions, this process sends ``count``
+commands over ``aggregates`` aggregates, all at once in batches (a backlog: the figure is
+the intake's capacity), each asking for its committed receipt; it reads the receipts on
+``<prefix>bench.receipts``. Throughput is the commands over the time from the first send
+to the last receipt; latency is from a command's send to its receipt, so under a backlog
+it includes the wait in the queue. A second run per node count sends 1 000 commands at a
+paced 100 a second, so its latency is a command's own path, without a queue.
+
+Each command costs a node: one record read, the kernel's decision, three broker sends
+(event, state, receipt) acknowledged, one commit. The broker is a ``tansu`` started here
+(memory storage) unless ``WOW_BENCH_KAFKA_BOOTSTRAP`` names one; it shares the machine
+with the nodes.
+
+    python -m benchmarks.cluster_intake [--quick] [--repeat R]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from benchmarks._harness import Figure, Harness
+from benchmarks._intake_app import Add, Added, CounterState
+from benchmarks.kafka_transport import bootstrap_or_tansu, settings_for
+from wow_core.cluster import CommandReceipt, CommandWire, ReplyTo
+from wow_core.model import AggregateId, BodyTypeRegistry, CommandMessage, NamedAggregate
+from wow_core.transport.spi import TransportMessage
+from wow_kafka import KafkaTransport
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = "benchmarks._intake_app:app"
+PARTITIONS = 6
+BATCH = 500
+PACED_RATE = 100.0
+"""Commands per second of the latency runs: well below one node's capacity here."""
+_ASSIGNED = re.compile(r"tally\.intake'?: assigned \[(.*)\]")
+
+
+class Node:
+    """One ``wow run`` process; its intake's latest assignment is read from its log."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.process = subprocess.Popen(
+            [str(Path(sys.executable).parent / "wow"), "run", APP],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.owned = 0
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line)
+            match = _ASSIGNED.search(line)
+            if match:
+                self.owned = match.group(1).count("partition=")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+def node_env(bootstrap: str, prefix: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "WOW_TRANSPORT": "kafka",
+        "WOW_SERVICE_NAME": f"bench-{uuid.uuid4().hex[:6]}",
+        "WOW_CLUSTER__INTAKE__ENABLED": "true",
+        "WOW_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
+        "WOW_KAFKA__TOPIC_PREFIX": prefix,
+        "WOW_KAFKA__PARTITIONS": str(PARTITIONS),
+        "WOW_KAFKA__SESSION_TIMEOUT_MS": "3000",
+        "WOW_KAFKA__HEARTBEAT_INTERVAL_MS": "500",
+        "WOW_KAFKA__FETCH_MAX_WAIT_MS": "20",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("WOW_TEST_KAFKA_BOOTSTRAP", None)
+    return env
+
+
+async def one_run(
+    bootstrap: str, nodes: int, count: int, aggregates: int, rate: float | None = None
+) -> dict[str, float]:
+    """Send ``count`` commands (all at once, or ``rate`` a second in batches of 20) to
+    ``nodes`` fresh node processes; the throughput and latency percentiles."""
+    settings = settings_for(bootstrap, partitions=PARTITIONS)
+    prefix = settings.topic_prefix or ""
+    client = KafkaTransport(settings)
+    bodies = BodyTypeRegistry([Add, Added, CounterState])
+    commands_topic = f"{prefix}tally.commands"
+    receipts_topic = f"{prefix}bench.receipts"
+    await client.topics.ensure([commands_topic, receipts_topic])
+    receipts = client.open("bench", [receipts_topic])
+    await receipts.ready()
+    receipts.open_processing()
+    members = [Node(node_env(bootstrap, prefix)) for _ in range(nodes)]
+    try:
+        async with asyncio.timeout(120):
+            while not (all(m.owned for m in members) and sum(m.owned for m in members) == PARTITIONS) or any(
+                m.process.poll() is not None for m in members
+            ):
+                if any(m.process.poll() is not None for m in members):
+                    raise RuntimeError("a node exited:\n" + "".join(members[0].lines[-20:]))
+                await asyncio.sleep(0.1)  # polling other processes' logs
+        await asyncio.sleep(2)  # let the group settle: no rebalance while measuring
+        named = NamedAggregate("tally", "counter")
+        sent_at: dict[str, float] = {}
+        latencies: list[float] = []
+        batches = []
+        size = BATCH if rate is None else 20
+        for first in range(0, count, size):
+            batch = []
+            for n in range(first, min(count, first + size)):
+                command = CommandMessage(
+                    AggregateId(named, f"a{n % aggregates}"), Add(n), "add", allow_create=True
+                )
+                wire = CommandWire(command, ReplyTo("bench", committed=True))
+                batch.append((command.id, TransportMessage(commands_topic, wire.key, wire.encode(bodies), 0)))
+            batches.append(batch)
+
+        async def read() -> float:
+            async for record in receipts:
+                receipt = CommandReceipt.decode(record.payload)
+                await record.ack()
+                sent = sent_at.pop(receipt.command_id, None)
+                if sent is not None:
+                    latencies.append(time.perf_counter() - sent)
+                if len(latencies) == count:
+                    return time.perf_counter()
+            raise RuntimeError("receipts ended early")
+
+        reader = asyncio.create_task(read())
+        started = time.perf_counter()
+        for index, batch in enumerate(batches):
+            if rate is not None:
+                ahead = started + index * size / rate - time.perf_counter()
+                if ahead > 0:
+                    await asyncio.sleep(ahead)  # pacing the load, not synchronising
+            now = time.perf_counter()
+            for command_id, _ in batch:
+                sent_at[command_id] = now
+            await client.send_many([message for _, message in batch])
+        ended = await asyncio.wait_for(reader, 300)
+        latencies.sort()
+        return {
+            "throughput": count / (ended - started),
+            "p50_ms": latencies[len(latencies) // 2] * 1000,
+            "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
+        }
+    finally:
+        for member in members:
+            member.stop()
+        await receipts.close()
+        await client.close()
+
+
+async def run(h: Harness) -> list[Figure]:
+    bootstrap, broker = bootstrap_or_tansu()
+    try:
+        count = h.n(6_000)
+        aggregates = max(60, count // 10)
+        figures: list[Figure] = []
+        base: float | None = None
+        for nodes in (1, 2, 3):
+            best: dict[str, float] | None = None
+            for _ in range(max(1, min(h.repeat, 2))):
+                result = await one_run(bootstrap, nodes, count, aggregates)
+                if best is None or result["throughput"] > best["throughput"]:
+                    best = result
+            assert best is not None
+            paced = await one_run(bootstrap, nodes, h.n(1_000), aggregates, rate=PACED_RATE)
+            if base is None:
+                base = best["throughput"]
+            detail: dict[str, Any] = {
+                "nodes": nodes,
+                "commands": count,
+                "aggregates": aggregates,
+                "partitions": PARTITIONS,
+                "backlog_p50_ms_to_committed_receipt": round(best["p50_ms"], 1),
+                "backlog_p99_ms_to_committed_receipt": round(best["p99_ms"], 1),
+                "paced_rate": PACED_RATE,
+                "paced_p50_ms_to_committed_receipt": round(paced["p50_ms"], 1),
+                "paced_p99_ms_to_committed_receipt": round(paced["p99_ms"], 1),
+                "speedup_over_1_node": round(best["throughput"] / base, 2),
+            }
+            if nodes == 2:
+                detail["goal_speedup"] = 1.6
+            figures.append(
+                Figure(
+                    f"cluster intake on Kafka, {nodes} node(s): commands with receipts",
+                    best["throughput"],
+                    "commands/s",
+                    detail=detail,
+                )
+            )
+        return figures
+    finally:
+        if broker is not None:
+            broker.stop()
+
+
+if __name__ == "__main__":
+    Harness.main("cluster_intake", run, __doc__)
