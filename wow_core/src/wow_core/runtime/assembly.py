@@ -282,4 +282,7 @@ def build_runtime(
     runtime.event_dispatch = install_event_dispatch(
         runtime, components, recorder=recorder, options=app.events
     )
+    # -- plugins' installers (an HTTP server...), last: they see the whole runtime --------
+    for registration in container.plugins().all("runtime_installer"):
+        registration.value(runtime)
     return runtime
