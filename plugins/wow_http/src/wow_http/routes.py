@@ -162,7 +162,8 @@ class HttpError(Exception):
         self.body = ErrorBody(error_code=code, error_msg=message, errors=errors or [], **extra)
 
     def response(self) -> JSONResponse:
-        return JSONResponse(self.body.model_dump(mode="json"), status_code=self.status)
+        headers = {COMMAND_ID: self.body.command_id} if self.body.command_id else None
+        return JSONResponse(self.body.model_dump(mode="json"), status_code=self.status, headers=headers)
 
 
 def validation_violations(error: RequestValidationError | ValidationError) -> list[ViolationBody]:

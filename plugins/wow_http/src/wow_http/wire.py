@@ -91,6 +91,7 @@ class EventStreamBody(BaseModel):
     version: int
     command_id: str
     request_id: str
+    operator: str = Field("", description="Who sent the command (its header's operator).")
     create_time: int
     events: list[EventBody]
 
@@ -172,6 +173,7 @@ def stream_body(stream: DomainEventStream) -> EventStreamBody:
         version=stream.version,
         command_id=stream.command_id,
         request_id=stream.request_id,
+        operator=stream.header.get("operator", ""),
         create_time=stream.create_time,
         events=[
             EventBody(
