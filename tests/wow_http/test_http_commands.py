@@ -290,7 +290,9 @@ async def test_a_method_or_path_the_api_does_not_have_is_answered_in_its_error_f
 
 async def test_the_operator_header_is_written_into_the_command(served: Served) -> None:
     id = await served.open()
-    await served.client.post(f"/bank/account/{id}/Deposit", json={"amount": 1}, headers={"Wow-Operator": "eve"})
+    await served.client.post(
+        f"/bank/account/{id}/Deposit", json={"amount": 1}, headers={"Wow-Operator": "eve"}
+    )
     assert [stream["operator"] for stream in await events_of(served, id)] == ["", "eve"]
 
 
