@@ -3,6 +3,7 @@ with nothing sent, idempotent retries, the operator in the command's header."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -320,3 +321,65 @@ async def test_the_server_stops_and_no_longer_answers(fresh: Served) -> None:
     assert await fresh.server.stop() is True
     with pytest.raises(httpx.ConnectError):
         await fresh.client.get("/wow/metadata")
+
+
+# -- streaming waits ----------------------------------------------------------------------------
+
+
+def server_sent_events(text: str) -> list[tuple[str, dict[str, Any]]]:
+    """(event, data) of every event of a ``text/event-stream`` body."""
+    events = []
+    for block in text.strip().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines())
+        events.append((fields["event"], json.loads(fields["data"])))
+    return events
+
+
+async def test_a_streaming_wait_emits_each_stage_up_to_the_one_waited_for(served: Served) -> None:
+    id = await served.open()
+    response = await served.client.post(
+        f"/bank/account/{id}/Deposit",
+        json={"amount": 2},
+        headers={"Accept": "text/event-stream", "Wow-Wait-Stage": "SNAPSHOT"},
+    )
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = server_sent_events(response.text)
+    assert [name for name, _ in events] == ["SENT", "PROCESSED", "SNAPSHOT"]
+    assert events[1][1]["result"] == {"balance": 2}
+    assert {data["command_id"] for _, data in events} == {response.headers["Wow-Command-Id"]}
+
+
+async def test_a_streaming_wait_past_its_deadline_ends_with_an_error_event(served: Served) -> None:
+    id = await served.open()
+    response = await served.client.post(
+        f"/bank/account/{id}/Deposit",
+        json={"amount": 2},
+        headers={"Accept": "text/event-stream", "Wow-Wait-Stage": "PROJECTED", "Wow-Wait-Timeout": "0.3"},
+    )
+    events = server_sent_events(response.text)
+    assert events[0][0] == "SENT"
+    assert events[-1][0] == "error"
+    assert events[-1][1]["error_code"] == "WAIT_TIMEOUT"
+    assert events[-1][1]["last_stage"] in {"PROCESSED", "SNAPSHOT"}
+
+
+async def test_a_streamed_rejection_ends_at_processed_with_its_code(served: Served) -> None:
+    id = await served.open()
+    response = await served.client.post(
+        f"/bank/account/{id}/Withdraw",
+        json={"amount": 9},
+        headers={"Accept": "text/event-stream", "Wow-Wait-Stage": "SNAPSHOT"},
+    )
+    events = server_sent_events(response.text)
+    assert [name for name, _ in events] == ["SENT", "PROCESSED"]
+    assert events[-1][1]["error_code"] == "INSUFFICIENT_FUNDS"
+
+
+async def test_a_streaming_request_refused_before_sending_is_a_plain_4xx(served: Served) -> None:
+    id = await served.open()
+    response = await served.client.post(
+        f"/bank/account/{id}/Note", json={"text": " "}, headers={"Accept": "text/event-stream"}
+    )
+    assert response.status_code == 400
+    assert response.json()["error_code"] == "COMMAND_INVALID"

@@ -31,15 +31,15 @@ decided.
 import inspect
 import logging
 import re
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.routing import APIRoute
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from wow_core.command import (
     CommandResult,
@@ -52,7 +52,7 @@ from wow_core.command import (
     WaitPlan,
 )
 from wow_core.middleware import undecorated
-from wow_core.model import DEFAULT_TENANT_ID, AggregateId, NamedAggregate
+from wow_core.model import DEFAULT_TENANT_ID, AggregateId, CommandMessage, NamedAggregate
 from wow_core.modeling.aggregate import AggregateMetadata, CommandFunction
 from wow_core.runtime.runtime import WowRuntime
 from wow_core.runtime.settings import mask_userinfo
@@ -550,32 +550,22 @@ class _Routes:
             except ValueError as error:
                 raise HttpError(400, BAD_REQUEST, str(error)) from None
             headers = {COMMAND_ID: command.id}
+            if _wants_stream(request):
+                stream = runtime.gateway.send_and_wait_stream(command, plan, timeout=wait_timeout)
+                try:
+                    first = await anext(stream)
+                except Exception as error:
+                    await _close(stream)
+                    return _failure(error, command).response()
+                return StreamingResponse(
+                    _server_sent_events(first, stream, command),
+                    media_type="text/event-stream",
+                    headers={**headers, "Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+                )
             try:
                 result = await runtime.gateway.send_and_wait(command, plan, timeout=wait_timeout)
-            except CommandValidationError as error:
-                violations = [ViolationBody(path=v.path, message=v.message) for v in error.violations]
-                raise HttpError(
-                    400, ErrorCodes.COMMAND_INVALID, str(error), violations, command_id=command.id
-                ) from None
-            except VoidCommandWaitError as error:
-                raise HttpError(400, BAD_REQUEST, str(error), command_id=command.id) from None
-            except CommandWaitTimeoutError as error:
-                return HttpError(
-                    504,
-                    WAIT_TIMEOUT_CODE,
-                    str(error),
-                    command_id=command.id,
-                    wait_stage=error.wait_stage,
-                    last_stage=error.last_stage,
-                ).response()
             except Exception as error:
-                log.warning("command %s %s could not be sent: %r", command.name, command.id, error)
-                return HttpError(
-                    503,
-                    SERVICE_UNAVAILABLE,
-                    mask_userinfo(f"the command could not be sent: {type(error).__name__}: {error}"),
-                    command_id=command.id,
-                ).response()
+                return _failure(error, command).response()
             return JSONResponse(
                 result_body(result).model_dump(mode="json"), status_code=status_of(result), headers=headers
             )
@@ -703,6 +693,63 @@ class _Routes:
             ).response()
 
         api.add_api_route(f"/{context}/{{rest:path}}", unhandled, methods=["POST"], include_in_schema=False)
+
+
+def _failure(error: Exception, command: CommandMessage[Any]) -> HttpError:
+    """The answer to a command the gateway raised for (nothing was sent, or the wait ended)."""
+    if isinstance(error, CommandValidationError):
+        violations = [ViolationBody(path=v.path, message=v.message) for v in error.violations]
+        return HttpError(400, ErrorCodes.COMMAND_INVALID, str(error), violations, command_id=command.id)
+    if isinstance(error, VoidCommandWaitError):
+        return HttpError(400, BAD_REQUEST, str(error), command_id=command.id)
+    if isinstance(error, CommandWaitTimeoutError):
+        return HttpError(
+            504,
+            WAIT_TIMEOUT_CODE,
+            str(error),
+            command_id=command.id,
+            wait_stage=error.wait_stage,
+            last_stage=error.last_stage,
+        )
+    log.warning("command %s %s could not be sent: %r", command.name, command.id, error)
+    return HttpError(
+        503,
+        SERVICE_UNAVAILABLE,
+        mask_userinfo(f"the command could not be sent: {type(error).__name__}: {error}"),
+        command_id=command.id,
+    )
+
+
+async def _close(stream: AsyncIterator[Any]) -> None:
+    """End a stream's wait now (an async generator's ``aclose``), not when it is collected."""
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()
+
+
+def _wants_stream(request: Request) -> bool:
+    accept = request.headers.get("accept", "")
+    return any(part.split(";", 1)[0].strip().lower() == "text/event-stream" for part in accept.split(","))
+
+
+def _event(name: str, data: BaseModel) -> bytes:
+    return f"event: {name}\ndata: {data.model_dump_json()}\n\n".encode()
+
+
+async def _server_sent_events(
+    first: CommandResult, stream: AsyncIterator[CommandResult], command: CommandMessage[Any]
+) -> AsyncIterator[bytes]:
+    """One ``event: <STAGE>`` per stage reached (its data the result), the last one the
+    stage waited for; a wait that ends early closes with ``event: error`` (its data the
+    error: ``WAIT_TIMEOUT`` with the last stage reached, ``SERVICE_UNAVAILABLE``)."""
+    try:
+        yield _event(first.stage.value, result_body(first))
+        async for result in stream:
+            yield _event(result.stage.value, result_body(result))
+    except Exception as error:
+        yield _event("error", _failure(error, command).body)
+    finally:
+        await _close(stream)
 
 
 def _with_id_parameter(endpoint: Callable[..., Awaitable[Response]]) -> Callable[..., Awaitable[Response]]:
