@@ -28,6 +28,28 @@ from wow_http.settings import HttpSettings
 _CODES = {401: UNAUTHORIZED, 403: "FORBIDDEN", 404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}
 
 
+def tidy_openapi(document: dict[str, Any]) -> dict[str, Any]:
+    """The document FastAPI generates, said as the API behaves: an optional header is
+    absent or a value, never ``null`` (FastAPI writes ``anyOf: [X, null]``); a request
+    FastAPI itself refuses is answered 400, never with its 422 ``HTTPValidationError``."""
+    for path in document.get("paths", {}).values():
+        for operation in path.values():
+            for parameter in operation.get("parameters", []):
+                schema = parameter.get("schema", {})
+                options = schema.get("anyOf")
+                if isinstance(options, list) and {"type": "null"} in options and len(options) == 2:
+                    (kept,) = [option for option in options if option != {"type": "null"}]
+                    parameter["schema"] = {**{k: v for k, v in schema.items() if k != "anyOf"}, **kept}
+            responses = operation.get("responses", {})
+            if "HTTPValidationError" in str(responses.get("422", "")):
+                del responses["422"]
+    schemas = document.get("components", {}).get("schemas", {})
+    if "HTTPValidationError" not in str(document.get("paths")):
+        schemas.pop("HTTPValidationError", None)
+        schemas.pop("ValidationError", None)
+    return document
+
+
 def settings_of(runtime: WowRuntime) -> HttpSettings:
     """The ``WOW_HTTP__*`` section of ``runtime``'s settings."""
     from wow_http.settings import SECTION
@@ -73,6 +95,14 @@ def create_app(
         )
     )
     app.state.wow_auth = hook
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = tidy_openapi(generate())
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     if settings.cors.allow_origins:
         cors = settings.cors
         app.add_middleware(

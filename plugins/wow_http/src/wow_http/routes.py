@@ -339,8 +339,10 @@ def wait_plan(stage: CommandStage, function: str | None) -> WaitPlan:
 
     ``Wow-Wait-Function`` names the function waited for, read from the right:
     ``function``, ``processor.function`` or ``context.processor.function`` (an empty part
-    matches any); only with ``PROJECTED``, ``EVENT_HANDLED`` or ``SAGA_HANDLED``.
+    matches any; an empty header is no header); only with ``PROJECTED``,
+    ``EVENT_HANDLED`` or ``SAGA_HANDLED``.
     """
+    function = function or None
     if function is not None and stage not in _EVENT_STAGES:
         raise HttpError(
             400,
