@@ -143,4 +143,3 @@ async def test_the_router_mounts_into_an_application_of_ones_own() -> None:
                 assert "/health" in paths
         finally:
             await server.stop()
-
