@@ -19,8 +19,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 import wow_core
+from wow_core import WowRuntime
 from wow_core.command import ErrorCodes
-from wow_core.runtime.runtime import WowRuntime
 from wow_http.auth import auth_from_settings
 from wow_http.routes import BAD_REQUEST, UNAUTHORIZED, AuthHook, HttpLimits, router
 from wow_http.settings import HttpSettings

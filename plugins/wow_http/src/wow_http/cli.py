@@ -43,11 +43,10 @@ def openapi_document(runtime: Any) -> dict[str, Any]:
 
 
 def _run_openapi(invocation: Any) -> int:
-    from wow_core.runtime.assembly import build_runtime
     from wow_core.runtime.serve import load_app
 
     app = load_app(invocation.args.app)
-    runtime = build_runtime(app, container=invocation.container())
+    runtime = app.runtime(invocation.settings(), plugins=invocation.plugins)
     invocation.out.write(json.dumps(openapi_document(runtime), indent=2) + "\n")
     return 0
 
@@ -139,10 +138,9 @@ def _send_http(invocation: Any) -> int:
 def _send_transport(invocation: Any) -> int:
     from pydantic import TypeAdapter, ValidationError
 
+    from wow_core import WowApp
     from wow_core.command import CommandValidationError, CommandWaitTimeoutError, VoidCommandWaitError
     from wow_core.model import AggregateId, CommandMessage, Header, NamedAggregate, new_id
-    from wow_core.runtime.app import WowApp
-    from wow_core.runtime.assembly import build_runtime
     from wow_core.runtime.serve import load_app
     from wow_http.routes import OPERATOR_KEY, HttpError, wait_plan
     from wow_http.wire import result_body
@@ -169,7 +167,7 @@ def _send_transport(invocation: Any) -> int:
     # A runtime of the service's body types only: it hosts no aggregate, so the command
     # goes out through the transport to the processes that do.
     client = WowApp(f"{service.name or 'wow'}-send", body_types=list(body_types.values()))
-    runtime = build_runtime(client, container=invocation.container())
+    runtime = client.runtime(invocation.settings(), plugins=invocation.plugins)
     command = CommandMessage(
         aggregate_id=AggregateId(named, args.id or new_id()),
         body=body,

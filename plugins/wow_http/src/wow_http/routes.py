@@ -41,6 +41,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from wow_core import WowRuntime
 from wow_core.command import (
     CommandResult,
     CommandStage,
@@ -54,7 +55,6 @@ from wow_core.command import (
 from wow_core.middleware import undecorated
 from wow_core.model import DEFAULT_TENANT_ID, AggregateId, CommandMessage, NamedAggregate
 from wow_core.modeling.aggregate import AggregateMetadata, CommandFunction
-from wow_core.runtime.runtime import WowRuntime
 from wow_core.runtime.settings import mask_userinfo
 from wow_http.wire import (
     AggregateMetadataBody,

@@ -24,8 +24,7 @@ from typing import Any
 
 import uvicorn
 
-from wow_core.runtime.app import WowApp
-from wow_core.runtime.runtime import WowRuntime
+from wow_core import WowApp, WowRuntime
 from wow_http.routes import AuthHook
 from wow_http.settings import HttpSettings
 
