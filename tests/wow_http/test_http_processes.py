@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.service_members import Member, journal
-from tests.wait_members import local_first
+from tests.wait_members import local_first, serving
 from wow_core.runtime.cli import main
 
 pytestmark = pytest.mark.slow
@@ -160,10 +160,48 @@ async def test_two_instances_behind_redis_answer_http_waits_wherever_the_command
     finally:
         for member in members:
             member.stop()
-        from redis.asyncio import Redis
+        await _delete(prefix)
 
-        redis = Redis.from_url("redis://127.0.0.1:6379/0")
-        keys = [key async for key in redis.scan_iter(match=f"{prefix}*", count=500)]
-        if keys:
-            await redis.delete(*keys)
-        await redis.aclose()
+
+@pytest.mark.redis
+def test_wow_send_over_the_transport_reaches_a_service_that_serves_no_http(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prefix = f"wowtest:{uuid.uuid4().hex[:10]}:"
+    transport = {
+        "WOW_TRANSPORT": "redis",
+        "WOW_REDIS__URL": "redis://127.0.0.1:6379/0",
+        "WOW_REDIS__KEY_PREFIX": prefix,
+        "WOW_REDIS__BLOCK_TIME": "0.2",
+    }
+    member = Member("bank-redis", {**base_env(WOW_HTTP__ENABLED="false"), **transport}, app=BANK)
+    try:
+        asyncio.run(serving(member))
+        for name, value in transport.items():
+            monkeypatch.setenv(name, value)
+        status, out, err = wow(
+            capsys, "send", "bank.account", "Open", '{"owner": "cy", "initial": 4}', "--id", "cy-1",
+            "--transport", BANK, "--operator", "cli",
+        )  # fmt: skip
+        assert status == 0, err
+        assert json.loads(out)["aggregate_version"] == 1
+        status, out, _ = wow(
+            capsys, "send", "bank.account", "Withdraw", '{"amount": 9}', "--id", "cy-1", "--transport", BANK
+        )
+        assert (status, json.loads(out)["error_code"]) == (1, "INSUFFICIENT_FUNDS")
+        status, _, err = wow(capsys, "send", "bank.account", "Fly", "{}", "--id", "cy-1", "--transport", BANK)
+        assert status == 2
+        assert "has no command 'Fly'" in err
+    finally:
+        assert member.stop() == 0, "".join(member.lines[-20:])
+        asyncio.run(_delete(prefix))
+
+
+async def _delete(prefix: str) -> None:
+    from redis.asyncio import Redis
+
+    redis = Redis.from_url("redis://127.0.0.1:6379/0")
+    keys = [key async for key in redis.scan_iter(match=f"{prefix}*", count=500)]
+    if keys:
+        await redis.delete(*keys)
+    await redis.aclose()

@@ -140,7 +140,8 @@ def _send_transport(invocation: Any) -> int:
 
     from wow_core import WowApp
     from wow_core.command import CommandValidationError, CommandWaitTimeoutError, VoidCommandWaitError
-    from wow_core.model import AggregateId, CommandMessage, Header, NamedAggregate, new_id
+    from wow_core.model import NamedAggregate
+    from wow_core.modeling.registry import AggregateRegistry
     from wow_core.runtime.serve import load_app
     from wow_http.routes import OPERATOR_KEY, HttpError, wait_plan
     from wow_http.wire import result_body
@@ -168,14 +169,19 @@ def _send_transport(invocation: Any) -> int:
     # goes out through the transport to the processes that do.
     client = WowApp(f"{service.name or 'wow'}-send", body_types=list(body_types.values()))
     runtime = client.runtime(invocation.settings(), plugins=invocation.plugins)
-    command = CommandMessage(
-        aggregate_id=AggregateId(named, args.id or new_id()),
-        body=body,
-        name=body_type.__name__,
-        request_id=args.request_id or "",
-        header=Header({OPERATOR_KEY: args.operator} if args.operator else None),
-        is_create=args.id is None,
-    )
+    # The service's aggregates, known here only to address the command (create or not).
+    registry = AggregateRegistry(service.aggregates)
+    if registry.get(named) is None:
+        raise SettingsError(f"{args.transport} hosts no aggregate {named}")
+    try:
+        command = registry.command(
+            body,
+            args.id,
+            request_id=args.request_id or "",
+            header={OPERATOR_KEY: args.operator} if args.operator else None,
+        )
+    except ValueError as error:
+        raise SettingsError(str(error)) from None
 
     async def main() -> int:
         async with runtime:
