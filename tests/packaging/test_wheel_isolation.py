@@ -140,6 +140,7 @@ def test_the_http_plugin_installs_from_its_wheel_and_registers_through_the_entry
     assert registered == {
         ("settings", "http"),
         ("runtime_installer", "http"),
+        ("wait_notifier", "http"),
         ("command", "openapi"),
         ("command", "send"),
     }

@@ -27,6 +27,18 @@ def install_http(runtime: Any) -> None:
     install(runtime)
 
 
+def http_wait_notifier(settings: Any) -> Any:
+    """Factory of the ``http`` wait notifier: ``WOW_COMMAND__WAIT__NOTIFIER=http``."""
+    from wow_http.wait_notifier import HttpWaitNotifier
+
+    return HttpWaitNotifier.from_settings(settings)
+
+
+@hookimpl
+def register_wait_notifiers(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    register("http", http_wait_notifier)
+
+
 @hookimpl
 def register_settings(register: Callable[[str, type[BaseModel]], None]) -> None:
     register(SECTION, HttpSettings)

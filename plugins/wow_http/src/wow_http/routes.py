@@ -112,6 +112,7 @@ WAIT_TIMEOUT_CODE = "WAIT_TIMEOUT"
 SERVICE_UNAVAILABLE = "SERVICE_UNAVAILABLE"
 SNAPSHOT_NOT_FOUND = "SNAPSHOT_NOT_FOUND"
 UNAUTHORIZED = "UNAUTHORIZED"
+NOT_WAITING = "NOT_WAITING"
 
 _NOT_FOUND = frozenset({ErrorCodes.COMMAND_UNHANDLED, ErrorCodes.AGGREGATE_NOT_FOUND})
 _CONFLICT = frozenset(
@@ -264,18 +265,12 @@ def inline_schema(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
-class _BodyReader:
-    """Reads and validates one command class's body from a request."""
+class _RawReader:
+    """Reads a JSON request body of at most ``max_bytes`` (413 past it, 415 for another type)."""
 
-    body_type: type[Any]
-    adapter: TypeAdapter[Any]
     max_bytes: int
 
-    @property
-    def schema(self) -> dict[str, Any]:
-        return inline_schema(self.adapter.json_schema())
-
-    async def read(self, request: Request) -> Any:
+    async def read(self, request: Request) -> bytes:
         declared = request.headers.get("content-length")
         if declared is not None:
             if not declared.isdigit():
@@ -291,16 +286,31 @@ class _BodyReader:
             chunks.append(chunk)
         raw = b"".join(chunks)
         if not raw.strip():
-            raw = b"{}"
-        else:
-            content_type = request.headers.get("content-type", "").split(";", 1)[0].strip()
-            if not _JSON_TYPES.match(content_type):
-                raise HttpError(
-                    415,
-                    UNSUPPORTED_MEDIA_TYPE,
-                    "a command body is JSON (Content-Type: application/json), not "
-                    + (content_type or "untyped"),
-                )
+            return b""
+        content_type = request.headers.get("content-type", "").split(";", 1)[0].strip()
+        if not _JSON_TYPES.match(content_type):
+            raise HttpError(
+                415,
+                UNSUPPORTED_MEDIA_TYPE,
+                "a body is JSON (Content-Type: application/json), not " + (content_type or "untyped"),
+            )
+        return raw
+
+
+@dataclass(frozen=True, slots=True)
+class _BodyReader:
+    """Reads and validates one command class's body from a request."""
+
+    body_type: type[Any]
+    adapter: TypeAdapter[Any]
+    max_bytes: int
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        return inline_schema(self.adapter.json_schema())
+
+    async def read(self, request: Request) -> Any:
+        raw = await _RawReader(self.max_bytes).read(request) or b"{}"
         try:
             return self.adapter.validate_json(raw)
         except ValidationError as error:
@@ -420,6 +430,7 @@ def router(
     for metadata in sorted(runtime.aggregates, key=lambda m: str(m.named_aggregate)):
         routes.add_aggregate(api, metadata)
     routes.add_metadata(api)
+    routes.add_wait(api)
     for context in sorted({m.named_aggregate.context_name for m in runtime.aggregates}):
         routes.add_unhandled(api, context)
     return api
@@ -682,6 +693,49 @@ class _Routes:
             response_model=MetadataBody,
             responses={401: _QUERY_RESPONSES[401]},
             dependencies=self.guard(RouteInfo("metadata", "GET", self.prefix + "/wow/metadata")),
+        )
+
+    def add_wait(self, api: APIRouter) -> None:
+        """``POST /wow/waits/{process}``: the receiving half of the http wait notifier."""
+        from wow_core.command.signal_wire import MAX_SIGNAL_BYTES
+        from wow_http.wait_notifier import WAIT_PATH, receiver
+
+        reader = _RawReader(MAX_SIGNAL_BYTES)
+
+        async def wait_signal(
+            request: Request,
+            process: Annotated[str, Path(pattern=r"^[0-9a-f]{32}$", description="The waiting process.")],
+        ) -> Response:
+            sink = receiver(process)
+            if sink is None:
+                raise HttpError(404, NOT_WAITING, f"process {process} waits for nothing here")
+            sink(await reader.read(request))
+            return Response(status_code=202)
+
+        path = WAIT_PATH + "/{process}"
+        api.add_api_route(
+            path,
+            wait_signal,
+            methods=["POST"],
+            name="wow.wait_signal",
+            operation_id="wow.wait_signal",
+            summary="A wait signal for a command this process waits for (the http wait notifier).",
+            tags=["wow"],
+            status_code=202,
+            responses={
+                400: _QUERY_RESPONSES[400],
+                401: _QUERY_RESPONSES[401],
+                404: {"model": ErrorBody, "description": "NOT_WAITING: no such process waits here."},
+                413: _COMMAND_RESPONSES[413],
+                415: _COMMAND_RESPONSES[415],
+            },
+            dependencies=self.guard(RouteInfo("wait", "POST", self.prefix + path)),
+            openapi_extra={
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": {"type": "object"}}},
+                }
+            },
         )
 
     def add_unhandled(self, api: APIRouter, context: str) -> None:

@@ -87,6 +87,13 @@ class HttpSettings(SettingsSection):
     shutdown_timeout: Seconds = Field(
         10.0, description="Seconds in-flight requests may take to finish when the server stops."
     )
+    advertised_url: str | None = Field(
+        None,
+        max_length=1024,
+        description="The base URL other processes reach this one at, for the http wait notifier "
+        "(default: http://<host>:<port><root_path>).",
+    )
+    wait_notify_timeout: Seconds = Field(2.0, description="Seconds one wait signal post may take.")
     cors: CorsSettings = Field(default_factory=CorsSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
 
@@ -95,6 +102,13 @@ class HttpSettings(SettingsSection):
     def _root_path(cls, value: str) -> str:
         if value and (not value.startswith("/") or value.endswith("/")):
             raise ValueError("a root path starts with '/' and does not end with one ('/api')")
+        return value
+
+    @field_validator("advertised_url")
+    @classmethod
+    def _advertised_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("an advertised URL starts with http:// or https://")
         return value
 
     @property
