@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.service_members import Member, journal
-from tests.wait_members import local_first, serving
+from tests.wait_members import local_first
 from wow_core.runtime.cli import main
 
 pytestmark = pytest.mark.slow
@@ -122,8 +122,9 @@ def test_wow_openapi_prints_the_document_of_the_routes_served(
 
 @pytest.mark.redis
 async def test_two_instances_behind_redis_answer_http_waits_wherever_the_command_ran(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Then ``wow send --transport`` reaches them too, from a process that serves nothing."""
     prefix = f"wowtest:{uuid.uuid4().hex[:10]}:"
     env = base_env(
         WOW_TRANSPORT="redis",
@@ -157,44 +158,27 @@ async def test_two_instances_behind_redis_answer_http_waits_wherever_the_command
                     break
         assert crossed, "every command ran in the instance that took its request"
         assert all(ran), "one instance processed nothing"
+        # wow send --transport: a third process that serves nothing, over the same Redis.
+        for name, value in env.items():
+            if name.startswith("WOW_"):
+                monkeypatch.setenv(name, value)
+        monkeypatch.setenv("WOW_HTTP__ENABLED", "false")
+        body = '{"key": "by-cli", "seq": 0}'
+        status, out, err = await asyncio.to_thread(  # wow send runs its own event loop
+            wow, capsys, "send", "journal.ledger", "Record", body, "--id", "by-cli", "--transport", JOURNAL
+        )
+        assert status == 0, err
+        assert (json.loads(out)["stage"], json.loads(out)["aggregate_version"]) == ("PROCESSED", 1)
+        assert any(("by-cli", 0) in journal(tmp_path, m.process.pid) for m in members)
+        status, _, err = await asyncio.to_thread(
+            wow, capsys, "send", "journal.ledger", "Fly", "{}", "--id", "x", "--transport", JOURNAL
+        )
+        assert status == 2
+        assert "has no command 'Fly'" in err
     finally:
         for member in members:
             member.stop()
         await _delete(prefix)
-
-
-@pytest.mark.redis
-def test_wow_send_over_the_transport_reaches_a_service_that_serves_no_http(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    prefix = f"wowtest:{uuid.uuid4().hex[:10]}:"
-    transport = {
-        "WOW_TRANSPORT": "redis",
-        "WOW_REDIS__URL": "redis://127.0.0.1:6379/0",
-        "WOW_REDIS__KEY_PREFIX": prefix,
-        "WOW_REDIS__BLOCK_TIME": "0.2",
-    }
-    member = Member("bank-redis", {**base_env(WOW_HTTP__ENABLED="false"), **transport}, app=BANK)
-    try:
-        asyncio.run(serving(member))
-        for name, value in transport.items():
-            monkeypatch.setenv(name, value)
-        status, out, err = wow(
-            capsys, "send", "bank.account", "Open", '{"owner": "cy", "initial": 4}', "--id", "cy-1",
-            "--transport", BANK, "--operator", "cli",
-        )  # fmt: skip
-        assert status == 0, err
-        assert json.loads(out)["aggregate_version"] == 1
-        status, out, _ = wow(
-            capsys, "send", "bank.account", "Withdraw", '{"amount": 9}', "--id", "cy-1", "--transport", BANK
-        )
-        assert (status, json.loads(out)["error_code"]) == (1, "INSUFFICIENT_FUNDS")
-        status, _, err = wow(capsys, "send", "bank.account", "Fly", "{}", "--id", "cy-1", "--transport", BANK)
-        assert status == 2
-        assert "has no command 'Fly'" in err
-    finally:
-        assert member.stop() == 0, "".join(member.lines[-20:])
-        asyncio.run(_delete(prefix))
 
 
 async def _delete(prefix: str) -> None:

@@ -7,10 +7,10 @@ from __future__ import annotations
 import socket
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 
 from tests.service_members import Member
 from tests.wait_members import record, serving
@@ -24,6 +24,7 @@ from wow_http.settings import HttpSettings
 from wow_http.wait_notifier import HttpWaitNotifier, advertised_url
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
+in_the_modules_loop = pytest.mark.asyncio(loop_scope="module")  # the loop of caller_and_member
 
 
 def free_port() -> int:
@@ -33,8 +34,12 @@ def free_port() -> int:
         return port
 
 
-@pytest.fixture
-async def caller_and_member(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> AsyncIterator[WowRuntime]:
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def caller_and_member(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[WowRuntime]:
+    """The caller (this process, hosting nothing, serving HTTP) and one ``wow run``
+    member processing the journal ledger, for the whole module."""
+    monkeypatch = pytest.MonkeyPatch()
+    tmp_path = tmp_path_factory.mktemp("journals")
     prefix = f"wowtest:{uuid.uuid4().hex[:10]}:"
     shared = {
         "WOW_TRANSPORT": "redis",
@@ -58,10 +63,12 @@ async def caller_and_member(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> A
         async with runtime:
             yield runtime
     finally:
+        monkeypatch.undo()
         assert member.stop() == 0, "".join(member.lines[-20:])
         await _delete(prefix)
 
 
+@in_the_modules_loop
 async def test_stages_reached_in_another_process_come_back_over_http(caller_and_member: WowRuntime) -> None:
     runtime = caller_and_member
     assert runtime.wait_notifier is not None
@@ -78,6 +85,7 @@ async def test_stages_reached_in_another_process_come_back_over_http(caller_and_
     assert runtime.wait_notifier.sink.malformed == 0
 
 
+@in_the_modules_loop
 async def test_the_wait_route_refuses_what_is_not_a_signal_for_a_waiting_process(
     caller_and_member: WowRuntime,
 ) -> None:
