@@ -25,6 +25,7 @@ MEMBERS = {
     "wow-otel": "wow_otel",
     "wow-compensation": "wow_compensation",
     "wow-nats": "plugins/wow_nats",
+    "wow-http": "plugins/wow_http",
 }
 
 

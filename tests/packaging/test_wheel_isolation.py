@@ -15,7 +15,7 @@ from tests.packaging.conftest import MEMBERS, ROOT, Venv
 
 pytestmark = pytest.mark.slow
 
-FOREIGN = ["aiokafka", "redis", "nats", "opentelemetry"]
+FOREIGN = ["aiokafka", "redis", "nats", "opentelemetry", "fastapi", "uvicorn"]
 
 
 def _metadata(wheel: Path) -> tuple[dict[str, list[str]], str]:
@@ -62,7 +62,7 @@ def test_each_wheel_holds_only_its_own_package(wheelhouse: dict[str, Path]) -> N
 
 def test_the_umbrella_declares_the_extras(wheelhouse: dict[str, Path]) -> None:
     fields, _ = _metadata(wheelhouse["wow-py"])
-    assert set(fields["Provides-Extra"]) == {"kafka", "redis", "nats", "otel", "compensation", "all"}
+    assert set(fields["Provides-Extra"]) == {"kafka", "redis", "nats", "http", "otel", "compensation", "all"}
 
 
 PROBE = """
@@ -92,7 +92,9 @@ def test_wow_core_alone_installs_without_broker_clients_or_opentelemetry(
     assert report["found"] == dict.fromkeys(FOREIGN, False)
     installed = set(report["distributions"])
     assert "wow-core" in installed
-    assert not installed & {"aiokafka", "redis", "nats-py", "opentelemetry-api", "opentelemetry-sdk"}
+    assert not installed & {
+        "aiokafka", "redis", "nats-py", "opentelemetry-api", "opentelemetry-sdk", "fastapi", "uvicorn",
+    }  # fmt: skip
     assert not {d for d in installed if d.startswith("wow-") and d != "wow-core"}
     assert report["metrics"] == "NoopMetrics"
     plugins = venv.command("wow", "plugins", "--json", cwd=tmp_path)
@@ -112,5 +114,49 @@ def test_an_extra_of_the_umbrella_pulls_its_member_in(
     result = venv.script(PROBE % FOREIGN, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report["found"] == {"aiokafka": False, "redis": True, "nats": False, "opentelemetry": False}
+    assert report["found"] == {
+        "aiokafka": False,
+        "redis": True,
+        "nats": False,
+        "opentelemetry": False,
+        "fastapi": False,
+        "uvicorn": False,
+    }
     assert {"wow-py", "wow-core", "wow-redis"} <= set(report["distributions"])
+
+
+def test_the_http_plugin_installs_from_its_wheel_and_registers_through_the_entry_point(
+    wheelhouse: dict[str, Path], make_venv: Callable[[str], Venv], tmp_path: Path
+) -> None:
+    venv = make_venv("http")
+    venv.install(wheelhouse["wow-core"], wheelhouse["wow-http"])
+    plugins = venv.command("wow", "plugins", "--json", cwd=tmp_path)
+    assert plugins.returncode == 0, plugins.stderr
+    registered = {
+        (r["kind"], r["name"])
+        for r in json.loads(plugins.stdout)["registrations"]
+        if r["distribution"] == "wow-http"
+    }
+    assert registered == {
+        ("settings", "http"),
+        ("runtime_installer", "http"),
+        ("wait_notifier", "http"),
+        ("command", "openapi"),
+        ("command", "send"),
+    }
+    (tmp_path / "shop.py").write_text(
+        "from dataclasses import dataclass\n"
+        "from wow_core import WowApp, aggregate, on_command, on_sourcing\n"
+        "@dataclass(frozen=True)\nclass Cart:\n    items: int = 0\n"
+        "@dataclass(frozen=True)\nclass AddItem:\n    sku: str\n"
+        "@dataclass(frozen=True)\nclass ItemAdded:\n    sku: str\n"
+        "@aggregate('shop', 'cart', state=Cart)\nclass CartAggregate:\n"
+        "    @on_command(allow_create=True)\n"
+        "    def add(self, state: Cart, body: AddItem) -> ItemAdded:\n        return ItemAdded(body.sku)\n"
+        "    @on_sourcing\n"
+        "    def added(self, state: Cart, event: ItemAdded) -> Cart:\n        return Cart(state.items + 1)\n"
+        "app = WowApp('shop', aggregates=[CartAggregate])\n"
+    )
+    document = venv.command("wow", "openapi", "shop:app", cwd=tmp_path)
+    assert document.returncode == 0, document.stderr
+    assert "/shop/cart/{id}/AddItem" in json.loads(document.stdout)["paths"]

@@ -18,7 +18,7 @@ and checks the instance against the SPI's protocol where it is runtime-checkable
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import pluggy
 
@@ -56,6 +56,9 @@ SnapshotRepositoryFactory: TypeAlias = "Callable[[ProcessSettings], SnapshotRepo
 MetricsFactory: TypeAlias = "Callable[[ProcessSettings], Metrics]"
 MiddlewareFactory: TypeAlias = "Callable[[ProcessSettings, Metrics], Middleware | None]"
 WaitNotifierFactory: TypeAlias = "Callable[[ProcessSettings], CommandWaitNotifier]"
+RuntimeInstaller: TypeAlias = "Callable[[Any], object]"
+"""``installer(runtime)``: called with every ``WowRuntime`` that is built (typed ``Any``
+here so that the plugin layer does not name the runtime)."""
 
 
 def kind(name: str) -> Callable[[F], F]:
@@ -113,6 +116,13 @@ def register_middleware(register: Callable[[str, MiddlewareFactory], None]) -> N
 @kind("wait_notifier")
 def register_wait_notifiers(register: Callable[[str, WaitNotifierFactory], None]) -> None:
     """Contribute wait notifiers: ``register(name, factory)`` returning a CommandWaitNotifier."""
+
+
+@kind("runtime_installer")
+def register_runtime_installers(register: Callable[[str, RuntimeInstaller], None]) -> None:
+    """Contribute installers run on every runtime built, after the app's own and its event
+    dispatch: ``register(name, installer)``; ``installer(runtime)`` may add services,
+    dispatchers and closeables (an HTTP server) or do nothing (its feature is off)."""
 
 
 @kind("command")

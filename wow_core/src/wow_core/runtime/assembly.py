@@ -284,6 +284,9 @@ def build_runtime(
     )
     if container.settings().cluster.intake.enabled:
         install_intakes(container, runtime)
+    # -- plugins' installers (an HTTP server...), last: they see the whole runtime --------
+    for registration in container.plugins().all("runtime_installer"):
+        registration.value(runtime)
     return runtime
 
 
