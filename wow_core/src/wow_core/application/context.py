@@ -20,6 +20,8 @@ from wow_core.application.operation import RESERVED_PREFIX, Operation
 
 __all__ = ["JsonOperationContextSerializer", "OperationContextSerializer"]
 
+_WHERE = "operation context"
+
 
 @runtime_checkable
 class OperationContextSerializer(Protocol):
@@ -58,10 +60,10 @@ class JsonOperationContextSerializer:
 
     def serialize(self, operation: Operation) -> str:
         context = {name: value for name, value in operation.attributes.items() if name in self.allowlist}
-        return json_safe.encode(context, "operation context", OperationContextError, self.max_depth + 1)
+        return json_safe.encode(context, _WHERE, OperationContextError, self.max_depth, envelope=True)
 
     def deserialize(self, payload: str) -> dict[str, Any]:
-        context = json_safe.decode(payload, "operation context", OperationContextError, self.max_depth + 1)
+        context = json_safe.decode(payload, _WHERE, OperationContextError, self.max_depth, envelope=True)
         if type(context) is not dict:
             raise OperationContextError("operation context: the payload is not a JSON object")
         for name in context:

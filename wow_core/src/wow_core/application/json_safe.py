@@ -40,9 +40,14 @@ def describe_type(value: object) -> str:
     return f"an object of type {type(value).__qualname__}"
 
 
-def check_value(value: object, where: str, error: ErrorType, max_depth: int = DEFAULT_MAX_DEPTH) -> None:
-    """Raise ``error(message)`` unless ``value`` is JSON-safe (see the module docstring)."""
-    _check(value, where, error, max_depth, 0, set())
+def check_value(
+    value: object, where: str, error: ErrorType, max_depth: int = DEFAULT_MAX_DEPTH, envelope: bool = False
+) -> None:
+    """Raise ``error(message)`` unless ``value`` is JSON-safe (see the module docstring).
+
+    With ``envelope``, ``value`` is the object that holds the fields: it does not count
+    towards ``max_depth``."""
+    _check(value, where, error, max_depth, -1 if envelope else 0, set())
 
 
 def _check(value: object, where: str, error: ErrorType, max_depth: int, depth: int, path: set[int]) -> None:
@@ -101,12 +106,14 @@ def same(left: object, right: object) -> bool:
     return left == right
 
 
-def encode(value: object, where: str, error: ErrorType, max_depth: int = DEFAULT_MAX_DEPTH) -> str:
+def encode(
+    value: object, where: str, error: ErrorType, max_depth: int = DEFAULT_MAX_DEPTH, envelope: bool = False
+) -> str:
     """``value`` as compact JSON, after :func:`check_value`; the output is decoded again
     and must equal ``value`` exactly, or this raises."""
-    check_value(value, where, error, max_depth)
+    check_value(value, where, error, max_depth, envelope)
     text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    if not same(decode(text, where, error, max_depth), value):
+    if not same(decode(text, where, error, max_depth, envelope), value):
         raise error(f"{where}: the JSON encoding does not restore the same value")
     return text
 
@@ -140,7 +147,9 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def decode(text: object, where: str, error: ErrorType, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
+def decode(
+    text: object, where: str, error: ErrorType, max_depth: int = DEFAULT_MAX_DEPTH, envelope: bool = False
+) -> Any:
     """Parse ``text`` strictly: no ``NaN``/``Infinity``, no duplicate key, integers in the
     64-bit range, then :func:`check_value` (depth, Unicode)."""
     if type(text) is not str:
@@ -157,5 +166,5 @@ def decode(text: object, where: str, error: ErrorType, max_depth: int = DEFAULT_
         raise error(f"{where}: nested deeper than {max_depth} containers") from None
     except ValueError as cause:
         raise error(f"{where}: not accepted JSON: {cause}") from None
-    check_value(value, where, error, max_depth)
+    check_value(value, where, error, max_depth, envelope)
     return value

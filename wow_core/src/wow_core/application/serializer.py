@@ -168,7 +168,7 @@ class JsonCommandSerializer:
         state = _state(command, self.fields_of(command_class))
         for item in self.fields_of(command_class):
             _check_field(name, item, state[item.name], self.max_depth)
-        return json_safe.encode(state, name, CommandSerializationError, self.max_depth + 1)
+        return json_safe.encode(state, name, CommandSerializationError, self.max_depth, envelope=True)
 
     def deserialize(self, payload: str, command_class: type[Any]) -> object:
         fields = self.fields_of(command_class)
@@ -177,7 +177,7 @@ class JsonCommandSerializer:
             raise CommandSerializationError(
                 f"{name}: the payload has {len(payload)} characters, more than {self.max_payload_chars}"
             )
-        data = json_safe.decode(payload, name, CommandSerializationError, self.max_depth + 1)
+        data = json_safe.decode(payload, name, CommandSerializationError, self.max_depth, envelope=True)
         if type(data) is not dict:
             raise CommandSerializationError(f"{name}: the payload is not a JSON object")
         by_name = {item.name: item for item in fields}
@@ -191,7 +191,7 @@ class JsonCommandSerializer:
             )
         for key, value in data.items():
             _check_field(name, by_name[key], value, self.max_depth)
-        arguments = json_safe.decode(payload, name, CommandSerializationError, self.max_depth + 1)
+        arguments = json_safe.decode(payload, name, CommandSerializationError, self.max_depth, envelope=True)
         try:
             command = command_class(**arguments)
         except Exception as error:
@@ -298,6 +298,8 @@ def _pydantic_fields(command_class: type[BaseModel], name: str) -> tuple[_Field,
         raise CommandSerializationError(
             f"{name}: computed fields ({computed}) are properties without storage"
         )
+    if command_class.model_config.get("extra") == "allow":
+        raise CommandSerializationError(f"{name}: extra='allow' admits fields that no declaration backs")
     hints = _hints(command_class, name)
     result: list[_Field] = []
     for field_name, info in command_class.model_fields.items():
