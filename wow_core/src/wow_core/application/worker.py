@@ -236,9 +236,12 @@ class CommandWorker:
 
     # -- the loop ----------------------------------------------------------------------
 
-    async def run(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
+    async def run(
+        self, stop: asyncio.Event, ready: asyncio.Event | None = None, draining: asyncio.Event | None = None
+    ) -> None:
         """Serve until ``stop`` is set (see the module docstring); ``ready`` is set once
-        a command sent from then on cannot be missed."""
+        a command sent from then on cannot be missed, ``draining`` once the worker took
+        its last record and waits for those in flight."""
         receiver = self.transport.open(self.group, [self.topic])
         slots = asyncio.Semaphore(self.concurrency)
         in_flight: set[asyncio.Task[Outcome]] = set()
@@ -270,6 +273,8 @@ class CommandWorker:
                 stopping.cancel()
                 reader.cancel()
                 await asyncio.gather(reader, return_exceptions=True)
+                if draining is not None:
+                    draining.set()
             if reader.done() and not reader.cancelled() and reader.exception() is not None:
                 raise reader.exception()  # type: ignore[misc]
             if in_flight:
