@@ -49,6 +49,7 @@ LAYERS: list[tuple[str, list[tuple[str, str]]]] = [
             ("plugins", "hookspecs, plugin manager, CLI Command"),
         ],
     ),
+    ("", [("application", "application commands: bus, TransportMiddleware, serializers, CommandWorker")]),
     ("", [("runtime", "WowSettings, container, assembly, WowRuntime, KeyedExecutor, WowApp, CLI")]),
     ("", [("testing", "given/when/expect specs, TestRuntime, conformance suites")]),
 ]
