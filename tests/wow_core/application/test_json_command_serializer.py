@@ -397,3 +397,10 @@ def test_bad_settings_of_the_serializer_are_refused() -> None:
         JsonCommandSerializer(max_depth=0)
     with pytest.raises(ValueError, match="max_payload_chars"):
         JsonCommandSerializer(max_payload_chars=True)  # type: ignore[arg-type]
+
+
+def test_the_bounds_can_come_from_the_settings() -> None:
+    from wow_core.application.settings import SerializerSettings
+
+    bounded = JsonCommandSerializer.from_settings(SerializerSettings(max_depth=2, max_payload_chars=100))
+    assert (bounded.max_depth, bounded.max_payload_chars) == (2, 100)

@@ -30,6 +30,7 @@ from pydantic import BaseModel, RootModel
 
 from wow_core.application import json_safe
 from wow_core.application.errors import CommandSerializationError
+from wow_core.application.settings import SerializerSettings
 
 __all__ = [
     "CommandSerializer",
@@ -143,6 +144,11 @@ class JsonCommandSerializer:
         self.max_depth = max_depth
         self.max_payload_chars = max_payload_chars
         self._fields: dict[type[Any], tuple[_Field, ...]] = {}
+
+    @classmethod
+    def from_settings(cls, settings: SerializerSettings) -> JsonCommandSerializer:
+        """Bounded by ``WOW_APPLICATION__SERIALIZER__*``."""
+        return cls(max_depth=settings.max_depth, max_payload_chars=settings.max_payload_chars)
 
     # -- the class ---------------------------------------------------------------------
 
