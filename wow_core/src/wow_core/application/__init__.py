@@ -79,3 +79,11 @@ __all__ = [
     "asynchronous",
     "class_name",
 ]
+
+_EXPORTS = {
+    name: "wow_core.application.bus"
+    if name in ("CommandHandler", "Next")  # type aliases: defined in bus, typed as collections.abc
+    else globals()[name].__module__
+    for name in __all__
+}
+"""Each exported name's defining module (what the API reference renders)."""
