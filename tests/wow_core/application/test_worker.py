@@ -14,11 +14,13 @@ from tests.wow_core.application.support import FakeRecord, RecordingTransport
 from wow_core.application import (
     ApplicationCommandBus,
     CommandEnvelope,
+    CommandMetadata,
     CommandWorker,
     ExecutionMode,
     JsonCommandSerializer,
     JsonOperationContextSerializer,
     Operation,
+    OperationStatus,
     Outcome,
     RejectionAction,
     RejectionPolicy,
@@ -317,3 +319,80 @@ async def test_run_executes_at_most_concurrency_commands_at_once_and_a_stop_fini
     await asyncio.wait_for(rest, 10)
     assert sorted(gate.done) == sorted(ids)
     await transport.close()
+
+
+class FailingReceiver:
+    """Yields one record, then fails as a broker connection would."""
+
+    def __init__(self, record: FakeRecord) -> None:
+        self.record = record
+        self.closed = False
+
+    def __aiter__(self) -> FailingReceiver:
+        return self
+
+    async def __anext__(self) -> FakeRecord:
+        if self.record.delivery_count:
+            self.record.delivery_count = 0
+            return self.record
+        raise ConnectionError("the broker went away")
+
+    async def ready(self) -> None:
+        return None
+
+    def open_processing(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def test_a_failing_receiver_ends_run_with_its_error_after_the_command_in_flight_finished() -> None:
+    handled = Handled()
+    record = FakeRecord(envelope(ChargeCard("c", 5)))
+    receiver = FailingReceiver(record)
+    transport = RecordingTransport()
+    transport.open = lambda group, topics: receiver  # type: ignore[method-assign, assignment, return-value]
+    with pytest.raises(ConnectionError, match="went away"):
+        await asyncio.wait_for(worker(handled, transport=transport).run(asyncio.Event()), 10)
+    assert record.acks == 1
+    assert receiver.closed
+
+
+class TableMetadata:
+    """A custom metadata provider: asynchronous by a table, not by decorators."""
+
+    def metadata_of(self, command_class: type[Any]) -> CommandMetadata:
+        return CommandMetadata("payments" if command_class is Audit else None)
+
+
+async def test_a_custom_metadata_provider_decides_for_the_producer_and_the_worker_alike() -> None:
+    transport = RecordingTransport()
+    registry = TransportRegistry({"payments": transport})
+    serializer = JsonCommandSerializer()
+    context = JsonOperationContextSerializer()
+    bus = ApplicationCommandBus(
+        [TransportMiddleware(registry, serializer, context, metadata=TableMetadata())]
+    )
+    handled = Handled()
+    bus.register(Audit, handled)
+    bus.register(ChargeCard, handled)
+    queued = await bus.dispatch(Audit("x"))
+    assert queued.status is OperationStatus.QUEUED, "not decorated, but the table says payments"
+    charged = await bus.dispatch(ChargeCard("c", 1))
+    assert charged.status is OperationStatus.COMPLETED, "decorated, but the table says synchronous"
+    command_worker = CommandWorker(
+        bus=bus,
+        serializer=serializer,
+        context_serializer=context,
+        transport=transport,
+        transport_name="payments",
+        topic=TOPIC,
+        group="g",
+        metadata=TableMetadata(),
+        policy=RejectionPolicy(RejectionAction.DROP),
+    )
+    [message] = transport.sent
+    assert await command_worker.handle(FakeRecord(message.payload)) is Outcome.HANDLED
+    assert [operation.command for operation in handled.operations] == [ChargeCard("c", 1), Audit("x")]
+    assert await command_worker.handle(FakeRecord(envelope(ChargeCard("c", 2)))) is Outcome.DROPPED

@@ -275,8 +275,6 @@ class CommandWorker:
                 await asyncio.gather(reader, return_exceptions=True)
                 if draining is not None:
                     draining.set()
-            if reader.done() and not reader.cancelled() and reader.exception() is not None:
-                raise reader.exception()  # type: ignore[misc]
             if in_flight:
                 log.info("stopping: waiting for %d commands in flight", len(in_flight))
                 _, late = await asyncio.wait(set(in_flight), timeout=self.shutdown_timeout)
@@ -289,6 +287,9 @@ class CommandWorker:
                         self.shutdown_timeout,
                     )
                     await asyncio.gather(*late, return_exceptions=True)
+            failure = None if reader.cancelled() else reader.exception()
+            if failure is not None:
+                raise failure  # the receiver failed: what was in flight finished first
         finally:
             await receiver.close()
 
