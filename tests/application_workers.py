@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,6 +79,8 @@ class Outcome:
     """Operations whose handler ran more than once."""
     started_by_the_killed_worker: set[str]
     """Operations whose handler the killed worker had started when it died."""
+    acknowledged_by_the_killed_worker: int = 0
+    """What ``after_kill`` counted of those as durably acknowledged (Kafka: committed offsets)."""
 
 
 async def killed_mid_stream(
@@ -86,6 +88,7 @@ async def killed_mid_stream(
     env: Mapping[str, str],
     redis: Redis,
     total: int,
+    after_kill: Callable[[], Awaitable[int]] | None = None,
 ) -> Outcome:
     """Run the scenario; return what the caller bounds the repeated deliveries with."""
     prefix = env["WOW_TEST_APP_PREFIX"]
@@ -109,6 +112,7 @@ async def killed_mid_stream(
         effects_at_kill = int(await redis.scard(f"{prefix}effects"))
         assert effects_at_kill < total, "the worker was killed mid-stream"
         started = {key.decode() for key in await redis.hkeys(f"{prefix}deliveries")}
+        acknowledged = await after_kill() if after_kill is not None else 0
 
         survivor = Worker("survivor", env)
         await asyncio.to_thread(survivor.wait_for, survivor.ready, 90)
@@ -142,4 +146,4 @@ async def killed_mid_stream(
     assert max(deliveries.values()) <= 2, "a command comes again once at most, after the one crash"
     repeated = {operation_id for operation_id, count in deliveries.items() if count > 1}
     assert repeated <= started, "only commands the killed worker had started come again"
-    return Outcome(repeated, started)
+    return Outcome(repeated, started, acknowledged)
