@@ -49,7 +49,13 @@ LAYERS: list[tuple[str, list[tuple[str, str]]]] = [
             ("plugins", "hookspecs, plugin manager, CLI Command"),
         ],
     ),
-    ("", [("cluster", "CommandIntake, receipts, failure ledger, checkpoints")]),
+    (
+        "",
+        [
+            ("cluster", "CommandIntake, receipts, failure ledger, checkpoints"),
+            ("application", "application commands: bus, TransportMiddleware, serializers, CommandWorker"),
+        ],
+    ),
     ("", [("runtime", "WowSettings, container, assembly, WowRuntime, KeyedExecutor, WowApp, CLI")]),
     ("", [("testing", "given/when/expect specs, TestRuntime, conformance suites")]),
 ]

@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT / "docs" / "hooks"))
 api_reference = importlib.import_module("api_reference")
 
 
-@pytest.mark.parametrize("surface", ["wow_core", "wow_core.spi", "wow_core.testing"])
+@pytest.mark.parametrize("surface", ["wow_core", "wow_core.application", "wow_core.spi", "wow_core.testing"])
 def test_every_exported_name_has_a_block_at_its_defining_module(surface: str) -> None:
     module = importlib.import_module(surface)
     rendered = api_reference.render(surface)
@@ -30,6 +30,7 @@ def test_every_exported_name_has_a_block_at_its_defining_module(surface: str) ->
 def test_each_surface_has_its_page() -> None:
     for page, surface in [
         ("api.md", "wow_core"),
+        ("api-application.md", "wow_core.application"),
         ("api-spi.md", "wow_core.spi"),
         ("api-testing.md", "wow_core.testing"),
     ]:

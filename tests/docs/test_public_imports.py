@@ -1,7 +1,8 @@
 """The documentation and the examples import wow-core only from its public surfaces.
 
-``wow_core`` for services, ``wow_core.spi`` for plugin authors, ``wow_core.testing`` for
-test helpers and the conformance suites: a reader who copies a page never depends on a
+``wow_core`` for services, ``wow_core.application`` for application commands,
+``wow_core.spi`` for plugin authors, ``wow_core.testing`` for test helpers and the
+conformance suites: a reader who copies a page never depends on a
 module path that is not meant to be used.
 """
 
@@ -14,7 +15,7 @@ import pytest
 
 from tests.docs.test_snippets import ROOT, SNIPPETS
 
-PUBLIC = {"wow_core", "wow_core.spi", "wow_core.testing"}
+PUBLIC = {"wow_core", "wow_core.application", "wow_core.spi", "wow_core.testing"}
 
 
 def _sources() -> list[tuple[str, str]]:

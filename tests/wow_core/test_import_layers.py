@@ -212,6 +212,7 @@ def test_concepts_below_the_runtime_and_plugin_settings_import_without_the_runti
         "wow_core.messaging.local_first",
         "wow_core.transport",
         "wow_core.plugins",
+        "wow_core.application",
         "wow_kafka.settings",
         "wow_redis.settings",
         "wow_nats.settings",

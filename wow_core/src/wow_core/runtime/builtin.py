@@ -27,6 +27,8 @@ from wow_core.plugins.hookspecs import (
 )
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from wow_core.command.notifier import CommandWaitNotifier
     from wow_core.context import ContextCapture
     from wow_core.event.failure import FailureRecorder
@@ -152,6 +154,13 @@ def register_middleware(register: Callable[[str, MiddlewareFactory], None]) -> N
 @hookimpl
 def register_wait_notifiers(register: Callable[[str, WaitNotifierFactory], None]) -> None:
     register("in_memory", _local_wait_notifier)  # the transport's own: the local coordinator
+
+
+@hookimpl
+def register_settings(register: Callable[[str, type[BaseModel]], None]) -> None:
+    from wow_core.application.settings import ApplicationSettings
+
+    register("application", ApplicationSettings)  # WOW_APPLICATION__*: named transports, the worker
 
 
 @hookimpl

@@ -203,6 +203,18 @@ def _ledger_command() -> Command:
     return COMMAND
 
 
+def _run_worker(invocation: Invocation) -> int:
+    from wow_core.runtime.worker import worker_command
+
+    return worker_command(invocation)
+
+
+def _configure_worker(parser: argparse.ArgumentParser) -> None:
+    from wow_core.runtime.worker import configure_worker
+
+    configure_worker(parser)
+
+
 CORE_COMMANDS: dict[str, Command] = {
     "plugins": Command(
         help="list the discovered plugins and what each registered",
@@ -245,6 +257,15 @@ CORE_COMMANDS: dict[str, Command] = {
         configure=_configure_run,
     ),
     "ledger": _ledger_command(),
+    "worker": Command(
+        help="execute the application commands queued on one named transport until SIGINT or SIGTERM",
+        description="Imports module:attribute (an ApplicationCommands, or a function of the "
+        "TransportRegistry returning one), binds a CommandWorker to --transport (a name of "
+        "WOW_APPLICATION__TRANSPORTS) and runs it with --concurrency commands at once. SIGTERM "
+        "finishes the commands in flight, then exits 0; a second signal forces the exit (130).",
+        run=_run_worker,
+        configure=_configure_worker,
+    ),
 }
 
 

@@ -1,0 +1,124 @@
+"""``TransportRegistry``: the named transports of application commands.
+
+Any :class:`~wow_core.transport.spi.Transport` can be a named transport: the in-memory
+one, Kafka, Redis, NATS, or any plugin's. :meth:`TransportRegistry.from_settings` builds
+one instance of the configured plugin per name (``WOW_APPLICATION__TRANSPORTS``); a
+plugin name nobody registered is a :class:`~wow_core.settings.SettingsError` at
+start-up. Asking for a name that is not configured is a
+:class:`~wow_core.application.errors.TransportConfigurationError`, never a send error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from wow_core.application.errors import TransportConfigurationError
+from wow_core.application.settings import ApplicationSettings
+from wow_core.settings import SettingsError, _check_name
+from wow_core.transport.spi import Transport
+
+if TYPE_CHECKING:
+    from wow_core.plugins import PluginRegistry
+    from wow_core.transport.settings import ProcessSettings
+
+__all__ = ["TransportRegistry"]
+
+TOPIC_INFIX = "application."
+VARIABLE = "WOW_APPLICATION__TRANSPORTS"
+
+
+class TransportRegistry:
+    """Named transports, and the topic of each (``<topic_prefix>application.<name>``)."""
+
+    __slots__ = ("_transports", "topic_prefix")
+
+    def __init__(self, transports: Mapping[str, Transport], *, topic_prefix: str = "wow.") -> None:
+        checked: dict[str, Transport] = {}
+        for name, transport in transports.items():
+            if type(name) is not str:
+                raise TransportConfigurationError(f"a transport name is a string, not {name!r}")
+            try:
+                _check_name(name)
+            except ValueError as error:
+                raise TransportConfigurationError(f"transport name {name!r}: {error}") from None
+            if not isinstance(transport, Transport):
+                raise TransportConfigurationError(
+                    f"the transport {name!r} is a {type(transport).__qualname__}, not a wow_core Transport"
+                )
+            checked[name] = transport
+        self._transports = checked
+        self.topic_prefix = topic_prefix
+
+    @classmethod
+    def from_settings(cls, settings: ProcessSettings, plugins: PluginRegistry) -> TransportRegistry:
+        """One instance of the configured plugin per name of ``WOW_APPLICATION__TRANSPORTS``."""
+        from wow_core.plugins import UnknownPluginError
+
+        section = settings.section("application", ApplicationSettings)
+        transports: dict[str, Transport] = {}
+        for name, plugin in section.transports.items():
+            try:
+                registration = plugins.get("transport", plugin)
+            except UnknownPluginError:
+                accepted = ", ".join(plugins.names("transport")) or "none"
+                shown = json.dumps(dict(section.transports))
+                raise SettingsError(
+                    f"invalid settings:\n  {VARIABLE}={shown} is not accepted: "
+                    f"the transport {name!r} names the plugin {plugin!r}, which no plugin registers; "
+                    f"accepted: {accepted}"
+                ) from None
+            transport = registration.value(settings)
+            if not isinstance(transport, Transport):
+                raise TransportConfigurationError(
+                    f"{registration.origin}: the transport factory {plugin!r} returned "
+                    f"{type(transport).__qualname__}, not a Transport"
+                )
+            transports[name] = transport
+        return cls(transports, topic_prefix=settings.messaging.topic_prefix)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._transports)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._transports
+
+    def get(self, name: str) -> Transport:
+        transport = self._transports.get(name)
+        if transport is None:
+            configured = ", ".join(sorted(self._transports)) or "none"
+            raise TransportConfigurationError(
+                f"no transport named {name!r} is configured ({VARIABLE}; configured: {configured})"
+            )
+        return transport
+
+    def require(self, names: Iterable[str]) -> None:
+        """Raise :class:`TransportConfigurationError` for the first name that is not configured."""
+        for name in names:
+            self.get(name)
+
+    def topic(self, name: str) -> str:
+        self.get(name)
+        return f"{self.topic_prefix}{TOPIC_INFIX}{name}"
+
+    def _distinct(self) -> list[Transport]:
+        seen: dict[int, Transport] = {}
+        for transport in self._transports.values():
+            seen.setdefault(id(transport), transport)
+        return list(seen.values())
+
+    async def start(self) -> None:
+        for transport in self._distinct():
+            await transport.start()
+
+    async def close(self) -> None:
+        errors: list[BaseException] = []
+        for transport in self._distinct():
+            try:
+                await transport.close()
+            except Exception as error:  # close every one, then report
+                errors.append(error)
+        if errors:
+            raise errors[0]
