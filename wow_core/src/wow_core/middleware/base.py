@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from wow_core.command.gateway import CommandGateway
 from wow_core.command.stages import CommandResult, CommandWait, WaitPlan
+from wow_core.event.handler import EventFunctionHandler
 from wow_core.event.observer import EventProcessingObserver, combine_event_observers
 from wow_core.eventsourcing.store import AppendedRequest, EventStore
 from wow_core.messaging.contract import (
@@ -100,6 +101,12 @@ class Middleware:
     ) -> TransportDecodeFailureHandler:
         """The decode-failure policy every transport bus uses instead of ``handler`` (a
         :class:`DecodeFailureHandlerDecorator`): called once per transport bus."""
+        return handler
+
+    def decorate_event_handler(self, handler: EventFunctionHandler) -> EventFunctionHandler:
+        """The handler each event function of one component runs through instead of
+        ``handler`` (``handle(exchange) -> Settled``, which settles the outcome and never
+        raises for a function error): called once per component kind of the app."""
         return handler
 
     def observe_local_first(self, kind: TopicKind) -> LocalFirstObserver | None:
