@@ -101,13 +101,15 @@ async def test_a_rejected_command_and_a_timeout_end_their_spans_as_errors(otel: 
         assert rejected.error_code == "INSUFFICIENT_FUNDS"
     (wait,) = [s for s in otel.spans() if s.name == "wait Withdraw"]
     assert wait.status.status_code is trace.StatusCode.ERROR
-    assert wait.attributes is not None and wait.attributes["wow.outcome"] == "INSUFFICIENT_FUNDS"
+    assert wait.attributes is not None
+    assert wait.attributes["wow.outcome"] == "INSUFFICIENT_FUNDS"
     (process,) = [
         s
         for s in otel.spans()
         if s.name == f"process {COMMANDS}" and s.attributes and s.attributes["wow.message"] == "Withdraw"
     ]
-    assert process.attributes is not None and process.attributes["wow.outcome"] == "INSUFFICIENT_FUNDS"
+    assert process.attributes is not None
+    assert process.attributes["wow.outcome"] == "INSUFFICIENT_FUNDS"
 
 
 async def test_framework_log_records_carry_the_trace_id(
@@ -123,7 +125,8 @@ async def test_framework_log_records_carry_the_trace_id(
     assert lines, "a DEBUG line per event function"
     (projected,) = [s for s in otel.spans() if s.name == "projection bank.Balances.on_opened"]
     assert lines[0].trace_id == f"{projected.get_span_context().trace_id:032x}"  # type: ignore[attr-defined]
-    assert "HANDLED" in lines[0].message and "Opened" in lines[0].message
+    assert "HANDLED" in lines[0].message
+    assert "Opened" in lines[0].message
 
 
 async def test_the_context_capture_restores_only_the_trace_context_in_another_task(otel: OtelCapture) -> None:

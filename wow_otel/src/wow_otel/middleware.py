@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.metrics import Meter
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from wow_core.command.errors import CommandValidationError, CommandWaitTimeoutError
@@ -72,7 +72,7 @@ E = TypeVar("E", bound=MessageExchange[Any])
 Attributes = dict[str, Any]
 
 _MAX_CACHED = 10_000
-"""Attribute dicts kept per decorator for reuse (bounded like the series themselves)."""
+"""Attribute sets per decorator (bounded like the series themselves)."""
 
 
 def _error_type(error: BaseException) -> str:
@@ -85,8 +85,14 @@ def _fail(span: Span, error: BaseException) -> None:
     span.set_attribute(sc.ERROR_TYPE, _error_type(error))
 
 
+_OVERFLOW: Attributes = {"otel.metric.overflow": True}
+"""The attributes of every series past ``_MAX_CACHED`` of one decorator (the SDK's name)."""
+
+
 class _Cache:
-    """Attribute dicts by key, built once (at most ``_MAX_CACHED`` kept)."""
+    """Attribute dicts by key, built once and kept for the process's life, so that an
+    :class:`Accumulator` can count by the dict's identity. Past ``_MAX_CACHED`` keys,
+    :data:`_OVERFLOW` (which bounds the series even if a name were unbounded)."""
 
     __slots__ = ("_items",)
 
@@ -96,10 +102,37 @@ class _Cache:
     def get(self, key: Hashable, build: Callable[[], Attributes]) -> Attributes:
         found = self._items.get(key)
         if found is None:
-            found = build()
-            if len(self._items) < _MAX_CACHED:
-                self._items[key] = found
+            if len(self._items) >= _MAX_CACHED:
+                return _OVERFLOW
+            found = self._items[key] = build()
         return found
+
+
+class Accumulator:
+    """A monotonic counter summed here and reported by an observable counter.
+
+    Adding is a dict lookup and an addition, where the SDK's synchronous counter cleans
+    and hashes the attributes of every measurement (tens of microseconds on the hot path
+    of every message); the SDK reads the totals when it collects. Totals are kept per
+    key (at most ``_MAX_CACHED``; later keys count under ``otel.metric.overflow``).
+    """
+
+    __slots__ = ("_totals",)
+
+    def __init__(self, meter: Meter, name: str, unit: str, description: str) -> None:
+        self._totals: dict[int, list[Any]] = {}
+        meter.create_observable_counter(name, callbacks=[self._observe], unit=unit, description=description)
+
+    def add(self, attributes: Attributes, amount: float = 1) -> None:
+        """Count ``amount`` under ``attributes``, a dict from a :class:`_Cache` (counted by
+        identity: the cache keeps it for the process's life)."""
+        entry = self._totals.get(id(attributes))
+        if entry is None:
+            entry = self._totals[id(attributes)] = [attributes, 0]
+        entry[1] += amount
+
+    def _observe(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(total, attributes) for attributes, total in list(self._totals.values())]
 
 
 class Instruments:
@@ -107,8 +140,8 @@ class Instruments:
 
     def __init__(self, meter: Meter) -> None:
         buckets = sc.DURATION_BUCKETS
-        self.sent = meter.create_counter(
-            sc.SENT_MESSAGES, unit="{message}", description="Messages a producer attempted to send."
+        self.sent = Accumulator(
+            meter, sc.SENT_MESSAGES, "{message}", "Messages a producer attempted to send."
         )
         self.operation_duration = meter.create_histogram(
             sc.OPERATION_DURATION,
@@ -116,10 +149,8 @@ class Instruments:
             description="Duration of a messaging operation (send, hand_off).",
             explicit_bucket_boundaries_advisory=buckets,
         )
-        self.consumed = meter.create_counter(
-            sc.CONSUMED_MESSAGES,
-            unit="{message}",
-            description="Messages a receiver delivered to its consumer.",
+        self.consumed = Accumulator(
+            meter, sc.CONSUMED_MESSAGES, "{message}", "Messages a receiver delivered to its consumer."
         )
         self.process_duration = meter.create_histogram(
             sc.PROCESS_DURATION,
@@ -127,8 +158,8 @@ class Instruments:
             description="Duration of processing one message (a command, one event function).",
             explicit_bucket_boundaries_advisory=buckets,
         )
-        self.waits = meter.create_counter(
-            sc.WAITS, unit="{wait}", description="send_and_wait calls, by stage waited for and outcome."
+        self.waits = Accumulator(
+            meter, sc.WAITS, "{wait}", "send_and_wait calls, by stage waited for and outcome."
         )
         self.wait_duration = meter.create_histogram(
             sc.WAIT_DURATION,
@@ -142,8 +173,8 @@ class Instruments:
             description="Duration of an event store operation (append, load).",
             explicit_bucket_boundaries_advisory=buckets,
         )
-        self.store_conflicts = meter.create_counter(
-            sc.STORE_CONFLICTS, unit="{conflict}", description="Appends refused for a version conflict."
+        self.store_conflicts = Accumulator(
+            meter, sc.STORE_CONFLICTS, "{conflict}", "Appends refused for a version conflict."
         )
 
 
@@ -225,6 +256,7 @@ class _BusRecorder:
         self.instruments = middleware.instruments if counts else None
         self._send_attributes = _Cache()
         self._receive_attributes = _Cache()
+        self._failed = _Cache()
 
     @property
     def tracer(self) -> Tracer | None:
@@ -244,8 +276,6 @@ class _BusRecorder:
                 sc.OPERATION_TYPE: "send",
                 sc.OPERATION_NAME: operation,
                 sc.KIND: self.kind.value,
-                sc.CONTEXT: named.context_name,
-                sc.AGGREGATE: named.aggregate_name,
                 sc.MESSAGE: name,
             }
 
@@ -262,8 +292,6 @@ class _BusRecorder:
                 sc.OPERATION_TYPE: "receive",
                 sc.OPERATION_NAME: "receive",
                 sc.KIND: self.kind.value,
-                sc.CONTEXT: named.context_name,
-                sc.AGGREGATE: named.aggregate_name,
             }
 
         return self._receive_attributes.get((named, group), build)
@@ -292,15 +320,18 @@ class _BusRecorder:
             await inner(message)
         except BaseException as error:
             if instruments is not None:
-                failed = {**attributes, sc.ERROR_TYPE: _error_type(error)}
-                instruments.sent.add(1, failed)
+                error_type = _error_type(error)
+                failed = self._failed.get(
+                    (id(attributes), error_type), lambda: {**attributes, sc.ERROR_TYPE: error_type}
+                )
+                instruments.sent.add(failed)
                 instruments.operation_duration.record(time.perf_counter() - started, failed)
             if span is not None:
                 _fail(span, error)
             raise
         else:
             if instruments is not None:
-                instruments.sent.add(1, attributes)
+                instruments.sent.add(attributes)
                 instruments.operation_duration.record(time.perf_counter() - started, attributes)
             if current is not None and current.command_id == message.id:
                 current.span.add_event(CommandStage.SENT.value)
@@ -312,7 +343,7 @@ class _BusRecorder:
     def received(self, exchange: MessageExchange[Any], subscription: MessageSubscription) -> None:
         instruments = self.instruments
         if instruments is not None:
-            instruments.consumed.add(1, self.receive_attributes(exchange.message, subscription.group))
+            instruments.consumed.add(self.receive_attributes(exchange.message, subscription.group))
 
 
 class TracingMessageBus(MessageBusDecorator[M, E]):
@@ -354,14 +385,11 @@ class TracingLocalMessageBus(LocalMessageBusDecorator[M, E]):
 
     def hand_off(self, message: M) -> HandOffReceipt:
         instruments = self.recorder.instruments
-        if instruments is None:
-            return self.inner.hand_off(message)
-        started = time.perf_counter()
         receipt = self.inner.hand_off(message)
+        if instruments is None:
+            return receipt
         if receipt.accepted:
-            attributes = self.recorder.send_attributes(message, "hand_off")
-            instruments.sent.add(1, attributes)
-            instruments.operation_duration.record(time.perf_counter() - started, attributes)
+            instruments.sent.add(self.recorder.send_attributes(message, "hand_off"))
         return receipt
 
     def received(self, exchange: E, subscription: MessageSubscription) -> None:
@@ -427,7 +455,10 @@ class TracingCommandHandler(CommandHandlerDecorator):
             outcome = await self.inner.process(command)
         except BaseException as error:
             if instruments is not None:
-                failed = {**base, sc.OUTCOME: "error", sc.ERROR_TYPE: _error_type(error)}
+                error_type = _error_type(error)
+                failed = self._attributes.get(
+                    (id(base), error_type), lambda: {**base, sc.OUTCOME: "error", sc.ERROR_TYPE: error_type}
+                )
                 instruments.process_duration.record(time.perf_counter() - started, failed)
             if span is not None:
                 _fail(span, error)
@@ -498,7 +529,7 @@ class TracingEventStore(EventStoreDecorator):
         except EventVersionConflictError:
             outcome = "conflict"
             if instruments is not None:
-                instruments.store_conflicts.add(1, self._attrs(named, "append", outcome))
+                instruments.store_conflicts.add(self._attrs(named, "append", outcome))
             raise
         except DuplicateRequestIdError:
             outcome = "duplicate"
@@ -650,7 +681,7 @@ class TracingCommandGateway(CommandGatewayDecorator):
         finally:
             if instruments is not None:
                 attributes = self._attrs(command, wait_stage, stage, outcome)
-                instruments.waits.add(1, attributes)
+                instruments.waits.add(attributes)
                 instruments.wait_duration.record(time.perf_counter() - started, attributes)
             if span is not None:
                 span.set_attribute(sc.STAGE, stage)

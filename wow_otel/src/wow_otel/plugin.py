@@ -44,7 +44,12 @@ def _otel_metrics(settings: ProcessSettings) -> Metrics:
     meter = meter_provider(section).get_meter(
         semconv.INSTRUMENTATION_NAME, __version__, schema_url=semconv.SCHEMA_URL
     )
-    return OtelMetrics(meter, max_gauge_series=section.max_gauge_series, records_messaging=section.metrics)
+    return OtelMetrics(
+        meter,
+        max_gauge_series=section.max_series,
+        max_counter_series=section.max_series,
+        records_messaging=section.metrics,
+    )
 
 
 def _otel_middleware(settings: ProcessSettings, metrics: Metrics) -> Middleware | None:

@@ -37,7 +37,7 @@ class OtelSettings(SettingsSection):
     ``OTEL_*`` variables when the application has not installed its own. False: use the
     global providers as they are (the application configures OpenTelemetry itself)."""
 
-    max_gauge_series: Count = 2000
-    """``WOW_OTEL__MAX_GAUGE_SERIES``: attribute sets kept per observable gauge (the
-    SDK bounds counters and histograms itself: 2000 per instrument, then
-    ``otel.metric.overflow``)."""
+    max_series: Count = 2000
+    """``WOW_OTEL__MAX_SERIES``: attribute sets kept per metric of the core's ``wow.*``
+    counters and gauges; later ones count under ``otel.metric.overflow=true`` (the SDK
+    bounds its histograms the same way, at 2000 per instrument)."""
