@@ -4,6 +4,7 @@ command's events reach, W3C trace context in the headers, stages as span events.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 import pytest
@@ -47,7 +48,7 @@ async def test_one_trace_runs_from_the_wait_to_every_function_of_the_events(otel
         await runtime.command_bus.copies.flush(5)
 
     (root,) = [tree for tree in trees(from_sdk(otel.spans())) if tree.name == "wait Open"]
-    assert root.events == ["SENT", "PROJECTED"], "the stages reached, in order"
+    assert root.events == ["SENT", "PROCESSED", "PROJECTED"], "the stages reached, in order"
     assert root.attributes["wow.command.stage"] == "PROJECTED"
     assert {span.trace_id for span in root.find(root.name)} == {root.trace_id}
 
@@ -149,3 +150,35 @@ async def test_the_context_capture_restores_only_the_trace_context_in_another_ta
     assert before == 0, "the copy worker's own context has no span"
     assert during == sender.get_span_context().span_id
     assert trace.get_current_span().get_span_context().span_id == 0
+
+
+async def test_a_streaming_wait_is_one_span_with_an_event_per_stage_yielded(otel: OtelCapture) -> None:
+    runtime = app().runtime(WowSettings())
+    async with runtime:
+        gateway = runtime.gateway
+        stream = gateway.send_and_wait_stream(
+            runtime.aggregates.command(Open("eve", 1)), CommandWait.projected()
+        )
+        stages = [result.stage.value async for result in stream]
+        early = gateway.send_and_wait_stream(
+            runtime.aggregates.command(Open("fay", 1)), CommandWait.projected()
+        )
+        async with contextlib.aclosing(early) as left:
+            async for result in left:
+                assert result.stage.value == "SENT"
+                break
+    assert stages == ["SENT", "PROCESSED", "PROJECTED"]
+    waits = [s for s in otel.spans() if s.name == "wait Open"]
+    assert len(waits) == 2
+    done, closed = sorted(waits, key=lambda s: len(s.events), reverse=True)
+    assert [event.name for event in done.events] == stages
+    assert done.attributes is not None
+    assert done.attributes["wow.command.wait.streaming"] is True
+    assert done.attributes["wow.outcome"] == "succeeded"
+    assert [event.name for event in closed.events] == ["SENT"]
+    assert closed.attributes is not None
+    assert closed.attributes["wow.outcome"] == "closed", "left before PROJECTED"
+    (send,) = [
+        s for s in otel.spans() if s.name == f"send {COMMANDS}" and s.parent == done.get_span_context()
+    ]
+    assert send.kind is trace.SpanKind.PRODUCER

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable
 from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
@@ -610,6 +610,17 @@ class TracingCommandGateway(CommandGatewayDecorator):
     ) -> CommandResult:
         middleware = self.middleware
         tracer = middleware.tracer
+        if tracer is not None and wait is not None and wait.stage.rank > CommandStage.PROCESSED.rank:
+            # Past PROCESSED the stages between are span events too: the stream yields them.
+            last: CommandResult | None = None
+            stages = self._stream(command, wait, timeout, streaming=False)
+            try:
+                async for result in stages:
+                    last = result
+            finally:
+                await _close(stages)
+            assert last is not None, "a stream yields SENT at least"
+            return last
         instruments = middleware.instruments
         wait_stage = (wait.stage if wait is not None else CommandStage.PROCESSED).value
         span: Span | None = None
@@ -690,6 +701,101 @@ class TracingCommandGateway(CommandGatewayDecorator):
                 waiting.reset(marker)
                 otel_context.detach(token)  # type: ignore[arg-type]
                 span.end()
+
+    def send_and_wait_stream(
+        self,
+        command: CommandMessage[Any],
+        wait: WaitPlan | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> AsyncIterator[CommandResult]:
+        """The streaming wait in one waiting span: each stage yielded is a span event
+        (``SENT`` first); the span ends with the stream (its last stage, a timeout, or
+        the caller leaving early: ``wow.outcome=closed``)."""
+        return self._stream(command, wait, timeout, streaming=True)
+
+    async def _stream(
+        self, command: CommandMessage[Any], wait: WaitPlan | None, timeout: float | None, *, streaming: bool
+    ) -> AsyncIterator[CommandResult]:
+        middleware = self.middleware
+        tracer = middleware.tracer
+        instruments = middleware.instruments
+        wait_stage = (wait.stage if wait is not None else CommandStage.PROCESSED).value
+        span: Span | None = None
+        if tracer is not None:
+            named = command.aggregate_id.named_aggregate
+            span = tracer.start_span(
+                f"wait {command.name}",
+                attributes={
+                    sc.CONTEXT: named.context_name,
+                    sc.AGGREGATE: named.aggregate_name,
+                    sc.MESSAGE: command.name,
+                    sc.WAIT_STAGE: wait_stage if wait is None else str(wait),
+                    sc.COMMAND_ID: command.id,
+                    sc.REQUEST_ID: command.request_id,
+                    "wow.command.wait.streaming": streaming,
+                },
+            )
+        started = time.perf_counter()
+        stage = ""
+        outcome = "closed"
+        stream = self.inner.send_and_wait_stream(command, wait, timeout=timeout)
+        try:
+            if span is not None:  # the send runs in the first step: under the wait span
+                token = otel_context.attach(trace.set_span_in_context(span))
+                try:
+                    first = await anext(stream)
+                finally:
+                    otel_context.detach(token)
+            else:
+                first = await anext(stream)
+            stage, outcome = first.stage.value, _wait_outcome(first)
+            if span is not None:
+                span.add_event(stage)
+            yield first
+            async for result in stream:
+                stage, outcome = result.stage.value, _wait_outcome(result)
+                if span is not None:
+                    span.add_event(
+                        stage, timestamp=result.signal_time * 1_000_000 if result.signal_time else None
+                    )
+                yield result
+        except CommandWaitTimeoutError as error:
+            outcome = "timeout"
+            stage = error.last_stage.value if error.last_stage is not None else stage
+            if span is not None:
+                _fail(span, error)
+            raise
+        except CommandValidationError as error:
+            outcome = "invalid"
+            if span is not None:
+                _fail(span, error)
+            raise
+        except (asyncio.CancelledError, GeneratorExit):
+            if stage != wait_stage:  # left before the stage waited for
+                outcome = "closed"
+            raise
+        except BaseException as error:
+            outcome = "error"
+            if span is not None:
+                _fail(span, error)
+            raise
+        finally:
+            await _close(stream)
+            if instruments is not None:
+                attributes = self._attrs(command, wait_stage, stage, outcome)
+                instruments.waits.add(attributes)
+                instruments.wait_duration.record(time.perf_counter() - started, attributes)
+            if span is not None:
+                span.set_attribute(sc.STAGE, stage)
+                span.set_attribute(sc.OUTCOME, outcome)
+                span.end()
+
+
+async def _close(stream: AsyncIterator[CommandResult]) -> None:
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()
 
 
 # -- event functions --------------------------------------------------------------------

@@ -329,7 +329,8 @@ class MessageReceiverDecorator(Generic[E]):
 
 
 class CommandGatewayDecorator(CommandGateway):
-    """A gateway that forwards to ``inner``; hooks: :meth:`send`, :meth:`send_and_wait`.
+    """A gateway that forwards to ``inner``; hooks: :meth:`send`, :meth:`send_and_wait`,
+    :meth:`send_and_wait_stream`.
 
     ``send`` of the gateway is ``send_and_wait(command, CommandWait.sent())``: a
     decorator that overrides only :meth:`send_and_wait` sees every call.
@@ -365,6 +366,17 @@ class CommandGatewayDecorator(CommandGateway):
     ) -> CommandResult:
         """Hook: send ``command`` and wait for ``wait`` (forwards to the inner gateway)."""
         return await self.inner.send_and_wait(command, wait, timeout=timeout)
+
+    def send_and_wait_stream(
+        self,
+        command: CommandMessage[Any],
+        wait: WaitPlan | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> AsyncIterator[CommandResult]:
+        """Hook: send ``command`` and yield each stage reached (forwards to the inner
+        gateway's stream: closing this iterator closes the inner one)."""
+        return self.inner.send_and_wait_stream(command, wait, timeout=timeout)
 
     def __getattr__(self, name: str) -> Any:
         if name == "inner":
