@@ -255,6 +255,7 @@ class _BusRecorder:
         self._traced: bool | None = None
         self.instruments = middleware.instruments if counts else None
         self._send_attributes = _Cache()
+        self._duration_attributes = _Cache()
         self._receive_attributes = _Cache()
         self._failed = _Cache()
 
@@ -280,6 +281,19 @@ class _BusRecorder:
             }
 
         return self._send_attributes.get((named, name, operation), build)
+
+    def duration_attributes(self, message: Message) -> Attributes:
+        """The few attributes of ``messaging.client.operation.duration`` (the SDK's
+        histogram costs microseconds per attribute and measurement)."""
+        named = message.aggregate_id.named_aggregate
+        return self._duration_attributes.get(
+            named,
+            lambda: {
+                sc.SYSTEM: self.system,
+                sc.DESTINATION: self.middleware.destination(named, self.kind),
+                sc.OPERATION_NAME: "send",
+            },
+        )
 
     def receive_attributes(self, message: Message, group: str) -> Attributes:
         named = message.aggregate_id.named_aggregate
@@ -309,10 +323,14 @@ class _BusRecorder:
         if tracer is not None:
             current = waiting.get()
             span = tracer.start_span(
-                f"send {attributes[sc.DESTINATION]}", kind=SpanKind.PRODUCER, attributes=attributes
+                f"send {attributes[sc.DESTINATION]}",
+                kind=SpanKind.PRODUCER,
+                attributes={
+                    **attributes,
+                    sc.MESSAGE_ID: message.id,
+                    sc.AGGREGATE_ID: message.aggregate_id.id,
+                },
             )
-            span.set_attribute(sc.MESSAGE_ID, message.id)
-            span.set_attribute(sc.AGGREGATE_ID, message.aggregate_id.id)
             token = otel_context.attach(trace.set_span_in_context(span))
             message = inject(message)
         started = time.perf_counter()
@@ -324,15 +342,21 @@ class _BusRecorder:
                 failed = self._failed.get(
                     (id(attributes), error_type), lambda: {**attributes, sc.ERROR_TYPE: error_type}
                 )
+                durations = self.duration_attributes(message)
+                failed_duration = self._failed.get(
+                    (id(durations), error_type), lambda: {**durations, sc.ERROR_TYPE: error_type}
+                )
                 instruments.sent.add(failed)
-                instruments.operation_duration.record(time.perf_counter() - started, failed)
+                instruments.operation_duration.record(time.perf_counter() - started, failed_duration)
             if span is not None:
                 _fail(span, error)
             raise
         else:
             if instruments is not None:
                 instruments.sent.add(attributes)
-                instruments.operation_duration.record(time.perf_counter() - started, attributes)
+                instruments.operation_duration.record(
+                    time.perf_counter() - started, self.duration_attributes(message)
+                )
             if current is not None and current.command_id == message.id:
                 current.span.add_event(CommandStage.SENT.value)
         finally:
@@ -421,10 +445,7 @@ class TracingCommandHandler(CommandHandlerDecorator):
             return {
                 sc.SYSTEM: self.middleware.system,
                 sc.DESTINATION: self.middleware.destination(named, TopicKind.COMMAND),
-                sc.OPERATION_TYPE: "process",
                 sc.OPERATION_NAME: "process",
-                sc.CONTEXT: named.context_name,
-                sc.AGGREGATE: named.aggregate_name,
                 sc.MESSAGE: name,
             }
 
@@ -444,11 +465,17 @@ class TracingCommandHandler(CommandHandlerDecorator):
         if tracer is not None:
             parent = extract(command.header)
             span = tracer.start_span(
-                f"process {base[sc.DESTINATION]}", context=parent, kind=SpanKind.CONSUMER, attributes=base
+                f"process {base[sc.DESTINATION]}",
+                context=parent,
+                kind=SpanKind.CONSUMER,
+                attributes={
+                    **base,
+                    sc.OPERATION_TYPE: "process",
+                    sc.MESSAGE_ID: command.id,
+                    sc.AGGREGATE_ID: command.aggregate_id.id,
+                    sc.REQUEST_ID: command.request_id,
+                },
             )
-            span.set_attribute(sc.MESSAGE_ID, command.id)
-            span.set_attribute(sc.AGGREGATE_ID, command.aggregate_id.id)
-            span.set_attribute(sc.REQUEST_ID, command.request_id)
             token = otel_context.attach(trace.set_span_in_context(span, parent))
         started = time.perf_counter()
         try:
@@ -471,12 +498,12 @@ class TracingCommandHandler(CommandHandlerDecorator):
                 time.perf_counter() - started, self._with_outcome(command, base, result)
             )
         if span is not None:
-            span.set_attribute(sc.OUTCOME, result)
-            span.set_attribute(sc.AGGREGATE_VERSION, outcome.version)
+            ended: Attributes = {sc.OUTCOME: result, sc.AGGREGATE_VERSION: outcome.version}
             if outcome.conflicts:
-                span.set_attribute("wow.command.conflicts", outcome.conflicts)
+                ended["wow.command.conflicts"] = outcome.conflicts
             if outcome.error_msg:
-                span.set_attribute("wow.command.error_msg", outcome.error_msg)
+                ended["wow.command.error_msg"] = outcome.error_msg
+            span.set_attributes(ended)
             otel_context.detach(token)  # type: ignore[arg-type]
             span.end()
         return outcome
@@ -496,12 +523,7 @@ class TracingEventStore(EventStoreDecorator):
     def _attrs(self, named: NamedAggregate, operation: str, outcome: str) -> Attributes:
         return self._attributes.get(
             (named, operation, outcome),
-            lambda: {
-                sc.CONTEXT: named.context_name,
-                sc.AGGREGATE: named.aggregate_name,
-                sc.STORE_OPERATION: operation,
-                sc.OUTCOME: outcome,
-            },
+            lambda: {sc.AGGREGATE: str(named), sc.STORE_OPERATION: operation, sc.OUTCOME: outcome},
         )
 
     async def append(self, stream: DomainEventStream) -> None:
@@ -514,8 +536,7 @@ class TracingEventStore(EventStoreDecorator):
             span = tracer.start_span(
                 f"append {named}",
                 attributes={
-                    sc.CONTEXT: named.context_name,
-                    sc.AGGREGATE: named.aggregate_name,
+                    sc.AGGREGATE: str(named),
                     sc.AGGREGATE_ID: stream.aggregate_id.id,
                     sc.AGGREGATE_VERSION: stream.version,
                     sc.COMMAND_ID: stream.command_id,
@@ -592,8 +613,7 @@ class TracingCommandGateway(CommandGatewayDecorator):
         return self._attributes.get(
             (named, name, wait_stage, stage, outcome),
             lambda: {
-                sc.CONTEXT: named.context_name,
-                sc.AGGREGATE: named.aggregate_name,
+                sc.AGGREGATE: str(named),
                 sc.MESSAGE: name,
                 sc.WAIT_STAGE: wait_stage,
                 sc.STAGE: stage,
@@ -631,8 +651,7 @@ class TracingCommandGateway(CommandGatewayDecorator):
             span = tracer.start_span(
                 f"wait {command.name}",
                 attributes={
-                    sc.CONTEXT: named.context_name,
-                    sc.AGGREGATE: named.aggregate_name,
+                    sc.AGGREGATE: str(named),
                     sc.MESSAGE: command.name,
                     sc.WAIT_STAGE: wait_stage if wait is None else str(wait),
                     sc.COMMAND_ID: command.id,
@@ -695,8 +714,7 @@ class TracingCommandGateway(CommandGatewayDecorator):
                 instruments.waits.add(attributes)
                 instruments.wait_duration.record(time.perf_counter() - started, attributes)
             if span is not None:
-                span.set_attribute(sc.STAGE, stage)
-                span.set_attribute(sc.OUTCOME, outcome)
+                span.set_attributes({sc.STAGE: stage, sc.OUTCOME: outcome})
                 assert marker is not None
                 waiting.reset(marker)
                 otel_context.detach(token)  # type: ignore[arg-type]
@@ -727,8 +745,7 @@ class TracingCommandGateway(CommandGatewayDecorator):
             span = tracer.start_span(
                 f"wait {command.name}",
                 attributes={
-                    sc.CONTEXT: named.context_name,
-                    sc.AGGREGATE: named.aggregate_name,
+                    sc.AGGREGATE: str(named),
                     sc.MESSAGE: command.name,
                     sc.WAIT_STAGE: wait_stage if wait is None else str(wait),
                     sc.COMMAND_ID: command.id,
@@ -787,8 +804,7 @@ class TracingCommandGateway(CommandGatewayDecorator):
                 instruments.waits.add(attributes)
                 instruments.wait_duration.record(time.perf_counter() - started, attributes)
             if span is not None:
-                span.set_attribute(sc.STAGE, stage)
-                span.set_attribute(sc.OUTCOME, outcome)
+                span.set_attributes({sc.STAGE: stage, sc.OUTCOME: outcome})
                 span.end()
 
 
@@ -812,32 +828,19 @@ class TracingEventHandler:
     @staticmethod
     def _key(exchange: FunctionExchange) -> tuple[Any, ...]:
         source = exchange.source.message
-        return (
-            source.aggregate_id.named_aggregate,
-            type(source).topic_kind,
-            exchange.function,
-            exchange.message.name,
-            exchange.component,
-        )
+        return (source.aggregate_id.named_aggregate, type(source).topic_kind, exchange.function)
 
     def _base(self, exchange: FunctionExchange) -> Attributes:
         source = exchange.source.message
         named: NamedAggregate = source.aggregate_id.named_aggregate
         kind: TopicKind = type(source).topic_kind
         function = exchange.function
-        event = exchange.message.name
-        component = exchange.component.value
 
         def build() -> Attributes:
             return {
                 sc.SYSTEM: self.middleware.system,
                 sc.DESTINATION: self.middleware.destination(named, kind),
-                sc.OPERATION_TYPE: "process",
                 sc.OPERATION_NAME: "process",
-                sc.CONTEXT: named.context_name,
-                sc.AGGREGATE: named.aggregate_name,
-                sc.MESSAGE: event,
-                sc.COMPONENT: component,
                 sc.PROCESSOR: function.processor_name,
                 sc.FUNCTION: function.function_name,
             }
@@ -855,15 +858,19 @@ class TracingEventHandler:
             source = exchange.source.message
             parent = extract(source.header)
             span = tracer.start_span(
-                f"{base[sc.COMPONENT]} {exchange.function.qualified_name}",
+                f"{exchange.component.value} {exchange.function.qualified_name}",
                 context=parent,
                 kind=SpanKind.CONSUMER,
-                attributes=base,
+                attributes={
+                    **base,
+                    sc.OPERATION_TYPE: "process",
+                    sc.COMPONENT: exchange.component.value,
+                    sc.MESSAGE: exchange.message.name,
+                    sc.MESSAGE_ID: source.id,
+                    sc.AGGREGATE_ID: source.aggregate_id.id,
+                    sc.AGGREGATE_VERSION: exchange.message.version,
+                },
             )
-            message = exchange.message
-            span.set_attribute(sc.MESSAGE_ID, source.id)
-            span.set_attribute(sc.AGGREGATE_ID, message.aggregate_id.id)
-            span.set_attribute(sc.AGGREGATE_VERSION, message.version)
             token = otel_context.attach(trace.set_span_in_context(span, parent))
         started = time.perf_counter()
         try:
