@@ -5,8 +5,12 @@ backends."""
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 import urllib.request
+from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
@@ -14,6 +18,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from wow_core.runtime.cli import main
 from wow_otel.metrics import OtelMetrics
 from wow_otel.sdk import OtelConfigError, build_meter_provider, build_tracer_provider
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
@@ -101,3 +107,47 @@ def test_wow_plugins_lists_the_otel_backends(capsys: pytest.CaptureFixture[str])
         ("context_capture", "trace_context"),
         ("settings", "otel"),
     }
+
+
+def test_the_sampler_is_the_one_otel_traces_sampler_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.25")
+    provider = build_tracer_provider()
+    assert provider.sampler.get_description() == "TraceIdRatioBased{0.25}"
+
+
+SERVICE = """
+import asyncio, sys
+from tests.accounts import Account, Open
+from wow_core.runtime.app import WowApp
+
+async def main() -> None:
+    runtime = WowApp("bank", aggregates=[Account]).runtime()
+    async with runtime:
+        await runtime.gateway.send_and_wait(runtime.aggregates.command(Open("ada")))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+def test_a_service_configured_only_by_variables_exports_its_spans(tmp_path: Path) -> None:
+    """A fresh process: the global providers are built from OTEL_* (console exporter)
+    and flushed at exit."""
+    env = {
+        **os.environ,
+        "WOW_OTEL__TRACING": "true",
+        "WOW_METRICS": "otel",
+        "OTEL_SERVICE_NAME": "bank-probe",
+        "OTEL_TRACES_EXPORTER": "console",
+        "OTEL_METRICS_EXPORTER": "console",
+        "OTEL_METRIC_EXPORT_INTERVAL": "60000",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", SERVICE], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"name": "send wow.bank.account.command"' in done.stdout
+    assert '"service.name": "bank-probe"' in done.stdout
+    assert '"name": "messaging.client.sent.messages"' in done.stdout, "metrics flushed at exit"
