@@ -23,6 +23,7 @@ with metrics only, 0.7 with everything on).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 import uuid
@@ -177,7 +178,9 @@ async def run(h: Harness) -> list[Figure]:
     found: list[Figure] = []
     count = h.n(20_000)
     await h.queue_hop()
-    rates = await rounds(h.repeat, {name: (lambda n=name: embedded(n, count)) for name in CONFIGURATIONS})
+    rates = await rounds(
+        h.repeat, {name: functools.partial(embedded, name, count) for name in CONFIGURATIONS}
+    )
     found += figures(
         "embedded send_and_wait(PROCESSED)", "commands/s", rates, {"commands": count, "callers": 64}
     )
@@ -189,11 +192,13 @@ async def run(h: Harness) -> list[Figure]:
     try:
         records = h.n(10_000)
         send = await rounds(
-            h.repeat, {name: (lambda n=name: kafka_send(bootstrap, n, records)) for name in CONFIGURATIONS}
+            h.repeat,
+            {name: functools.partial(kafka_send, bootstrap, name, records) for name in CONFIGURATIONS},
         )
         found += figures("kafka TransportCommandBus.send", "messages/s", send, {"records": records})
         consume = await rounds(
-            h.repeat, {name: (lambda n=name: kafka_consume(bootstrap, n, records)) for name in CONFIGURATIONS}
+            h.repeat,
+            {name: functools.partial(kafka_consume, bootstrap, name, records) for name in CONFIGURATIONS},
         )
         found += figures(
             "kafka TransportCommandBus receive and ack", "messages/s", consume, {"records": records}
