@@ -231,7 +231,7 @@ def test_a_closed_pipe_on_stdout_ends_quietly(tmp_path: Path) -> None:
 def test_every_wrong_selection_is_reported_at_once(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("WOW_METRICS", "otel")
+    monkeypatch.setenv("WOW_METRICS", "statsd")
     monkeypatch.setenv("WOW_FAILURE_RECORDER", "bogus")
     assert main(["settings"]) == 2
     err = capsys.readouterr().err
@@ -239,7 +239,8 @@ def test_every_wrong_selection_is_reported_at_once(
         "wow settings: invalid settings:",
         "  WOW_FAILURE_RECORDER='bogus' is not accepted: no failure recorder plugin has that name; "
         "accepted: compensation, none",
-        "  WOW_METRICS='otel' is not accepted: no metrics plugin has that name; accepted: in_memory, noop",
+        "  WOW_METRICS='statsd' is not accepted: no metrics plugin has that name; "
+        "accepted: in_memory, noop, otel",
     ]
 
 

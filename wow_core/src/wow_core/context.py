@@ -25,7 +25,8 @@ class ContextCapture(Protocol):
     def name(self) -> str: ...
 
     def capture(self) -> object:
-        """A snapshot of what this capture needs from the current context."""
+        """A snapshot of what this capture needs from the current context; ``None`` when
+        there is nothing to restore (its ``restore`` is then not called)."""
         ...
 
     def restore(self, captured: object) -> AbstractContextManager[None]:
@@ -69,7 +70,10 @@ class CapturedContext:
     __slots__ = ("_items",)
 
     def __init__(self, captures: Sequence[ContextCapture]) -> None:
-        self._items = tuple([(capture, capture.capture()) for capture in captures])
+        # A capture with nothing to keep (``None``: a trace context capture while tracing
+        # is off) is left out: restoring costs nothing for it.
+        items = [(capture, capture.capture()) for capture in captures]
+        self._items = tuple([item for item in items if item[1] is not None])
 
     def restored(self) -> AbstractContextManager[None]:
         """A context manager restoring every snapshot for its ``with`` block."""

@@ -1,8 +1,9 @@
 """A small metrics facade: counters, gauges and histograms with bounded tag sets.
 
 The core writes its metrics here (``wow.local_first.backlog``,
-``wow.processing.outcomes``, bus send and receive counts); ``wow-otel`` bridges it to
-OpenTelemetry. The core depends on no metrics library. Tag values are bounded: past
+``wow.processing.outcomes``, bus send and receive counts); ``wow-otel`` registers the
+backend ``otel`` (``WOW_METRICS=otel``), which writes them to OpenTelemetry instruments.
+The core depends on no metrics library. Tag values are bounded: past
 ``max_series`` distinct tag sets per metric, new tag sets are recorded as
 ``{"overflow": "true"}`` so business ids can never blow up a backend.
 """
@@ -26,6 +27,13 @@ metrics_source: contextvars.ContextVar[str] = contextvars.ContextVar("wow_metric
 Local-first copies capture it (see :mod:`wow_core.context`) so a copy sent later is
 still attributed to its sender.
 """
+
+
+RECORDS_MESSAGING = "records_messaging"
+"""The attribute of a backend that records the bus metrics itself (true on wow-otel's,
+which counts sends and receives by the OpenTelemetry messaging conventions in its own
+middleware): the core's metrics middleware then counts no ``wow.bus.sent`` or
+``wow.bus.received`` into it, so no message is counted twice under two names."""
 
 
 @runtime_checkable

@@ -37,7 +37,7 @@ from wow_core.concurrency import start_task
 from wow_core.event.compensation import CompensationTarget, InvalidCompensationHeaderError
 from wow_core.event.exchange import FunctionExchange
 from wow_core.event.function import ComponentKind, FunctionKind, MessageFunction, MessageFunctionRegistrar
-from wow_core.event.handler import FailureRecordingHandler, Settled
+from wow_core.event.handler import EventFunctionHandler, Settled
 from wow_core.event.observer import EventProcessingObserver
 from wow_core.executor import Executor
 from wow_core.messaging.contract import (
@@ -70,7 +70,7 @@ class AbstractAggregateEventDispatcher(Generic[E]):
         component: ComponentKind,
         functions: Sequence[MessageFunction],
         bus: MessageBus[Any, E],
-        handler: FailureRecordingHandler,
+        handler: EventFunctionHandler,
         executor: Executor,
         *,
         observer: EventProcessingObserver | None = None,
@@ -370,7 +370,7 @@ class CompositeEventDispatcher:
         *,
         domain_event_bus: MessageBus[DomainEventStream, EventStreamExchange],
         state_event_bus: MessageBus[StateEvent[Any], StateEventExchange],
-        handler: FailureRecordingHandler,
+        handler: EventFunctionHandler,
         executor: Executor,
         observer: EventProcessingObserver | None = None,
     ) -> None:

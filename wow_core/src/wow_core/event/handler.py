@@ -114,6 +114,22 @@ def _record_result(value: object) -> RecordResult:
 _HANDLED = Settled(ProcessingOutcome.HANDLED, True)
 
 
+@runtime_checkable
+class EventFunctionHandler(Protocol):
+    """What a dispatcher runs each function exchange through: ``handle(exchange)``,
+    which settles it and never raises for a function error.
+
+    :class:`FailureRecordingHandler` is the pipeline's; a middleware decorates it
+    (``decorate_event_handler``: a tracing span around each function, with its outcome).
+    """
+
+    async def handle(self, exchange: FunctionExchange) -> Settled: ...
+
+
+HandlerDecorator = Callable[[EventFunctionHandler], EventFunctionHandler]
+"""``decorate(handler) -> handler``: what the pipeline applies to each component's handler."""
+
+
 class FailureRecordingHandler:
     """Runs one function exchange through the chain and settles it. See the module doc.
 
@@ -160,6 +176,19 @@ class FailureRecordingHandler:
         if observer is not None:
             observer.on_outcome(
                 self.component, exchange, settled.outcome, settled.error, time.perf_counter() - started
+            )
+        if logger.isEnabledFor(logging.DEBUG):
+            message = exchange.message
+            logger.debug(
+                "%s %s: %s %s v%d of %s (command %s): %s",
+                self.component,
+                exchange.function.qualified_name,
+                message.name,
+                exchange.stream.id,
+                exchange.stream.version,
+                message.aggregate_id,
+                exchange.stream.command_id,
+                settled.outcome.value,
             )
         return settled
 

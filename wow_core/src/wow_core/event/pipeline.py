@@ -28,7 +28,12 @@ from wow_core.event.failure import NONE_RECORDER, FailureRecorder
 from wow_core.event.filter import ExchangeFilter, FilterChainBuilder
 from wow_core.event.function import ComponentKind, MessageFunctionRegistrar
 from wow_core.event.function_filter import CommandSender, FunctionFilter, SagaCommandSender
-from wow_core.event.handler import ErrorHandler, FailureRecordingHandler
+from wow_core.event.handler import (
+    ErrorHandler,
+    EventFunctionHandler,
+    FailureRecordingHandler,
+    HandlerDecorator,
+)
 from wow_core.event.notifier import NoWaitNotifier, WaitNotifier, notifier_filters
 from wow_core.event.observer import EventProcessingObserver
 from wow_core.event.retryable import ErrorClassifier, RetryableFilter
@@ -108,6 +113,7 @@ def build_event_dispatch(
     command_sender: CommandSender | None = None,
     recorder: FailureRecorder = NONE_RECORDER,
     observer: EventProcessingObserver | None = None,
+    decorate_handler: HandlerDecorator | None = None,
     filters: Sequence[ExchangeFilter] = (),
     error_handlers: Mapping[ComponentKind, ErrorHandler] | None = None,
     classifier: ErrorClassifier | None = None,
@@ -120,6 +126,8 @@ def build_event_dispatch(
 
     ``observer`` hears every settled outcome and every rejected message of every
     dispatcher (:mod:`wow_core.event.observer`); ``None`` calls nothing.
+    ``decorate_handler`` wraps each component's handler (the middleware's
+    ``decorate_event_handler``); ``None`` leaves them as they are.
     """
     error_handlers = error_handlers or {}
     registrars = register_components(components, default_context=default_context or service_name, owner=owner)
@@ -134,8 +142,8 @@ def build_event_dispatch(
     for item in filters:
         builder.add(item)
 
-    def handler(kind: ComponentKind, name: str) -> FailureRecordingHandler:
-        return FailureRecordingHandler(
+    def handler(kind: ComponentKind, name: str) -> EventFunctionHandler:
+        built = FailureRecordingHandler(
             builder.build(kind, name),
             component=kind.value,
             recorder=recorder,
@@ -144,6 +152,7 @@ def build_event_dispatch(
             observer=observer,
             classifier=classifier,
         )
+        return built if decorate_handler is None else decorate_handler(built)
 
     dispatch = EventDispatch(registrars=registrars)
     for kind, composite_type in COMPOSITES.items():

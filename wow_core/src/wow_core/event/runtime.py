@@ -9,7 +9,7 @@ which prepares (receivers ready), starts and stops them in its order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -17,7 +17,7 @@ from wow_core.event.declare import owner_lookup
 from wow_core.event.failure import NONE_RECORDER, FailureRecorder
 from wow_core.event.filter import ExchangeFilter
 from wow_core.event.function import ComponentKind
-from wow_core.event.handler import ErrorHandler
+from wow_core.event.handler import ErrorHandler, EventFunctionHandler
 from wow_core.event.observer import combine_event_observers
 from wow_core.event.pipeline import EventDispatch, build_event_dispatch
 from wow_core.event.retryable import ErrorClassifier
@@ -75,6 +75,7 @@ def install_event_dispatch(
         command_sender=runtime.gateway,
         recorder=recorder,
         observer=combine_event_observers([item.observe_event_processing() for item in runtime.middleware]),
+        decorate_handler=_handler_decorator(runtime) if runtime.middleware else None,
         filters=filters,
         error_handlers=error_handlers,
         classifier=classifier,
@@ -86,6 +87,18 @@ def install_event_dispatch(
     for dispatcher in dispatch.dispatchers:
         runtime.add_dispatcher(dispatcher)
     return dispatch
+
+
+def _handler_decorator(runtime: WowRuntime) -> Callable[[EventFunctionHandler], EventFunctionHandler]:
+    """Each component's handler decorated by every middleware (the first outermost)."""
+    middleware = tuple(runtime.middleware)
+
+    def decorate(handler: EventFunctionHandler) -> EventFunctionHandler:
+        for item in reversed(middleware):
+            handler = item.decorate_event_handler(handler)
+        return handler
+
+    return decorate
 
 
 def _default_context(runtime: WowRuntime) -> str:

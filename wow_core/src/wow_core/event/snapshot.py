@@ -21,7 +21,7 @@ from wow_core.event.dispatcher import StateEventDispatcher
 from wow_core.event.exchange import FunctionExchange
 from wow_core.event.filter import Next, filter_type, order
 from wow_core.event.function import ComponentKind, FunctionKind, MessageFunction
-from wow_core.event.handler import FailureRecordingHandler
+from wow_core.event.handler import EventFunctionHandler
 from wow_core.event.observer import EventProcessingObserver
 from wow_core.eventsourcing.store import Snapshot, SnapshotRepository
 from wow_core.executor import Executor
@@ -102,7 +102,7 @@ class SnapshotDispatcher(StateEventDispatcher):
         name: str,
         functions: list[MessageFunction],
         bus: MessageBus[StateEvent[Any], StateEventExchange],
-        handler: FailureRecordingHandler,
+        handler: EventFunctionHandler,
         executor: Executor,
         *,
         observer: EventProcessingObserver | None = None,

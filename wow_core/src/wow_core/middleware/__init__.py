@@ -3,8 +3,10 @@
 A :class:`Middleware` decorates the runtime's components while the container assembles
 them (spec 000, "Metrics and tracing entry points"): every bus of each layer (local,
 transport, local-first), the :class:`~wow_core.command.CommandGateway`, the command
-handler (the :class:`~wow_core.modeling.CommandKernel`) and the
-:class:`~wow_core.eventsourcing.EventStore`. Each ``decorate_*`` hook returns the
+handler (the :class:`~wow_core.modeling.CommandKernel`), the
+:class:`~wow_core.eventsourcing.EventStore` and the handler every event function runs
+through (``decorate_event_handler``, an
+:class:`~wow_core.event.handler.EventFunctionHandler`). Each ``decorate_*`` hook returns the
 component itself (the default: nothing wrapped, nothing paid) or a decorator built on
 the base classes here, whose named hook methods (``send``, ``received``, ``hand_off``,
 ``send_and_wait``, ``process``, ``dropped``, ``append``, ``load``...) forward to the

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from wow_core.command.gateway import CommandGateway
 from wow_core.command.stages import CommandResult, CommandWait, WaitPlan
+from wow_core.event.handler import EventFunctionHandler
 from wow_core.event.observer import EventProcessingObserver, combine_event_observers
 from wow_core.eventsourcing.store import AppendedRequest, EventStore
 from wow_core.messaging.contract import (
@@ -100,6 +101,12 @@ class Middleware:
     ) -> TransportDecodeFailureHandler:
         """The decode-failure policy every transport bus uses instead of ``handler`` (a
         :class:`DecodeFailureHandlerDecorator`): called once per transport bus."""
+        return handler
+
+    def decorate_event_handler(self, handler: EventFunctionHandler) -> EventFunctionHandler:
+        """The handler each event function of one component runs through instead of
+        ``handler`` (``handle(exchange) -> Settled``, which settles the outcome and never
+        raises for a function error): called once per component kind of the app."""
         return handler
 
     def observe_local_first(self, kind: TopicKind) -> LocalFirstObserver | None:
@@ -322,7 +329,8 @@ class MessageReceiverDecorator(Generic[E]):
 
 
 class CommandGatewayDecorator(CommandGateway):
-    """A gateway that forwards to ``inner``; hooks: :meth:`send`, :meth:`send_and_wait`.
+    """A gateway that forwards to ``inner``; hooks: :meth:`send`, :meth:`send_and_wait`,
+    :meth:`send_and_wait_stream`.
 
     ``send`` of the gateway is ``send_and_wait(command, CommandWait.sent())``: a
     decorator that overrides only :meth:`send_and_wait` sees every call.
@@ -358,6 +366,17 @@ class CommandGatewayDecorator(CommandGateway):
     ) -> CommandResult:
         """Hook: send ``command`` and wait for ``wait`` (forwards to the inner gateway)."""
         return await self.inner.send_and_wait(command, wait, timeout=timeout)
+
+    def send_and_wait_stream(
+        self,
+        command: CommandMessage[Any],
+        wait: WaitPlan | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> AsyncIterator[CommandResult]:
+        """Hook: send ``command`` and yield each stage reached (forwards to the inner
+        gateway's stream: closing this iterator closes the inner one)."""
+        return self.inner.send_and_wait_stream(command, wait, timeout=timeout)
 
     def __getattr__(self, name: str) -> Any:
         if name == "inner":

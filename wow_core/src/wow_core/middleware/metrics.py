@@ -273,15 +273,25 @@ class MetricEventProcessingObserver(EventProcessingObserver):
 
 
 class MetricsMiddleware(Middleware):
-    """The core's metrics (module docstring), written to ``metrics``."""
+    """The core's metrics (module docstring), written to ``metrics``.
 
-    def __init__(self, metrics: Metrics) -> None:
+    ``buses=False`` leaves the transport buses undecorated (no ``wow.bus.sent`` or
+    ``wow.bus.received``): the runtime passes it for a backend that records the bus
+    metrics itself (:data:`~wow_core.metrics.RECORDS_MESSAGING`).
+    """
+
+    def __init__(self, metrics: Metrics, *, buses: bool = True) -> None:
         self.metrics = metrics
+        self.buses = buses
         self._event_observer = MetricEventProcessingObserver(metrics)
 
     def decorate_bus(self, bus: MessageBus[Any, Any], layer: BusLayer) -> MessageBus[Any, Any]:
         transport_bus = undecorated(bus)
-        if layer is not BusLayer.TRANSPORT or not isinstance(transport_bus, TransportMessageBus):
+        if (
+            not self.buses
+            or layer is not BusLayer.TRANSPORT
+            or not isinstance(transport_bus, TransportMessageBus)
+        ):
             return bus
         return MetricMessageBus(bus, self.metrics, transport_bus)
 

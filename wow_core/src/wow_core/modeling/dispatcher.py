@@ -144,6 +144,16 @@ class CommandDispatcher:
             await self._record_saga_hop(command, ErrorCodes.PROCESSING_ERROR, message, error)
             exchange.release()
             return
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "command %s %s to %s (request %s): PROCESSED v%d %s",
+                command.name,
+                command.id,
+                command.aggregate_id,
+                command.request_id,
+                outcome.version,
+                "duplicate" if outcome.duplicate else outcome.error_code or "succeeded",
+            )
         self.coordinator.route(command.header, outcome.signal())
         if (
             outcome.error_code

@@ -175,11 +175,16 @@ def in_process_buses(container: WowContainer) -> None:
     """Replace the buses by the in-memory buses: one process, no transport at all.
 
     The fastest configuration (no encoding, no distributed copies); the kernel benchmark
-    uses it to measure the kernel rather than a transport.
+    uses it to measure the kernel rather than a transport. The middleware decorates them
+    as local buses (layer ``LOCAL``), as it does the local side of a local-first bus.
     """
-    container.command_bus.override(providers.Singleton(InMemoryCommandBus))
-    container.domain_event_bus.override(providers.Singleton(InMemoryDomainEventBus))
-    container.state_event_bus.override(providers.Singleton(InMemoryStateEventBus))
+
+    def local(bus_type: type[Any]) -> Any:
+        return decorate_local_bus(container.middleware(), bus_type())
+
+    container.command_bus.override(providers.Singleton(local, InMemoryCommandBus))
+    container.domain_event_bus.override(providers.Singleton(local, InMemoryDomainEventBus))
+    container.state_event_bus.override(providers.Singleton(local, InMemoryStateEventBus))
     container.transport.override(providers.Object(None))
 
 

@@ -141,9 +141,10 @@ def _metrics_middleware(settings: ProcessSettings, metrics: Metrics) -> Middlewa
     """The core's metrics (:mod:`wow_core.middleware.metrics`); not installed for no-op metrics."""
     if isinstance(metrics, NoopMetrics):
         return None
+    from wow_core.metrics import RECORDS_MESSAGING
     from wow_core.middleware import MetricsMiddleware
 
-    return MetricsMiddleware(metrics)
+    return MetricsMiddleware(metrics, buses=not getattr(metrics, RECORDS_MESSAGING, False))
 
 
 @hookimpl

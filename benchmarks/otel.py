@@ -1,0 +1,213 @@
+"""What wow-otel costs: the same work with the plugin inactive, with metrics only, and
+with metrics and tracing, in one run.
+
+- ``embedded``: ``send_and_wait(PROCESSED)`` on the embedded runtime (local-first buses
+  over the in-memory transport, the snapshot dispatcher running), 64 concurrent callers
+  over 1,000 accounts, as in :mod:`benchmarks.kernel`. Inactive: ``WOW_METRICS=noop``
+  and tracing off, so the otel middleware is not installed at all (the same as the
+  plugin not installed). Metrics: ``WOW_METRICS=otel`` into an SDK meter provider with
+  an in-memory reader. All: the same plus ``WOW_OTEL__TRACING=true`` with the always-on
+  sampler and a batch span processor over an exporter that drops the spans.
+- ``kafka``: ``TransportCommandBus.send`` (256 sends outstanding) and the bus's receive
+  and acknowledge loop, over a ``tansu`` broker started here (or
+  ``WOW_BENCH_KAFKA_BOOTSTRAP``), the bus undecorated against the same bus decorated by
+  the otel middleware (metrics; metrics and producer spans with trace context injected).
+
+Every configuration runs in turn, the order rotating every round; the best round of each
+is kept. ``ratio`` is a configuration's throughput over the inactive one's (goals: 0.9
+with metrics only, 0.7 with everything on).
+
+    python -m benchmarks.otel [--quick] [--repeat R]    # WOW_BENCH_NO_KAFKA=1: embedded only
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+
+from benchmarks._harness import ACCOUNT, Figure, Harness, ack_each, codec, commands
+from benchmarks.kernel import BenchAccount, processed_throughput
+from wow_core.messaging import MessageSubscription
+from wow_core.middleware import BusLayer
+from wow_core.runtime.app import WowApp
+from wow_core.runtime.settings import WowSettings
+from wow_core.transport.bus import TransportCommandBus
+from wow_otel import semconv
+from wow_otel.middleware import OtelMiddleware
+from wow_otel.sdk import use_providers
+
+CONFIGURATIONS = ("off", "metrics", "all")
+GOALS = {"metrics": 0.9, "all": 0.7}
+
+
+class DroppingExporter(SpanExporter):
+    """Takes every batch and keeps nothing (the cost of an exporter left out)."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+
+def providers() -> tuple[TracerProvider, MeterProvider]:
+    tracer_provider = TracerProvider(sampler=ALWAYS_ON)
+    tracer_provider.add_span_processor(BatchSpanProcessor(DroppingExporter()))
+    return tracer_provider, MeterProvider(metric_readers=[InMemoryMetricReader()])
+
+
+@contextmanager
+def configured(name: str) -> Iterator[WowSettings]:
+    """The settings of configuration ``name``, its providers in use for the block."""
+    tracer_provider, meter_provider = providers()
+    previous = os.environ.get("WOW_OTEL__TRACING")
+    os.environ["WOW_OTEL__TRACING"] = "true" if name == "all" else "false"
+    try:
+        with use_providers(tracer_provider, meter_provider):
+            yield WowSettings(metrics="noop" if name == "off" else "otel")
+    finally:
+        if previous is None:
+            os.environ.pop("WOW_OTEL__TRACING", None)
+        else:
+            os.environ["WOW_OTEL__TRACING"] = previous
+        tracer_provider.shutdown()
+        meter_provider.shutdown()
+
+
+async def rounds(repeat: int, runs: dict[str, Callable[[], Awaitable[float]]]) -> dict[str, float]:
+    """``{name: best throughput}``, the order rotating every round."""
+    best = dict.fromkeys(runs, 0.0)
+    names = list(runs)
+    for round_ in range(repeat):
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
+            best[name] = max(best[name], await runs[name]())
+    return best
+
+
+async def embedded(name: str, commands_count: int) -> float:
+    with configured(name) as settings:
+        runtime = WowApp("bench", aggregates=[BenchAccount]).runtime(settings)
+        installed = any(isinstance(item, OtelMiddleware) for item in runtime.middleware)
+        assert installed == (name != "off"), f"{name}: otel middleware installed={installed}"
+        async with runtime:
+            rate, _ = await processed_throughput(runtime, 1000, 64, commands_count)
+        return rate
+
+
+def decorated(bus: Any, name: str, tracer_provider: TracerProvider, meter_provider: MeterProvider) -> Any:
+    if name == "off":
+        return bus
+    tracer = tracer_provider.get_tracer(semconv.INSTRUMENTATION_NAME) if name == "all" else None
+    middleware = OtelMiddleware(tracer=tracer, meter=meter_provider.get_meter(semconv.INSTRUMENTATION_NAME))
+    return middleware.decorate_bus(bus, BusLayer.TRANSPORT)
+
+
+async def kafka_send(bootstrap: str, name: str, count: int) -> float:
+    from benchmarks.kafka_transport import WINDOW, settings_for
+    from wow_kafka import KafkaTransport
+
+    messages = commands(count, note="benchmark deposit")
+    tracer_provider, meter_provider = providers()
+    transport = KafkaTransport(settings_for(bootstrap))
+    bus = decorated(TransportCommandBus(transport, codec()), name, tracer_provider, meter_provider)
+    try:
+        await bus.send(messages[0])  # warm-up: topic creation, metadata
+        semaphore = asyncio.Semaphore(WINDOW)
+
+        async def one(message: Any) -> None:
+            async with semaphore:
+                await bus.send(message)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one(message) for message in messages))
+        return count / (time.perf_counter() - started)
+    finally:
+        await bus.close()
+        await transport.close()
+        tracer_provider.shutdown()
+        meter_provider.shutdown()
+
+
+async def kafka_consume(bootstrap: str, name: str, count: int) -> float:
+    from benchmarks.kafka_transport import settings_for
+    from wow_kafka import KafkaTransport
+
+    settings = settings_for(bootstrap, auto_offset_reset="earliest")
+    filler = TransportCommandBus(KafkaTransport(settings), codec())
+    messages = commands(count, note="benchmark deposit")
+    await asyncio.gather(*(filler.send(message) for message in messages))
+    await filler.close()
+    await filler.transport.close()
+    tracer_provider, meter_provider = providers()
+    transport = KafkaTransport(settings)
+    bus = decorated(TransportCommandBus(transport, codec()), name, tracer_provider, meter_provider)
+    receiver = bus.receiver(MessageSubscription.of(f"bench-{uuid.uuid4().hex[:8]}", [ACCOUNT]))
+    try:
+        await receiver.ready()
+        started = time.perf_counter()
+        receiver.open_processing()
+        await ack_each(receiver, count)
+        return count / (time.perf_counter() - started)
+    finally:
+        await bus.close()
+        await transport.close()
+        tracer_provider.shutdown()
+        meter_provider.shutdown()
+
+
+def figures(label: str, unit: str, rates: dict[str, float], detail: dict[str, Any]) -> list[Figure]:
+    found = []
+    for name in CONFIGURATIONS:
+        extra = {**detail, "goal_ratio": GOALS[name]} if name in GOALS else detail
+        ratio = None if name == "off" else rates[name] / rates["off"]
+        found.append(Figure(f"{label}, otel {name}", rates[name], unit, ratio=ratio, detail=extra))
+    return found
+
+
+async def run(h: Harness) -> list[Figure]:
+    found: list[Figure] = []
+    count = h.n(20_000)
+    await h.queue_hop()
+    rates = await rounds(
+        h.repeat, {name: functools.partial(embedded, name, count) for name in CONFIGURATIONS}
+    )
+    found += figures(
+        "embedded send_and_wait(PROCESSED)", "commands/s", rates, {"commands": count, "callers": 64}
+    )
+    if os.environ.get("WOW_BENCH_NO_KAFKA"):
+        return found
+    from benchmarks.kafka_transport import bootstrap_or_tansu
+
+    bootstrap, broker = bootstrap_or_tansu()
+    try:
+        records = h.n(10_000)
+        send = await rounds(
+            h.repeat,
+            {name: functools.partial(kafka_send, bootstrap, name, records) for name in CONFIGURATIONS},
+        )
+        found += figures("kafka TransportCommandBus.send", "messages/s", send, {"records": records})
+        consume = await rounds(
+            h.repeat,
+            {name: functools.partial(kafka_consume, bootstrap, name, records) for name in CONFIGURATIONS},
+        )
+        found += figures(
+            "kafka TransportCommandBus receive and ack", "messages/s", consume, {"records": records}
+        )
+    finally:
+        if broker is not None:
+            broker.stop()
+    return found
+
+
+if __name__ == "__main__":
+    Harness.main("otel", run, __doc__)

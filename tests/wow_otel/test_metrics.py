@@ -1,0 +1,232 @@
+"""Metrics by the OpenTelemetry conventions, read back with the SDK's in-memory reader.
+
+``WOW_METRICS=otel`` on the embedded default (local-first buses over the in-memory
+transport): the buses count sends, hand-offs and receives (``messaging.*``), the
+command handler, the event store and the gateway record their durations and outcomes,
+the core's ``wow.*`` counters and the backlog gauge reach OpenTelemetry too. Attributes
+are bounded: never an aggregate id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from dependency_injector import providers
+
+from tests.accounts import Account, Deposit, Open, Withdraw
+from tests.wow_core.middleware.test_metric_counts import ConflictOnce
+from tests.wow_otel.apps import Balances
+from wow_core.command import CommandWait
+from wow_core.middleware import decorate_event_store
+from wow_core.runtime.app import WowApp
+from wow_core.runtime.assembly import build_runtime, in_process_buses
+from wow_core.runtime.container import create_container
+from wow_core.runtime.settings import WowSettings
+from wow_core.testing import eventually
+from wow_otel.metrics import OtelMetrics
+from wow_otel.middleware import OtelMiddleware
+from wow_otel.testing import OtelCapture
+
+COMMANDS = "wow.bank.account.command"
+
+
+def series(otel: OtelCapture, name: str) -> list[dict[str, Any]]:
+    """The attribute set of every data point of ``name``."""
+    return [dict(point.attributes) for point in otel.metric_points(name)]
+
+
+def value(otel: OtelCapture, name: str, **attributes: Any) -> float:
+    """The sum of the counts (counters) or the count (histograms) of the matching points."""
+    total = 0.0
+    for point in otel.metric_points(name):
+        if attributes.items() <= dict(point.attributes).items():
+            total += point.count if hasattr(point, "count") else point.value
+    return total
+
+
+async def test_ten_thousand_aggregate_ids_make_a_bounded_set_of_series(otel: OtelCapture) -> None:
+    """Void commands (sent through the transport, received, dropped before the kernel)
+    to 10,000 accounts, and 200 processed ones: the series stay a handful."""
+    runtime = WowApp("bank", aggregates=[Account]).runtime(WowSettings(metrics="otel"))
+    ids = [f"acc-{n}" for n in range(10_000)]
+    async with runtime:
+        for start in range(0, len(ids), 1000):
+            await asyncio.gather(
+                *(
+                    runtime.gateway.send(runtime.aggregates.command(Deposit(1), key, is_void=True))
+                    for key in ids[start : start + 1000]
+                )
+            )
+        processed = await asyncio.gather(
+            *(runtime.gateway.send_and_wait(runtime.aggregates.command(Open("ada"))) for _ in range(200))
+        )
+
+        async def all_dropped() -> bool:
+            return runtime.command_dispatcher.void_dropped == len(ids)
+
+        await eventually(all_dropped, timeout=30)
+        await runtime.command_bus.copies.flush(10)
+    ids += [r.aggregate_id.id for r in processed if r.aggregate_id is not None]
+    assert len(set(ids)) == 10_200
+
+    sent = series(otel, "messaging.client.sent.messages")
+    assert value(otel, "messaging.client.sent.messages", **{"wow.message": "Deposit"}) == 10_000
+    assert value(
+        otel, "messaging.client.consumed.messages", **{"messaging.consumer.group.name": "bank.command"}
+    ) == (10_000 + 2 * 200), "each Void command received once; each processed one locally and as its copy"
+    assert {
+        (s["messaging.system"], s["messaging.operation.name"], s["wow.message.kind"], s["wow.message"])
+        for s in sent
+    } == {
+        ("in_memory", "send", "command", "Deposit"),  # Void: never handed off
+        ("wow_local", "hand_off", "command", "Open"),
+        ("in_memory", "send", "command", "Open"),  # its distributed copy
+        ("wow_local", "hand_off", "state", "Opened"),
+        ("in_memory", "send", "state", "Opened"),
+        ("in_memory", "send", "event", "Opened"),  # no local receiver: sent distributed
+    }
+    names = [
+        "messaging.client.sent.messages",
+        "messaging.client.operation.duration",
+        "messaging.client.consumed.messages",
+        "messaging.process.duration",
+        "wow.command.waits",
+        "wow.command.wait.duration",
+        "wow.eventstore.operation.duration",
+        "wow.processing.outcomes",
+        "wow.local_first.copies.sent",
+    ]
+    counts = {name: len(series(otel, name)) for name in names}
+    assert all(0 < count <= 6 for count in counts.values()), counts
+    values = {str(v) for name in names for attributes in series(otel, name) for v in attributes.values()}
+    assert not values & set(ids), "an aggregate id became an attribute value"
+
+
+async def test_the_handler_the_store_and_the_gateway_record_their_outcomes(otel: OtelCapture) -> None:
+    container = create_container(WowSettings(metrics="otel"))
+    store = decorate_event_store(container.middleware(), ConflictOnce(version=2))
+    container.event_store.override(providers.Object(store))
+    runtime = build_runtime(WowApp("bank", aggregates=[Account], components=[Balances]), container=container)
+    async with runtime:
+        gateway = runtime.gateway
+        opened = await gateway.send_and_wait(runtime.aggregates.command(Open("ada")), CommandWait.projected())
+        assert opened.aggregate_id is not None
+        account = opened.aggregate_id.id
+        await gateway.send_and_wait(
+            runtime.aggregates.command(Deposit(1), account)
+        )  # conflict, decided again
+        rejected = await gateway.send_and_wait(runtime.aggregates.command(Withdraw(99), account))
+        assert rejected.error_code == "INSUFFICIENT_FUNDS"
+        await runtime.command_bus.copies.flush(5)
+
+    process = {
+        (s["wow.message"], s["wow.outcome"])
+        for s in series(otel, "messaging.process.duration")
+        if s["messaging.destination.name"] == COMMANDS
+    }
+    assert process == {("Open", "succeeded"), ("Deposit", "succeeded"), ("Withdraw", "INSUFFICIENT_FUNDS")}
+    projected = [
+        s for s in series(otel, "messaging.process.duration") if s.get("wow.processor") == "Balances"
+    ]
+    assert projected == [
+        {
+            "messaging.system": "in_memory",
+            "messaging.destination.name": "wow.bank.account.event",
+            "messaging.operation.name": "process",
+            "wow.processor": "Balances",
+            "wow.function": "on_opened",
+            "wow.outcome": "HANDLED",
+        }
+    ], "the few attributes a duration needs (the SDK's histogram pays per attribute)"
+    store = {
+        (s["wow.eventstore.operation"], s["wow.outcome"])
+        for s in series(otel, "wow.eventstore.operation.duration")
+    }
+    assert ("append", "ok") in store
+    assert ("append", "conflict") in store
+    assert ("load", "ok") in store
+    assert value(otel, "wow.eventstore.conflicts") == 1
+    assert value(otel, "wow.eventstore.operation.duration", **{"wow.outcome": "conflict"}) == 1
+
+    waits = {
+        (s["wow.message"], s["wow.command.wait.stage"], s["wow.command.stage"], s["wow.outcome"])
+        for s in series(otel, "wow.command.waits")
+    }
+    assert waits == {
+        ("Open", "PROJECTED", "PROJECTED", "succeeded"),
+        ("Deposit", "PROCESSED", "PROCESSED", "succeeded"),
+        ("Withdraw", "PROCESSED", "PROCESSED", "INSUFFICIENT_FUNDS"),
+    }
+    (duration,) = [
+        p for p in otel.metric_points("wow.command.wait.duration") if p.attributes["wow.message"] == "Open"
+    ]
+    assert duration.count == 1
+    assert 0 < duration.sum < 5
+
+    # the core's wow.* metrics reach OpenTelemetry through the otel backend
+    assert value(otel, "wow.command.rejections", code="INSUFFICIENT_FUNDS") == 1
+    assert value(otel, "wow.command.version_conflicts") == 1
+    outcomes = series(otel, "wow.processing.outcomes")
+    assert {
+        "component": "projection",
+        "context": "bank",
+        "aggregate": "account",
+        "message": "Opened",
+        "processor": "Balances",
+        "outcome": "HANDLED",
+    } in outcomes
+    names = otel.metric_names()
+    assert "wow.local_first.backlog" in names
+    assert "wow.bus.sent" not in names, "counted once, as messaging.client.sent.messages"
+    assert "wow.bus.received" not in names
+
+
+async def test_the_backlog_is_an_observable_gauge_of_the_copies_waiting(otel: OtelCapture) -> None:
+    metrics = OtelMetrics(otel.meter_provider.get_meter("test"), max_gauge_series=2)
+    metrics.gauge("wow.local_first.backlog", 5, {"bus": "command", "aggregate": "bank.account"})
+    metrics.gauge("wow.local_first.backlog", 2, {"bus": "command", "aggregate": "bank.account"})
+    metrics.gauge("wow.local_first.backlog", 7, {"bus": "event", "aggregate": "bank.account"})
+    metrics.gauge("wow.local_first.backlog", 9, {"bus": "state", "aggregate": "bank.account"})
+    points = {
+        tuple(sorted(p.attributes.items())): p.value for p in otel.metric_points("wow.local_first.backlog")
+    }
+    assert points == {
+        (("aggregate", "bank.account"), ("bus", "command")): 2,
+        (("aggregate", "bank.account"), ("bus", "event")): 7,
+        (("otel.metric.overflow", "true"),): 9,
+    }
+    metrics.gauge("wow.local_first.backlog", 0, {"bus": "command", "aggregate": "bank.account"})
+    assert [
+        p.value for p in otel.metric_points("wow.local_first.backlog") if p.attributes.get("bus") == "command"
+    ] == [0], "read at each collection"
+
+
+async def test_in_process_buses_are_counted_and_traced_as_local_buses(
+    otel: OtelCapture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WOW_OTEL__TRACING", "true")
+    container = create_container(WowSettings(metrics="otel"))
+    in_process_buses(container)
+    runtime = build_runtime(WowApp("bank", aggregates=[Account]), container=container)
+    async with runtime:
+        await runtime.gateway.send_and_wait(runtime.aggregates.command(Open("ada")))
+    assert value(otel, "messaging.client.sent.messages", **{"messaging.system": "wow_local"}) == 3
+    assert value(otel, "messaging.client.consumed.messages", **{"messaging.system": "wow_local"}) == 2
+    (send,) = [s for s in otel.spans() if s.name == f"send {COMMANDS}"]
+    (process,) = [s for s in otel.spans() if s.name == f"process {COMMANDS}"]
+    assert process.parent is not None
+    assert process.parent.span_id == send.get_span_context().span_id
+
+
+def test_metrics_off_with_tracing_off_installs_no_middleware(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WOW_OTEL__METRICS", "false")
+    with OtelCapture():
+        off = create_container(WowSettings(metrics="otel")).middleware()
+        assert not [m for m in off if isinstance(m, OtelMiddleware)]
+        assert not [m for m in create_container(WowSettings()).middleware() if isinstance(m, OtelMiddleware)]
+        monkeypatch.setenv("WOW_OTEL__TRACING", "true")
+        (on,) = [m for m in create_container(WowSettings()).middleware() if isinstance(m, OtelMiddleware)]
+        assert on.tracer is not None
+        assert on.instruments is None, "tracing only: the metrics backend is not otel"

@@ -1,0 +1,136 @@
+"""``OtelMetrics``: the metrics backend ``otel`` (``WOW_METRICS=otel``).
+
+The core's metrics facade (:class:`~wow_core.metrics.Metrics`) written to OpenTelemetry
+instruments of one meter: ``increment`` to an observable counter (summed here, a dict
+update per call, read by the SDK when it collects: the SDK's synchronous counter costs
+tens of microseconds per call), ``observe`` to a histogram, and
+``gauge`` to an **observable gauge** (the last value of each attribute set, read by the
+SDK when it collects: ``wow.local_first.backlog`` is reported on every change and
+exported at each collection). Instruments are created on first use, with the unit of a
+known name (``s`` for durations, ``{copy}``, ``{message}``...).
+
+The core's ``wow.bus.sent`` and ``wow.bus.received`` are not counted here
+(``records_messaging``): the otel middleware counts the same sends and receives by the
+conventions (``messaging.client.sent.messages``, ``messaging.client.consumed.messages``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from opentelemetry.metrics import CallbackOptions, Histogram, Meter, Observation
+
+from wow_core.metrics import Tags
+
+OVERFLOW = {"otel.metric.overflow": "true"}
+"""The attribute set of counter and gauge values past ``max_counter_series`` /
+``max_gauge_series`` (the name the SDK uses for its own overflow)."""
+_OVERFLOW_KEY = tuple(OVERFLOW.items())
+
+UNITS: dict[str, str] = {
+    "wow.local_first.backlog": "{copy}",
+    "wow.local_first.sends": "{message}",
+    "wow.local_first.filtered": "{message}",
+    "wow.local_first.copies.sent": "{copy}",
+    "wow.local_first.copy.failed": "{copy}",
+    "wow.local_first.copies.cancelled": "{copy}",
+    "wow.local_first.hand_off.timeouts": "{message}",
+    "wow.processing.outcomes": "{outcome}",
+    "wow.processing.rejected": "{message}",
+    "wow.command.rejections": "{command}",
+    "wow.command.duplicates": "{command}",
+    "wow.command.version_conflicts": "{conflict}",
+    "wow.command.publish_failures": "{stream}",
+    "wow.command.void_dropped": "{command}",
+    "wow.transport.decode_failures": "{record}",
+}
+
+
+def unit_of(name: str) -> str:
+    if name in UNITS:
+        return UNITS[name]
+    return "s" if name.endswith((".duration", ".latency")) else ""
+
+
+class OtelMetrics:
+    """The facade over one OpenTelemetry meter (module docstring)."""
+
+    def __init__(
+        self,
+        meter: Meter,
+        *,
+        max_gauge_series: int = 2000,
+        max_counter_series: int = 2000,
+        records_messaging: bool = True,
+    ) -> None:
+        self.meter = meter
+        self.max_gauge_series = max_gauge_series
+        self.records_messaging = records_messaging
+        self.max_counter_series = max_counter_series
+        self._counters: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+        self._histograms: dict[str, Histogram] = {}
+        self._gauges: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+        self._lock = threading.Lock()
+
+    def increment(self, name: str, value: float = 1.0, tags: Tags | None = None) -> None:
+        totals = self._counters.get(name)
+        if totals is None:
+            with self._lock:
+                totals = self._counters.get(name)
+                if totals is None:
+                    totals = self._counters[name] = {}
+                    self.meter.create_observable_counter(
+                        name, callbacks=[self._totals_reader(totals)], unit=unit_of(name)
+                    )
+        key = tuple(tags.items()) if tags else ()
+        total = totals.get(key)
+        if total is None and len(totals) >= self.max_counter_series:
+            key = _OVERFLOW_KEY
+            total = totals.get(key)
+        totals[key] = value if total is None else total + value
+
+    def _totals_reader(self, totals: dict[tuple[tuple[str, str], ...], float]) -> Any:
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            merged: dict[tuple[tuple[str, str], ...], float] = {}
+            for key, total in list(totals.items()):  # one set of tags may come in two orders
+                ordered = tuple(sorted(key))
+                merged[ordered] = merged.get(ordered, 0.0) + total
+            return [Observation(total, dict(key)) for key, total in merged.items()]
+
+        return observe
+
+    def observe(self, name: str, value: float, tags: Tags | None = None) -> None:
+        histogram = self._histograms.get(name)
+        if histogram is None:
+            with self._lock:
+                histogram = self._histograms.get(name)
+                if histogram is None:
+                    histogram = self._histograms[name] = self.meter.create_histogram(name, unit=unit_of(name))
+        histogram.record(value, tags)
+
+    def gauge(self, name: str, value: float, tags: Tags | None = None) -> None:
+        values = self._gauges.get(name)
+        if values is None:
+            with self._lock:
+                values = self._gauges.get(name)
+                if values is None:
+                    values = self._gauges[name] = {}
+                    self.meter.create_observable_gauge(
+                        name, callbacks=[self._reader(values)], unit=unit_of(name)
+                    )
+        key = tuple(sorted(tags.items())) if tags else ()
+        with self._lock:
+            if key not in values and len(values) >= self.max_gauge_series:
+                key = tuple(OVERFLOW.items())
+            values[key] = value
+
+    def _reader(self, values: dict[tuple[tuple[str, str], ...], float]) -> Any:
+        lock = self._lock
+
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            with lock:
+                return [Observation(value, dict(key)) for key, value in values.items()]
+
+        return observe

@@ -1,0 +1,901 @@
+"""``OtelMiddleware``: metrics and tracing on the middleware layer of ``wow_core``.
+
+One decorator per component records both (one wrapper per call, not two):
+
+* **buses** (:class:`TracingMessageBus`, :class:`TracingLocalMessageBus`): per send
+  ``messaging.client.sent.messages`` and ``messaging.client.operation.duration``
+  (operation ``send``; ``hand_off`` on the local bus, counted when admitted), per
+  exchange a receiver hands its consumer ``messaging.client.consumed.messages``. The bus
+  a caller sends on (the local-first bus, or the transport bus when local-first is off,
+  or the in-process bus) starts the producer span ``send <destination>`` and injects its
+  W3C trace context into the message header; the layers below it add no span (a
+  local-first copy carries the producer span's context, and restores it around its
+  deferred send: :class:`~wow_otel.context.LocalFirstContextCapture`).
+* **command handler** (:class:`TracingCommandHandler`): the consumer span
+  ``process <destination>``, child of the producer span in the command's header, current
+  while the kernel loads, decides, appends and publishes; ``messaging.process.duration``
+  with ``wow.outcome``.
+* **event store** (:class:`TracingEventStore`): the span ``append <aggregate>``;
+  ``wow.eventstore.operation.duration`` (``append``, ``load``) with the outcome
+  (``ok``, ``conflict``, ``duplicate``, ``error``) and ``wow.eventstore.conflicts``.
+* **gateway** (:class:`TracingCommandGateway`): the waiting span ``wait <command>``
+  around ``send_and_wait`` with the stages reached as span events (``SENT`` when the
+  send completed, then the stage of the result); ``wow.command.waits`` and
+  ``wow.command.wait.duration`` by stage waited for, stage reached and outcome.
+* **event functions** (:class:`TracingEventHandler`): one consumer span per function and
+  message, ``<component> <context>.<processor>.<function>``, child of the producer span
+  of the source message, with the settled outcome; ``messaging.process.duration``.
+
+Attributes are bounded: named aggregates, message and function names, groups, stages and
+outcomes, never an aggregate or message id (ids go on spans only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable
+from typing import Any, TypeVar
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+
+from wow_core.command.errors import CommandValidationError, CommandWaitTimeoutError
+from wow_core.command.gateway import CommandGateway
+from wow_core.command.stages import CommandResult, CommandStage, WaitPlan
+from wow_core.event.exchange import FunctionExchange
+from wow_core.event.handler import EventFunctionHandler, Settled
+from wow_core.eventsourcing.store import DuplicateRequestIdError, EventStore, EventVersionConflictError
+from wow_core.messaging.contract import HandOffReceipt, MessageBus, MessageExchange, MessageSubscription
+from wow_core.middleware import (
+    BusLayer,
+    CommandGatewayDecorator,
+    CommandHandlerDecorator,
+    EventStoreDecorator,
+    LocalMessageBusDecorator,
+    MessageBusDecorator,
+    Middleware,
+    undecorated,
+)
+from wow_core.model import AggregateId, CommandMessage, DomainEventStream, Message, NamedAggregate, TopicKind
+from wow_core.modeling.kernel import CommandKernel, CommandOutcome
+from wow_core.transport.bus import TransportMessageBus
+from wow_core.transport.defaults import DefaultTopicNaming, TopicNaming
+from wow_otel import semconv as sc
+from wow_otel.propagation import Waiting, extract, inject, waiting
+
+M = TypeVar("M", bound=Message)
+E = TypeVar("E", bound=MessageExchange[Any])
+
+Attributes = dict[str, Any]
+
+_MAX_CACHED = 10_000
+"""Attribute sets per decorator (bounded like the series themselves)."""
+
+
+def _error_type(error: BaseException) -> str:
+    return type(error).__qualname__
+
+
+def _fail(span: Span, error: BaseException) -> None:
+    span.record_exception(error)
+    span.set_status(Status(StatusCode.ERROR, f"{_error_type(error)}: {error}"))
+    span.set_attribute(sc.ERROR_TYPE, _error_type(error))
+
+
+_OVERFLOW: Attributes = {"otel.metric.overflow": True}
+"""The attributes of every series past ``_MAX_CACHED`` of one decorator (the SDK's name)."""
+
+
+class _Cache:
+    """Attribute dicts by key, built once and kept for the process's life, so that an
+    :class:`Accumulator` can count by the dict's identity. Past ``_MAX_CACHED`` keys,
+    :data:`_OVERFLOW` (which bounds the series even if a name were unbounded)."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self) -> None:
+        self._items: dict[Hashable, Attributes] = {}
+
+    def get(self, key: Hashable, build: Callable[[], Attributes]) -> Attributes:
+        found = self._items.get(key)
+        if found is None:
+            if len(self._items) >= _MAX_CACHED:
+                return _OVERFLOW
+            found = self._items[key] = build()
+        return found
+
+
+class Accumulator:
+    """A monotonic counter summed here and reported by an observable counter.
+
+    Adding is a dict lookup and an addition, where the SDK's synchronous counter cleans
+    and hashes the attributes of every measurement (tens of microseconds on the hot path
+    of every message); the SDK reads the totals when it collects. Totals are kept per
+    key (at most ``_MAX_CACHED``; later keys count under ``otel.metric.overflow``).
+    """
+
+    __slots__ = ("_totals",)
+
+    def __init__(self, meter: Meter, name: str, unit: str, description: str) -> None:
+        self._totals: dict[int, list[Any]] = {}
+        meter.create_observable_counter(name, callbacks=[self._observe], unit=unit, description=description)
+
+    def add(self, attributes: Attributes, amount: float = 1) -> None:
+        """Count ``amount`` under ``attributes``, a dict from a :class:`_Cache` (counted by
+        identity: the cache keeps it for the process's life)."""
+        entry = self._totals.get(id(attributes))
+        if entry is None:
+            entry = self._totals[id(attributes)] = [attributes, 0]
+        entry[1] += amount
+
+    def _observe(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(total, attributes) for attributes, total in list(self._totals.values())]
+
+
+class Instruments:
+    """The middleware's instruments of one meter."""
+
+    def __init__(self, meter: Meter) -> None:
+        buckets = sc.DURATION_BUCKETS
+        self.sent = Accumulator(
+            meter, sc.SENT_MESSAGES, "{message}", "Messages a producer attempted to send."
+        )
+        self.operation_duration = meter.create_histogram(
+            sc.OPERATION_DURATION,
+            unit="s",
+            description="Duration of a messaging operation (send, hand_off).",
+            explicit_bucket_boundaries_advisory=buckets,
+        )
+        self.consumed = Accumulator(
+            meter, sc.CONSUMED_MESSAGES, "{message}", "Messages a receiver delivered to its consumer."
+        )
+        self.process_duration = meter.create_histogram(
+            sc.PROCESS_DURATION,
+            unit="s",
+            description="Duration of processing one message (a command, one event function).",
+            explicit_bucket_boundaries_advisory=buckets,
+        )
+        self.waits = Accumulator(
+            meter, sc.WAITS, "{wait}", "send_and_wait calls, by stage waited for and outcome."
+        )
+        self.wait_duration = meter.create_histogram(
+            sc.WAIT_DURATION,
+            unit="s",
+            description="Duration of send_and_wait until its result (or its failure).",
+            explicit_bucket_boundaries_advisory=buckets,
+        )
+        self.store_duration = meter.create_histogram(
+            sc.STORE_DURATION,
+            unit="s",
+            description="Duration of an event store operation (append, load).",
+            explicit_bucket_boundaries_advisory=buckets,
+        )
+        self.store_conflicts = Accumulator(
+            meter, sc.STORE_CONFLICTS, "{conflict}", "Appends refused for a version conflict."
+        )
+
+
+class OtelMiddleware(Middleware):
+    """Metrics (``meter``) and tracing (``tracer``) of every component (module docstring).
+
+    ``system`` is the ``messaging.system`` of the process's transport (``kafka``,
+    ``redis``, ``nats``, ``in_memory``). Either of ``tracer`` and ``meter`` may be
+    ``None`` (that part off); the plugin installs no middleware when both are.
+    """
+
+    def __init__(self, *, tracer: Tracer | None, meter: Meter | None, system: str = "in_memory") -> None:
+        self.tracer = tracer
+        self.instruments = Instruments(meter) if meter is not None else None
+        self.system = system
+        self.naming: TopicNaming = DefaultTopicNaming()
+        self._named_by_transport = False
+        self.local_first_kinds: set[TopicKind] = set()
+        self._destinations: dict[tuple[NamedAggregate, TopicKind], str] = {}
+
+    def destination(self, named_aggregate: NamedAggregate, kind: TopicKind) -> str:
+        """The topic of ``named_aggregate`` and ``kind`` (``messaging.destination.name``)."""
+        key = (named_aggregate, kind)
+        found = self._destinations.get(key)
+        if found is None:
+            found = self._destinations[key] = self.naming.topic(named_aggregate, kind)
+        return found
+
+    # -- decorate -------------------------------------------------------------------------
+
+    def decorate_bus(self, bus: MessageBus[Any, Any], layer: BusLayer) -> MessageBus[Any, Any]:
+        kind = bus.topic_kind
+        if layer is BusLayer.TRANSPORT:
+            transport_bus = undecorated(bus)
+            system = self.system
+            if isinstance(transport_bus, TransportMessageBus):
+                system = transport_bus.transport.name
+                if not self._named_by_transport:
+                    self.naming, self._named_by_transport = transport_bus.naming, True
+                    self._destinations.clear()
+            return TracingMessageBus(bus, self, layer, system, lambda: kind not in self.local_first_kinds)
+        if layer is BusLayer.LOCAL_FIRST:
+            self.local_first_kinds.add(kind)
+            if self.tracer is None:
+                return bus
+            return TracingMessageBus(bus, self, layer, self.system, lambda: True)
+        local: Any = bus
+        top = lambda: kind not in self.local_first_kinds  # noqa: E731
+        return TracingLocalMessageBus(local, self, sc.LOCAL_SYSTEM, top)
+
+    def decorate_gateway(self, gateway: CommandGateway) -> CommandGateway:
+        return TracingCommandGateway(gateway, self)
+
+    def decorate_command_handler(self, handler: CommandKernel) -> CommandKernel:
+        return TracingCommandHandler(handler, self)
+
+    def decorate_event_store(self, store: EventStore) -> EventStore:
+        decorated: Any = TracingEventStore(store, self)
+        return decorated  # type: ignore[no-any-return]
+
+    def decorate_event_handler(self, handler: EventFunctionHandler) -> EventFunctionHandler:
+        return TracingEventHandler(handler, self)
+
+
+# -- buses ------------------------------------------------------------------------------
+
+
+class _BusRecorder:
+    """What the bus decorators share: attributes, the producer span, the counts."""
+
+    def __init__(
+        self, middleware: OtelMiddleware, kind: TopicKind, system: str, top: Callable[[], bool], counts: bool
+    ) -> None:
+        self.middleware = middleware
+        self.kind = kind
+        self.system = system
+        self._top = top
+        self._traced: bool | None = None
+        self.instruments = middleware.instruments if counts else None
+        self._send_attributes = _Cache()
+        self._duration_attributes = _Cache()
+        self._receive_attributes = _Cache()
+        self._failed = _Cache()
+
+    @property
+    def tracer(self) -> Tracer | None:
+        traced = self._traced
+        if traced is None:  # decided at the first send, once the runtime is assembled
+            traced = self._traced = self.middleware.tracer is not None and self._top()
+        return self.middleware.tracer if traced else None
+
+    def send_attributes(self, message: Message, operation: str) -> Attributes:
+        named = message.aggregate_id.named_aggregate
+        name = message.name
+
+        def build() -> Attributes:
+            return {
+                sc.SYSTEM: self.system,
+                sc.DESTINATION: self.middleware.destination(named, self.kind),
+                sc.OPERATION_TYPE: "send",
+                sc.OPERATION_NAME: operation,
+                sc.KIND: self.kind.value,
+                sc.MESSAGE: name,
+            }
+
+        return self._send_attributes.get((named, name, operation), build)
+
+    def duration_attributes(self, message: Message) -> Attributes:
+        """The few attributes of ``messaging.client.operation.duration`` (the SDK's
+        histogram costs microseconds per attribute and measurement)."""
+        named = message.aggregate_id.named_aggregate
+        return self._duration_attributes.get(
+            named,
+            lambda: {
+                sc.SYSTEM: self.system,
+                sc.DESTINATION: self.middleware.destination(named, self.kind),
+                sc.OPERATION_NAME: "send",
+            },
+        )
+
+    def receive_attributes(self, message: Message, group: str) -> Attributes:
+        named = message.aggregate_id.named_aggregate
+
+        def build() -> Attributes:
+            return {
+                sc.SYSTEM: self.system,
+                sc.DESTINATION: self.middleware.destination(named, self.kind),
+                sc.GROUP: group,
+                sc.OPERATION_TYPE: "receive",
+                sc.OPERATION_NAME: "receive",
+                sc.KIND: self.kind.value,
+            }
+
+        return self._receive_attributes.get((named, group), build)
+
+    async def send(self, inner: Callable[[Any], Any], message: Any) -> None:
+        tracer = self.tracer
+        instruments = self.instruments
+        if tracer is None and instruments is None:
+            await inner(message)
+            return
+        attributes = self.send_attributes(message, "send")
+        span: Span | None = None
+        token: object | None = None
+        current: Waiting | None = None
+        if tracer is not None:
+            current = waiting.get()
+            span = tracer.start_span(
+                f"send {attributes[sc.DESTINATION]}",
+                kind=SpanKind.PRODUCER,
+                attributes={
+                    **attributes,
+                    sc.MESSAGE_ID: message.id,
+                    sc.AGGREGATE_ID: message.aggregate_id.id,
+                },
+            )
+            token = otel_context.attach(trace.set_span_in_context(span))
+            message = inject(message)
+        started = time.perf_counter()
+        try:
+            await inner(message)
+        except BaseException as error:
+            if instruments is not None:
+                error_type = _error_type(error)
+                failed = self._failed.get(
+                    (id(attributes), error_type), lambda: {**attributes, sc.ERROR_TYPE: error_type}
+                )
+                durations = self.duration_attributes(message)
+                failed_duration = self._failed.get(
+                    (id(durations), error_type), lambda: {**durations, sc.ERROR_TYPE: error_type}
+                )
+                instruments.sent.add(failed)
+                instruments.operation_duration.record(time.perf_counter() - started, failed_duration)
+            if span is not None:
+                _fail(span, error)
+            raise
+        else:
+            if instruments is not None:
+                instruments.sent.add(attributes)
+                instruments.operation_duration.record(
+                    time.perf_counter() - started, self.duration_attributes(message)
+                )
+            if current is not None and current.command_id == message.id:
+                current.span.add_event(CommandStage.SENT.value)
+        finally:
+            if span is not None:
+                otel_context.detach(token)  # type: ignore[arg-type]
+                span.end()
+
+    def received(self, exchange: MessageExchange[Any], subscription: MessageSubscription) -> None:
+        instruments = self.instruments
+        if instruments is not None:
+            instruments.consumed.add(self.receive_attributes(exchange.message, subscription.group))
+
+
+class TracingMessageBus(MessageBusDecorator[M, E]):
+    """A transport or local-first bus (module docstring). The local-first layer only
+    traces (its sends and receives are counted by the two buses under it)."""
+
+    def __init__(
+        self,
+        inner: MessageBus[M, E],
+        middleware: OtelMiddleware,
+        layer: BusLayer,
+        system: str,
+        top: Callable[[], bool],
+    ) -> None:
+        super().__init__(inner)
+        self.layer = layer
+        counts = layer is BusLayer.TRANSPORT and middleware.instruments is not None
+        self.recorder = _BusRecorder(middleware, inner.topic_kind, system, top, counts)
+        self._wraps_receivers = counts
+
+    async def send(self, message: M) -> None:
+        await self.recorder.send(self.inner.send, message)
+
+    def received(self, exchange: E, subscription: MessageSubscription) -> None:
+        self.recorder.received(exchange, subscription)
+
+
+class TracingLocalMessageBus(LocalMessageBusDecorator[M, E]):
+    """The in-process bus: counts its sends, admitted hand-offs and receives; traces its
+    sends when it is the bus callers send on (no local-first bus in front)."""
+
+    def __init__(self, inner: Any, middleware: OtelMiddleware, system: str, top: Callable[[], bool]) -> None:
+        super().__init__(inner)
+        self.recorder = _BusRecorder(middleware, inner.topic_kind, system, top, True)
+        self._wraps_receivers = middleware.instruments is not None
+
+    async def send(self, message: M) -> None:
+        await self.recorder.send(self.inner.send, message)
+
+    def hand_off(self, message: M) -> HandOffReceipt:
+        instruments = self.recorder.instruments
+        receipt = self.inner.hand_off(message)
+        if instruments is None:
+            return receipt
+        if receipt.accepted:
+            instruments.sent.add(self.recorder.send_attributes(message, "hand_off"))
+        return receipt
+
+    def received(self, exchange: E, subscription: MessageSubscription) -> None:
+        self.recorder.received(exchange, subscription)
+
+
+# -- command handler --------------------------------------------------------------------
+
+
+def _outcome_of(outcome: CommandOutcome) -> str:
+    if outcome.duplicate:
+        return "duplicate"
+    return outcome.error_code or "succeeded"
+
+
+class TracingCommandHandler(CommandHandlerDecorator):
+    """The consumer span and process duration of each command (module docstring)."""
+
+    def __init__(self, inner: CommandKernel, middleware: OtelMiddleware) -> None:
+        super().__init__(inner)
+        self.middleware = middleware
+        self._attributes = _Cache()
+
+    def _base(self, command: CommandMessage[Any]) -> Attributes:
+        named = command.aggregate_id.named_aggregate
+        name = command.name
+
+        def build() -> Attributes:
+            return {
+                sc.SYSTEM: self.middleware.system,
+                sc.DESTINATION: self.middleware.destination(named, TopicKind.COMMAND),
+                sc.OPERATION_NAME: "process",
+                sc.MESSAGE: name,
+            }
+
+        return self._attributes.get((named, name), build)
+
+    def _with_outcome(self, command: CommandMessage[Any], base: Attributes, outcome: str) -> Attributes:
+        key = (command.aggregate_id.named_aggregate, command.name, outcome)
+        return self._attributes.get(key, lambda: {**base, sc.OUTCOME: outcome})
+
+    async def process(self, command: CommandMessage[Any]) -> CommandOutcome:
+        middleware = self.middleware
+        tracer = middleware.tracer
+        instruments = middleware.instruments
+        base = self._base(command)
+        span: Span | None = None
+        token: object | None = None
+        if tracer is not None:
+            parent = extract(command.header)
+            span = tracer.start_span(
+                f"process {base[sc.DESTINATION]}",
+                context=parent,
+                kind=SpanKind.CONSUMER,
+                attributes={
+                    **base,
+                    sc.OPERATION_TYPE: "process",
+                    sc.MESSAGE_ID: command.id,
+                    sc.AGGREGATE_ID: command.aggregate_id.id,
+                    sc.REQUEST_ID: command.request_id,
+                },
+            )
+            token = otel_context.attach(trace.set_span_in_context(span, parent))
+        started = time.perf_counter()
+        try:
+            outcome = await self.inner.process(command)
+        except BaseException as error:
+            if instruments is not None:
+                error_type = _error_type(error)
+                failed = self._attributes.get(
+                    (id(base), error_type), lambda: {**base, sc.OUTCOME: "error", sc.ERROR_TYPE: error_type}
+                )
+                instruments.process_duration.record(time.perf_counter() - started, failed)
+            if span is not None:
+                _fail(span, error)
+                otel_context.detach(token)  # type: ignore[arg-type]
+                span.end()
+            raise
+        result = _outcome_of(outcome)
+        if instruments is not None:
+            instruments.process_duration.record(
+                time.perf_counter() - started, self._with_outcome(command, base, result)
+            )
+        if span is not None:
+            ended: Attributes = {sc.OUTCOME: result, sc.AGGREGATE_VERSION: outcome.version}
+            if outcome.conflicts:
+                ended["wow.command.conflicts"] = outcome.conflicts
+            if outcome.error_msg:
+                ended["wow.command.error_msg"] = outcome.error_msg
+            span.set_attributes(ended)
+            otel_context.detach(token)  # type: ignore[arg-type]
+            span.end()
+        return outcome
+
+
+# -- event store ------------------------------------------------------------------------
+
+
+class TracingEventStore(EventStoreDecorator):
+    """The append span and the store's durations and conflicts (module docstring)."""
+
+    def __init__(self, inner: EventStore, middleware: OtelMiddleware) -> None:
+        super().__init__(inner)
+        self.middleware = middleware
+        self._attributes = _Cache()
+
+    def _attrs(self, named: NamedAggregate, operation: str, outcome: str) -> Attributes:
+        return self._attributes.get(
+            (named, operation, outcome),
+            lambda: {sc.AGGREGATE: str(named), sc.STORE_OPERATION: operation, sc.OUTCOME: outcome},
+        )
+
+    async def append(self, stream: DomainEventStream) -> None:
+        middleware = self.middleware
+        tracer = middleware.tracer
+        instruments = middleware.instruments
+        named = stream.aggregate_id.named_aggregate
+        span: Span | None = None
+        if tracer is not None:
+            span = tracer.start_span(
+                f"append {named}",
+                attributes={
+                    sc.AGGREGATE: str(named),
+                    sc.AGGREGATE_ID: stream.aggregate_id.id,
+                    sc.AGGREGATE_VERSION: stream.version,
+                    sc.COMMAND_ID: stream.command_id,
+                    "wow.events": len(stream.events),
+                },
+            )
+        started = time.perf_counter()
+        outcome = "ok"
+        try:
+            await self.inner.append(stream)
+        except EventVersionConflictError:
+            outcome = "conflict"
+            if instruments is not None:
+                instruments.store_conflicts.add(self._attrs(named, "append", outcome))
+            raise
+        except DuplicateRequestIdError:
+            outcome = "duplicate"
+            raise
+        except BaseException as error:
+            outcome = "error"
+            if span is not None:
+                _fail(span, error)
+            raise
+        finally:
+            if instruments is not None:
+                instruments.store_duration.record(
+                    time.perf_counter() - started, self._attrs(named, "append", outcome)
+                )
+            if span is not None:
+                span.set_attribute(sc.OUTCOME, outcome)
+                span.end()
+
+    async def load(
+        self, aggregate_id: AggregateId, head_version: int = 1, tail_version: int | None = None
+    ) -> list[DomainEventStream]:
+        instruments = self.middleware.instruments
+        if instruments is None:
+            return await self.inner.load(aggregate_id, head_version, tail_version)
+        started = time.perf_counter()
+        outcome = "ok"
+        try:
+            return await self.inner.load(aggregate_id, head_version, tail_version)
+        except BaseException:
+            outcome = "error"
+            raise
+        finally:
+            instruments.store_duration.record(
+                time.perf_counter() - started, self._attrs(aggregate_id.named_aggregate, "load", outcome)
+            )
+
+
+# -- gateway ----------------------------------------------------------------------------
+
+
+def _wait_outcome(result: CommandResult) -> str:
+    if result.duplicate:
+        return "duplicate"
+    return result.error_code or "succeeded"
+
+
+class TracingCommandGateway(CommandGatewayDecorator):
+    """The waiting span of each ``send_and_wait`` and the wait metrics (module docstring)."""
+
+    __slots__ = ("_attributes", "middleware")
+
+    def __init__(self, inner: CommandGateway, middleware: OtelMiddleware) -> None:
+        super().__init__(inner)
+        self.middleware = middleware
+        self._attributes = _Cache()
+
+    def _attrs(self, command: CommandMessage[Any], wait_stage: str, stage: str, outcome: str) -> Attributes:
+        named = command.aggregate_id.named_aggregate
+        name = command.name
+        return self._attributes.get(
+            (named, name, wait_stage, stage, outcome),
+            lambda: {
+                sc.AGGREGATE: str(named),
+                sc.MESSAGE: name,
+                sc.WAIT_STAGE: wait_stage,
+                sc.STAGE: stage,
+                sc.OUTCOME: outcome,
+            },
+        )
+
+    async def send_and_wait(
+        self,
+        command: CommandMessage[Any],
+        wait: WaitPlan | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> CommandResult:
+        middleware = self.middleware
+        tracer = middleware.tracer
+        if tracer is not None and wait is not None and wait.stage.rank > CommandStage.PROCESSED.rank:
+            # Past PROCESSED the stages between are span events too: the stream yields them.
+            last: CommandResult | None = None
+            stages = self._stream(command, wait, timeout, streaming=False)
+            try:
+                async for result in stages:
+                    last = result
+            finally:
+                await _close(stages)
+            assert last is not None, "a stream yields SENT at least"
+            return last
+        instruments = middleware.instruments
+        wait_stage = (wait.stage if wait is not None else CommandStage.PROCESSED).value
+        span: Span | None = None
+        token: object | None = None
+        marker = None
+        if tracer is not None:
+            named = command.aggregate_id.named_aggregate
+            span = tracer.start_span(
+                f"wait {command.name}",
+                attributes={
+                    sc.AGGREGATE: str(named),
+                    sc.MESSAGE: command.name,
+                    sc.WAIT_STAGE: wait_stage if wait is None else str(wait),
+                    sc.COMMAND_ID: command.id,
+                    sc.REQUEST_ID: command.request_id,
+                },
+            )
+            token = otel_context.attach(trace.set_span_in_context(span))
+            marker = waiting.set(Waiting(span, command.id))
+        started = time.perf_counter()
+        stage = ""
+        outcome = "succeeded"
+        try:
+            result = await self.inner.send_and_wait(command, wait, timeout=timeout)
+        except CommandWaitTimeoutError as error:
+            outcome = "timeout"
+            stage = error.last_stage.value if error.last_stage is not None else ""
+            if span is not None:
+                _fail(span, error)
+            raise
+        except CommandValidationError as error:
+            outcome = "invalid"
+            if span is not None:
+                _fail(span, error)
+            raise
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            if span is not None:
+                span.set_status(Status(StatusCode.ERROR, "cancelled"))
+            raise
+        except BaseException as error:
+            outcome = "error"
+            if span is not None:
+                _fail(span, error)
+            raise
+        else:
+            stage = result.stage.value
+            outcome = _wait_outcome(result)
+            if span is not None:
+                if result.stage is not CommandStage.SENT:
+                    attributes: Attributes = {}
+                    if result.processor_name:
+                        attributes[sc.PROCESSOR] = result.processor_name
+                    if result.function_name:
+                        attributes[sc.FUNCTION] = result.function_name
+                    span.add_event(
+                        stage,
+                        attributes=attributes,
+                        timestamp=result.signal_time * 1_000_000 if result.signal_time else None,
+                    )
+                if result.aggregate_version is not None:
+                    span.set_attribute(sc.AGGREGATE_VERSION, result.aggregate_version)
+                if result.aggregate_id is not None:
+                    span.set_attribute(sc.AGGREGATE_ID, result.aggregate_id.id)
+                if result.error_code:
+                    span.set_status(Status(StatusCode.ERROR, f"{result.error_code}: {result.error_msg}"))
+            return result
+        finally:
+            if instruments is not None:
+                attributes = self._attrs(command, wait_stage, stage, outcome)
+                instruments.waits.add(attributes)
+                instruments.wait_duration.record(time.perf_counter() - started, attributes)
+            if span is not None:
+                span.set_attributes({sc.STAGE: stage, sc.OUTCOME: outcome})
+                assert marker is not None
+                waiting.reset(marker)
+                otel_context.detach(token)  # type: ignore[arg-type]
+                span.end()
+
+    def send_and_wait_stream(
+        self,
+        command: CommandMessage[Any],
+        wait: WaitPlan | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> AsyncIterator[CommandResult]:
+        """The streaming wait in one waiting span: each stage yielded is a span event
+        (``SENT`` first); the span ends with the stream (its last stage, a timeout, or
+        the caller leaving early: ``wow.outcome=closed``)."""
+        return self._stream(command, wait, timeout, streaming=True)
+
+    async def _stream(
+        self, command: CommandMessage[Any], wait: WaitPlan | None, timeout: float | None, *, streaming: bool
+    ) -> AsyncIterator[CommandResult]:
+        middleware = self.middleware
+        tracer = middleware.tracer
+        instruments = middleware.instruments
+        wait_stage = (wait.stage if wait is not None else CommandStage.PROCESSED).value
+        span: Span | None = None
+        if tracer is not None:
+            named = command.aggregate_id.named_aggregate
+            span = tracer.start_span(
+                f"wait {command.name}",
+                attributes={
+                    sc.AGGREGATE: str(named),
+                    sc.MESSAGE: command.name,
+                    sc.WAIT_STAGE: wait_stage if wait is None else str(wait),
+                    sc.COMMAND_ID: command.id,
+                    sc.REQUEST_ID: command.request_id,
+                    "wow.command.wait.streaming": streaming,
+                },
+            )
+        started = time.perf_counter()
+        stage = ""
+        outcome = "closed"
+        stream = self.inner.send_and_wait_stream(command, wait, timeout=timeout)
+        try:
+            if span is not None:  # the send runs in the first step: under the wait span
+                token = otel_context.attach(trace.set_span_in_context(span))
+                try:
+                    first = await anext(stream)
+                finally:
+                    otel_context.detach(token)
+            else:
+                first = await anext(stream)
+            stage, outcome = first.stage.value, _wait_outcome(first)
+            if span is not None:
+                span.add_event(stage)
+            yield first
+            async for result in stream:
+                stage, outcome = result.stage.value, _wait_outcome(result)
+                if span is not None:
+                    span.add_event(
+                        stage, timestamp=result.signal_time * 1_000_000 if result.signal_time else None
+                    )
+                yield result
+        except CommandWaitTimeoutError as error:
+            outcome = "timeout"
+            stage = error.last_stage.value if error.last_stage is not None else stage
+            if span is not None:
+                _fail(span, error)
+            raise
+        except CommandValidationError as error:
+            outcome = "invalid"
+            if span is not None:
+                _fail(span, error)
+            raise
+        except (asyncio.CancelledError, GeneratorExit):
+            if stage != wait_stage:  # left before the stage waited for
+                outcome = "closed"
+            raise
+        except BaseException as error:
+            outcome = "error"
+            if span is not None:
+                _fail(span, error)
+            raise
+        finally:
+            await _close(stream)
+            if instruments is not None:
+                attributes = self._attrs(command, wait_stage, stage, outcome)
+                instruments.waits.add(attributes)
+                instruments.wait_duration.record(time.perf_counter() - started, attributes)
+            if span is not None:
+                span.set_attributes({sc.STAGE: stage, sc.OUTCOME: outcome})
+                span.end()
+
+
+async def _close(stream: AsyncIterator[CommandResult]) -> None:
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()
+
+
+# -- event functions --------------------------------------------------------------------
+
+
+class TracingEventHandler:
+    """The span and process duration of each event function (module docstring)."""
+
+    def __init__(self, inner: EventFunctionHandler, middleware: OtelMiddleware) -> None:
+        self.inner = inner
+        self.middleware = middleware
+        self._attributes = _Cache()
+
+    @staticmethod
+    def _key(exchange: FunctionExchange) -> tuple[Any, ...]:
+        source = exchange.source.message
+        return (source.aggregate_id.named_aggregate, type(source).topic_kind, exchange.function)
+
+    def _base(self, exchange: FunctionExchange) -> Attributes:
+        source = exchange.source.message
+        named: NamedAggregate = source.aggregate_id.named_aggregate
+        kind: TopicKind = type(source).topic_kind
+        function = exchange.function
+
+        def build() -> Attributes:
+            return {
+                sc.SYSTEM: self.middleware.system,
+                sc.DESTINATION: self.middleware.destination(named, kind),
+                sc.OPERATION_NAME: "process",
+                sc.PROCESSOR: function.processor_name,
+                sc.FUNCTION: function.function_name,
+            }
+
+        return self._attributes.get(self._key(exchange), build)
+
+    async def handle(self, exchange: FunctionExchange) -> Settled:
+        middleware = self.middleware
+        tracer = middleware.tracer
+        instruments = middleware.instruments
+        base = self._base(exchange)
+        span: Span | None = None
+        token: object | None = None
+        if tracer is not None:
+            source = exchange.source.message
+            parent = extract(source.header)
+            span = tracer.start_span(
+                f"{exchange.component.value} {exchange.function.qualified_name}",
+                context=parent,
+                kind=SpanKind.CONSUMER,
+                attributes={
+                    **base,
+                    sc.OPERATION_TYPE: "process",
+                    sc.COMPONENT: exchange.component.value,
+                    sc.MESSAGE: exchange.message.name,
+                    sc.MESSAGE_ID: source.id,
+                    sc.AGGREGATE_ID: source.aggregate_id.id,
+                    sc.AGGREGATE_VERSION: exchange.message.version,
+                },
+            )
+            token = otel_context.attach(trace.set_span_in_context(span, parent))
+        started = time.perf_counter()
+        try:
+            settled = await self.inner.handle(exchange)
+        except BaseException as error:
+            if span is not None:
+                _fail(span, error)
+                otel_context.detach(token)  # type: ignore[arg-type]
+                span.end()
+            raise
+        outcome = settled.outcome.value
+        if instruments is not None:
+            instruments.process_duration.record(
+                time.perf_counter() - started,
+                self._attributes.get((*self._key(exchange), outcome), lambda: {**base, sc.OUTCOME: outcome}),
+            )
+        if span is not None:
+            span.set_attribute(sc.OUTCOME, outcome)
+            if settled.error is not None:
+                _fail(span, settled.error)
+            otel_context.detach(token)  # type: ignore[arg-type]
+            span.end()
+        return settled
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)

@@ -1,0 +1,231 @@
+"""The tracer and meter providers wow-otel records to, and their setup from ``OTEL_*``.
+
+Which providers (in this order):
+
+1. those given to :func:`use_providers` (tests, or an application that wants wow-py on
+   providers of its own without making them global);
+2. the global providers, when the application installed SDK providers itself
+   (``trace.set_tracer_provider``...) or ``WOW_OTEL__CONFIGURE_SDK=false``;
+3. otherwise SDK providers built once per process from the standard variables and made
+   global:
+
+   - ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``: the resource;
+   - ``OTEL_TRACES_SAMPLER``, ``OTEL_TRACES_SAMPLER_ARG``: the sampler (the SDK reads them);
+   - ``OTEL_TRACES_EXPORTER``: ``otlp`` (the default), ``console``, ``none``, comma-separated;
+   - ``OTEL_METRICS_EXPORTER``: ``otlp`` (the default), ``console``, ``prometheus``, ``none``;
+   - ``OTEL_EXPORTER_OTLP_PROTOCOL`` (and the ``_TRACES_`` / ``_METRICS_`` forms):
+     ``http/protobuf`` (the default, ``wow-otel[otlp]``) or ``grpc`` (``wow-otel[grpc]``);
+     ``OTEL_EXPORTER_OTLP_ENDPOINT`` and the rest are read by the exporters themselves;
+   - ``OTEL_EXPORTER_PROMETHEUS_HOST`` (default ``localhost``), ``OTEL_EXPORTER_PROMETHEUS_PORT``
+     (default ``9464``): where the Prometheus scrape endpoint listens (``wow-otel[prometheus]``);
+   - ``OTEL_METRIC_EXPORT_INTERVAL`` (ms): the push interval of the OTLP and console readers;
+   - ``OTEL_SDK_DISABLED=true``: no SDK provider at all (the API's no-op ones).
+
+A wrong exporter name, or one whose package is not installed, raises
+:class:`OtelConfigError` naming the variable, at start-up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.trace import TracerProvider
+
+from wow_otel.settings import OtelSettings
+
+
+class OtelConfigError(ValueError):
+    """An ``OTEL_*`` variable wow-otel cannot honour (an unknown or missing exporter)."""
+
+
+@dataclass(frozen=True)
+class Providers:
+    """A tracer provider and a meter provider (either may be the API's no-op one)."""
+
+    tracer_provider: TracerProvider
+    meter_provider: MeterProvider
+
+
+_lock = threading.Lock()
+_override: Providers | None = None
+_configured: dict[str, Any] = {}
+
+
+@contextlib.contextmanager
+def use_providers(
+    tracer_provider: TracerProvider | None = None, meter_provider: MeterProvider | None = None
+) -> Iterator[Providers]:
+    """Record to these providers (not made global) while the block runs: every runtime
+    assembled inside it uses them. Unset ones are the API's no-op providers."""
+    global _override
+    previous = _override
+    _override = Providers(
+        tracer_provider or trace.NoOpTracerProvider(), meter_provider or metrics.NoOpMeterProvider()
+    )
+    try:
+        yield _override
+    finally:
+        _override = previous
+
+
+def _disabled() -> bool:
+    return os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+
+
+def _names(variable: str, default: str) -> list[str]:
+    value = os.environ.get(variable, default)
+    return [name.strip().lower() for name in value.split(",") if name.strip()]
+
+
+def _protocol(signal: str) -> str:
+    return (
+        os.environ.get(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL")
+        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    ).strip()
+
+
+def _missing(variable: str, value: str, extra: str, error: ImportError) -> OtelConfigError:
+    return OtelConfigError(
+        f"{variable}={value!r} needs a package that is not installed ({error.name}): "
+        f"install wow-otel[{extra}], or choose another exporter"
+    )
+
+
+def _span_exporter(name: str) -> Any:
+    variable = "OTEL_TRACES_EXPORTER"
+    if name == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        return ConsoleSpanExporter()
+    if name == "otlp":
+        protocol = _protocol("TRACES")
+        try:
+            if protocol == "grpc":
+                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # type: ignore[import-not-found]
+                    OTLPSpanExporter,
+                )
+            elif protocol == "http/protobuf":
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            else:
+                raise OtelConfigError(
+                    f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r} is not accepted: http/protobuf, grpc"
+                )
+        except ImportError as error:
+            raise _missing(variable, name, "grpc" if protocol == "grpc" else "otlp", error) from None
+        return OTLPSpanExporter()
+    raise OtelConfigError(f"{variable}={name!r} is not accepted: otlp, console, none")
+
+
+def _metric_reader(name: str) -> Any:
+    variable = "OTEL_METRICS_EXPORTER"
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    if name == "console":
+        from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
+
+        return PeriodicExportingMetricReader(ConsoleMetricExporter())
+    if name == "otlp":
+        protocol = _protocol("METRICS")
+        try:
+            if protocol == "grpc":
+                from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (  # type: ignore[import-not-found]
+                    OTLPMetricExporter,
+                )
+            elif protocol == "http/protobuf":
+                from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+            else:
+                raise OtelConfigError(
+                    f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r} is not accepted: http/protobuf, grpc"
+                )
+        except ImportError as error:
+            raise _missing(variable, name, "grpc" if protocol == "grpc" else "otlp", error) from None
+        return PeriodicExportingMetricReader(OTLPMetricExporter())
+    if name == "prometheus":
+        try:
+            from opentelemetry.exporter.prometheus import PrometheusMetricReader
+            from prometheus_client import start_http_server
+        except ImportError as error:
+            raise _missing(variable, name, "prometheus", error) from None
+        host = os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST", "localhost")
+        port_text = os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT", "9464")
+        try:
+            port = int(port_text)
+        except ValueError:
+            raise OtelConfigError(
+                f"OTEL_EXPORTER_PROMETHEUS_PORT={port_text!r} is not a port number"
+            ) from None
+        reader = PrometheusMetricReader()
+        start_http_server(port=port, addr=host)
+        return reader
+    raise OtelConfigError(f"{variable}={name!r} is not accepted: otlp, console, prometheus, none")
+
+
+def _resource() -> Any:
+    from opentelemetry.sdk.resources import Resource
+
+    return Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
+
+
+def build_tracer_provider() -> TracerProvider:
+    """An SDK tracer provider from the ``OTEL_*`` variables (module docstring)."""
+    from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    exporters = [_span_exporter(name) for name in _names("OTEL_TRACES_EXPORTER", "otlp") if name != "none"]
+    provider = SdkTracerProvider(resource=_resource())
+    for exporter in exporters:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
+
+
+def build_meter_provider() -> MeterProvider:
+    """An SDK meter provider from the ``OTEL_*`` variables (module docstring)."""
+    from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
+
+    readers = [_metric_reader(name) for name in _names("OTEL_METRICS_EXPORTER", "otlp") if name != "none"]
+    return SdkMeterProvider(metric_readers=readers, resource=_resource())
+
+
+def _sdk_installed(provider: object) -> bool:
+    module = type(provider).__module__
+    return module.startswith("opentelemetry.sdk")
+
+
+def tracer_provider(settings: OtelSettings) -> TracerProvider:
+    """The tracer provider to record to (module docstring)."""
+    if _override is not None:
+        return _override.tracer_provider
+    current = trace.get_tracer_provider()
+    if not settings.configure_sdk or _disabled() or _sdk_installed(current):
+        return current
+    with _lock:
+        provider = _configured.get("traces")
+        if provider is None:
+            provider = _configured["traces"] = build_tracer_provider()
+            trace.set_tracer_provider(provider)
+    found: TracerProvider = provider
+    return found
+
+
+def meter_provider(settings: OtelSettings) -> MeterProvider:
+    """The meter provider to record to (module docstring)."""
+    if _override is not None:
+        return _override.meter_provider
+    current = metrics.get_meter_provider()
+    if not settings.configure_sdk or _disabled() or _sdk_installed(current):
+        return current
+    with _lock:
+        provider = _configured.get("metrics")
+        if provider is None:
+            provider = _configured["metrics"] = build_meter_provider()
+            metrics.set_meter_provider(provider)
+    found: MeterProvider = provider
+    return found
