@@ -1,0 +1,33 @@
+"""wow_postgres: a PostgreSQL event store and snapshot repository for wow-py.
+
+``WOW_EVENTSOURCING__STORE=postgres`` and ``WOW_EVENTSOURCING__SNAPSHOT=postgres`` select
+them; ``WOW_POSTGRES__*`` configures them (see :class:`PostgresSettings`).
+"""
+
+from wow_postgres.connection import PostgresUnavailableError
+from wow_postgres.event_store import (
+    START,
+    EventStoreDataError,
+    GlobalPosition,
+    PositionedStream,
+    PostgresEventStore,
+    PostgresSnapshotRepository,
+)
+from wow_postgres.migrations import MigrationError, migrate
+from wow_postgres.settings import PostgresSettings, masked_dsn
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "START",
+    "EventStoreDataError",
+    "GlobalPosition",
+    "MigrationError",
+    "PositionedStream",
+    "PostgresEventStore",
+    "PostgresSettings",
+    "PostgresSnapshotRepository",
+    "PostgresUnavailableError",
+    "masked_dsn",
+    "migrate",
+]
