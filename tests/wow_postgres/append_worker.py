@@ -1,9 +1,11 @@
 """One of several processes appending to the same aggregates (see test_event_store.py).
 
 ``python append_worker.py <dsn> <schema> <aggregate ids, comma-separated> <appends>``:
-appends ``appends`` streams in turn to each aggregate, each at the version it last read
-+ 1, retrying on a version conflict; prints ``<aggregate id> <stream id>`` for every
-stream it appended, and ``conflicts <n>`` at the end.
+prints ``ready`` once connected and waits for a line on stdin (so that both processes
+start together), then appends ``appends`` streams to each aggregate (one task per
+aggregate), each at the version it last read + 1, retrying on a version conflict; prints
+``<aggregate id> <stream id>`` for every stream it appended, and ``conflicts <n>`` at
+the end.
 """
 
 from __future__ import annotations
@@ -23,19 +25,26 @@ async def main(dsn: str, schema: str, aggregates: list[str], appends: int) -> No
         codec=MessageCodec(BodyTypeRegistry(CONFORMANCE_BODY_TYPES)),
     )
     conflicts = 0
-    try:
+
+    async def write(aggregate: str) -> None:
+        nonlocal conflicts
+        aggregate_id = AggregateId(conformance_named_aggregate(), aggregate, "t0")
         for _ in range(appends):
-            for aggregate in aggregates:
-                aggregate_id = AggregateId(conformance_named_aggregate(), aggregate, "t0")
-                while True:
-                    stream = make_stream(aggregate_id, await store.last_version(aggregate_id) + 1)
-                    try:
-                        await store.append(stream)
-                    except EventVersionConflictError:
-                        conflicts += 1
-                        continue
-                    print(aggregate, stream.id, flush=True)
-                    break
+            while True:
+                stream = make_stream(aggregate_id, await store.last_version(aggregate_id) + 1)
+                try:
+                    await store.append(stream)
+                except EventVersionConflictError:
+                    conflicts += 1
+                    continue
+                print(aggregate, stream.id, flush=True)
+                break
+
+    try:
+        await store.start()
+        print("ready", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
+        await asyncio.gather(*(write(aggregate) for aggregate in aggregates))
         print("conflicts", conflicts, flush=True)
     finally:
         await store.close()

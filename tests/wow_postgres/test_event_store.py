@@ -220,8 +220,8 @@ APPENDS_PER_AGGREGATE = 12
 async def test_two_processes_appending_to_the_same_aggregates_lose_and_double_nothing(
     store: PostgresEventStore, schema: str
 ) -> None:
-    """Both processes append in turn to the same aggregates, each at the version it read + 1,
-    retrying on a conflict. Afterwards every history is dense (1..N), each stored stream
+    """Both processes, started together, append to the same aggregates, each at the version
+    it read + 1, retrying on a conflict. Afterwards every history is dense (1..N), each stored stream
     is exactly one printed win, no win is missing, and the processes did conflict."""
     aggregates = [uuid.uuid4().hex for _ in range(AGGREGATES)]
     script = Path(__file__).with_name("append_worker.py")
@@ -233,12 +233,16 @@ async def test_two_processes_appending_to_the_same_aggregates_lose_and_double_no
             schema,
             ",".join(aggregates),
             str(APPENDS_PER_AGGREGATE),
+            stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
         )
         for _ in range(2)
     ]
     try:
-        outputs = await asyncio.wait_for(asyncio.gather(*(w.communicate() for w in workers)), 180)
+        for worker in workers:  # both connected before either appends
+            assert worker.stdout is not None
+            assert await asyncio.wait_for(worker.stdout.readline(), 60) == b"ready\n"
+        outputs = await asyncio.wait_for(asyncio.gather(*(w.communicate(b"go\n") for w in workers)), 180)
     finally:
         for worker in workers:
             if worker.returncode is None:
