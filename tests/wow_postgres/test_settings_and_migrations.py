@@ -19,6 +19,7 @@ from wow_postgres import (
     PostgresEventStore,
     PostgresSettings,
     PostgresSnapshotRepository,
+    PostgresTransport,
     PostgresUnavailableError,
     masked_dsn,
     migrate,
@@ -114,6 +115,7 @@ def test_the_plugin_registers_the_stores_the_command_and_the_section(monkeypatch
         registry.get("snapshot_repository", "postgres").value(WowSettings.load()), PostgresSnapshotRepository
     )
     assert registry.get("command", "postgres").value.help.startswith("migrate")
+    assert isinstance(registry.get("transport", "postgres").value(WowSettings.load()), PostgresTransport)
 
 
 # -- migrations -------------------------------------------------------------------------
@@ -133,7 +135,14 @@ async def test_migrate_creates_the_schema_once_and_is_idempotent(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1",
             settings.schema_name,
         )
-        assert [t["table_name"] for t in tables] == ["event_stream", "snapshot", "wow_migration"]
+        assert [t["table_name"] for t in tables] == [
+            "event_stream",
+            "message_queue",
+            "message_queue_key",
+            "message_queue_subscription",
+            "snapshot",
+            "wow_migration",
+        ]
     finally:
         await connection.close()
 
@@ -179,9 +188,9 @@ def test_wow_postgres_migrate_and_status(
     monkeypatch.setenv("WOW_POSTGRES__DSN", POSTGRES_DSN)
     monkeypatch.setenv("WOW_POSTGRES__SCHEMA", schema)
     assert main(["postgres", "status"]) == 1
-    assert "pending [1]" in capsys.readouterr().out
+    assert "pending [1, 2]" in capsys.readouterr().out
     assert main(["postgres", "migrate"]) == 0
-    assert "applied migration(s) 1" in capsys.readouterr().out
+    assert "applied migration(s) 1, 2" in capsys.readouterr().out
     assert main(["postgres", "migrate"]) == 0
     assert "is up to date" in capsys.readouterr().out
     assert main(["postgres", "status"]) == 0

@@ -1,7 +1,7 @@
-"""wow_postgres: a PostgreSQL event store and snapshot repository for wow-py.
+"""wow_postgres: a PostgreSQL event store, snapshot repository and transport for wow-py.
 
-``WOW_EVENTSOURCING__STORE=postgres`` and ``WOW_EVENTSOURCING__SNAPSHOT=postgres`` select
-them; ``WOW_POSTGRES__*`` configures them (see :class:`PostgresSettings`).
+``WOW_EVENTSOURCING__STORE=postgres``, ``WOW_EVENTSOURCING__SNAPSHOT=postgres`` and
+``WOW_TRANSPORT=postgres`` select them; ``WOW_POSTGRES__*`` configures them (see :class:`PostgresSettings`).
 """
 
 from wow_postgres.connection import PostgresUnavailableError
@@ -15,6 +15,7 @@ from wow_postgres.event_store import (
 )
 from wow_postgres.migrations import MigrationError, migrate
 from wow_postgres.settings import PostgresSettings, masked_dsn
+from wow_postgres.transport import PostgresReceiver, PostgresRecord, PostgresTransport
 
 __version__ = "0.1.0"
 
@@ -25,8 +26,11 @@ __all__ = [
     "MigrationError",
     "PositionedStream",
     "PostgresEventStore",
+    "PostgresReceiver",
+    "PostgresRecord",
     "PostgresSettings",
     "PostgresSnapshotRepository",
+    "PostgresTransport",
     "PostgresUnavailableError",
     "masked_dsn",
     "migrate",

@@ -42,6 +42,9 @@ class Names:
     events: str
     snapshots: str
     migrations: str
+    queue: str
+    keys: str
+    subscriptions: str
     version_constraint: str
     request_constraint: str
 
@@ -53,6 +56,9 @@ class Names:
             events=f"{schema}.{quote(settings.events_table)}",
             snapshots=f"{schema}.{quote(settings.snapshots_table)}",
             migrations=f"{schema}.wow_migration",
+            queue=f"{schema}.{quote(settings.queue_table)}",
+            keys=f"{schema}.{quote((settings.queue_table + '_key')[:63])}",
+            subscriptions=f"{schema}.{quote((settings.queue_table + '_subscription')[:63])}",
             version_constraint=f"{settings.events_table}_version_key"[:63],
             request_constraint=f"{settings.events_table}_request_key"[:63],
         )
@@ -100,6 +106,41 @@ def _migrations(names: Names, settings: PostgresSettings) -> list[tuple[int, str
                 deleted boolean NOT NULL,
                 snapshot_time bigint NOT NULL,
                 PRIMARY KEY (context_name, aggregate_name, tenant_id, aggregate_id)
+            );
+            """,
+        ),
+        (
+            2,
+            "transport queue, key owners and subscriptions",
+            f"""
+            CREATE TABLE {names.subscriptions} (
+                topic text NOT NULL,
+                group_name text NOT NULL,
+                created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+                PRIMARY KEY (topic, group_name)
+            );
+            CREATE TABLE {names.queue} (
+                id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                group_name text NOT NULL,
+                topic text NOT NULL,
+                key text NOT NULL,
+                payload text NOT NULL,
+                timestamp bigint NOT NULL,
+                delivery_count integer NOT NULL DEFAULT 0,
+                owner text,
+                lease_until timestamptz
+            );
+            CREATE INDEX {quote((settings.queue_table + "_pending_idx")[:63])} ON {names.queue}
+                (group_name, topic, key, id);
+            CREATE INDEX {quote((settings.queue_table + "_owner_idx")[:63])} ON {names.queue}
+                (group_name, owner) WHERE owner IS NOT NULL;
+            CREATE TABLE {names.keys} (
+                group_name text NOT NULL,
+                topic text NOT NULL,
+                key text NOT NULL,
+                owner text,
+                lease_until timestamptz,
+                PRIMARY KEY (group_name, topic, key)
             );
             """,
         ),

@@ -1,6 +1,6 @@
 """The wow_postgres plugin module (entry point group ``wow``).
 
-Registers the event store ``postgres``, the snapshot repository ``postgres``, the
+Registers the transport ``postgres``, the event store ``postgres``, the snapshot repository ``postgres``, the
 command ``wow postgres`` and the settings section ``postgres`` (``WOW_POSTGRES__*``).
 Factories import lazily so that discovering plugins stays cheap (asyncpg is imported
 only when a store is built).
@@ -23,6 +23,12 @@ if TYPE_CHECKING:
 Factory = Callable[..., Any]
 
 
+def _transport(settings: ProcessSettings) -> Any:
+    from wow_postgres.transport import PostgresTransport
+
+    return PostgresTransport.from_settings(settings)
+
+
 def _event_store(settings: ProcessSettings) -> Any:
     from wow_postgres.event_store import PostgresEventStore
 
@@ -33,6 +39,11 @@ def _snapshot_repository(settings: ProcessSettings) -> Any:
     from wow_postgres.event_store import PostgresSnapshotRepository
 
     return PostgresSnapshotRepository.from_settings(settings)
+
+
+@hookimpl
+def register_transports(register: Callable[[str, Factory], None]) -> None:
+    register("postgres", _transport)
 
 
 @hookimpl

@@ -49,7 +49,7 @@ def masked_dsn(dsn: str) -> str:
 
 
 class PostgresSettings(SettingsSection):
-    """The PostgreSQL event store and snapshot repository."""
+    """The PostgreSQL event store, snapshot repository and transport."""
 
     dsn: str = Field(
         "postgresql://postgres@127.0.0.1:5432/test",
@@ -63,6 +63,23 @@ class PostgresSettings(SettingsSection):
     )
     events_table: Identifier = Field("event_stream", description="Table of the event streams.")
     snapshots_table: Identifier = Field("snapshot", description="Table of the latest snapshots.")
+    queue_table: Identifier = Field(
+        "message_queue",
+        description="Table of the transport's queued records; <name>_key and <name>_subscription beside it.",
+    )
+    notify_channel: Identifier = Field(
+        "wow_transport", description="LISTEN/NOTIFY channel that wakes the transport's receivers."
+    )
+    lease_time: Seconds = Field(
+        30.0,
+        description="Seconds a claimed record (and its key) stays with a receiver without a renewal; a "
+        "receiver that stops renewing (a crash) has its records delivered again after it.",
+    )
+    poll_interval: Seconds = Field(
+        1.0, description="Seconds a receiver waits for a notification before it looks again (fallback)."
+    )
+    claim_batch: Count = Field(64, le=10_000, description="Records one claim takes at most.")
+    read_ahead: Count = Field(128, le=100_000, description="Records a receiver holds unconsumed at most.")
     pool_min_size: int = Field(1, ge=0, le=1000, description="Connections the pool keeps open at least.")
     pool_max_size: Count = Field(10, le=1000, description="Connections the pool opens at most.")
     migrate_on_start: bool = Field(
