@@ -27,7 +27,7 @@ def test_the_demo_runs_over_the_postgres_transport(
     monkeypatch.setenv("WOW_EVENTSOURCING__STORE", store)
     monkeypatch.setenv("WOW_EVENTSOURCING__SNAPSHOT", store)
     monkeypatch.setenv("WOW_POSTGRES__DSN", POSTGRES_DSN)
-    monkeypatch.setenv("WOW_POSTGRES__SCHEMA", schema)
+    monkeypatch.setenv("WOW_POSTGRES__SCHEMA_NAME", schema)
     monkeypatch.setenv("WOW_POSTGRES__POLL_INTERVAL", "0.5")
     assert main(["demo", "--accounts", "4", "--transfers", "8", "--concurrency", "4"]) == 0
     out = capsys.readouterr().out

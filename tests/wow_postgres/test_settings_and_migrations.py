@@ -43,7 +43,7 @@ def test_environment_variables_fill_the_section(monkeypatch: pytest.MonkeyPatch)
         monkeypatch,
         WOW_POSTGRES__DSN="postgres://db.internal:5433/orders",
         WOW_POSTGRES__PASSWORD="s3cret",
-        WOW_POSTGRES__SCHEMA="orders_es",
+        WOW_POSTGRES__SCHEMA_NAME="orders_es",
         WOW_POSTGRES__EVENTS_TABLE="streams",
         WOW_POSTGRES__POOL_MAX_SIZE="20",
         WOW_POSTGRES__MIGRATE_ON_START="false",
@@ -62,8 +62,8 @@ def test_environment_variables_fill_the_section(monkeypatch: pytest.MonkeyPatch)
     ("variable", "value"),
     [
         ("WOW_POSTGRES__DSN", "mysql://x/y"),
-        ("WOW_POSTGRES__SCHEMA", 'wow"; DROP SCHEMA public; --'),
-        ("WOW_POSTGRES__SCHEMA", "Upper"),
+        ("WOW_POSTGRES__SCHEMA_NAME", 'wow"; DROP SCHEMA public; --'),
+        ("WOW_POSTGRES__SCHEMA_NAME", "Upper"),
         ("WOW_POSTGRES__EVENTS_TABLE", "a" * 64),
         ("WOW_POSTGRES__POOL_MAX_SIZE", "0"),
         ("WOW_POSTGRES__RETRY_BACKOFF", "-1"),
@@ -103,7 +103,7 @@ async def test_an_unreachable_server_fails_after_the_retries_with_the_password_m
 
 
 def test_the_plugin_registers_the_stores_the_command_and_the_section(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("WOW_POSTGRES__SCHEMA", "from_env")
+    monkeypatch.setenv("WOW_POSTGRES__SCHEMA_NAME", "from_env")
     registry = load_plugins()
     store = registry.get("event_store", "postgres")
     assert store.origin.distribution == "wow-postgres"
@@ -186,7 +186,7 @@ def test_wow_postgres_migrate_and_status(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], schema: str
 ) -> None:
     monkeypatch.setenv("WOW_POSTGRES__DSN", POSTGRES_DSN)
-    monkeypatch.setenv("WOW_POSTGRES__SCHEMA", schema)
+    monkeypatch.setenv("WOW_POSTGRES__SCHEMA_NAME", schema)
     assert main(["postgres", "status"]) == 1
     assert "pending [1, 2]" in capsys.readouterr().out
     assert main(["postgres", "migrate"]) == 0

@@ -76,7 +76,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
 COMMAND = Command(
     help="migrate the PostgreSQL schema of the event store",
     description="Create or upgrade the tables of the PostgreSQL event store and snapshot repository in "
-    "WOW_POSTGRES__SCHEMA (versioned, idempotent, safe to run from several processes at once).",
+    "WOW_POSTGRES__SCHEMA_NAME (versioned, idempotent, safe to run from several processes at once).",
     run=_run,
     configure=_configure,
 )

@@ -58,7 +58,6 @@ class PostgresSettings(SettingsSection):
     password: SecretStr | None = Field(None, description="Password; overrides the DSN's. Never logged.")
     schema_name: Identifier = Field(
         "wow",
-        alias="schema",
         description="Schema of every table this package creates (created if missing).",
     )
     events_table: Identifier = Field("event_stream", description="Table of the event streams.")
@@ -93,8 +92,6 @@ class PostgresSettings(SettingsSection):
     )
     retry_backoff: Seconds = Field(0.1, description="First backoff after a lost connection, s (doubles).")
     retry_backoff_max: Seconds = Field(5.0, description="Longest backoff between retries, s.")
-
-    model_config = SettingsSection.model_config | {"populate_by_name": True}
 
     @field_validator("dsn")
     @classmethod
