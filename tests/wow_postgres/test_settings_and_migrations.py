@@ -140,6 +140,7 @@ async def test_migrate_creates_the_schema_once_and_is_idempotent(
             "message_queue",
             "message_queue_key",
             "message_queue_subscription",
+            "outbox",
             "snapshot",
             "wow_migration",
         ]
@@ -188,9 +189,9 @@ def test_wow_postgres_migrate_and_status(
     monkeypatch.setenv("WOW_POSTGRES__DSN", POSTGRES_DSN)
     monkeypatch.setenv("WOW_POSTGRES__SCHEMA_NAME", schema)
     assert main(["postgres", "status"]) == 1
-    assert "pending [1, 2]" in capsys.readouterr().out
+    assert "pending [1, 2, 3]" in capsys.readouterr().out
     assert main(["postgres", "migrate"]) == 0
-    assert "applied migration(s) 1, 2" in capsys.readouterr().out
+    assert "applied migration(s) 1, 2, 3" in capsys.readouterr().out
     assert main(["postgres", "migrate"]) == 0
     assert "is up to date" in capsys.readouterr().out
     assert main(["postgres", "status"]) == 0

@@ -14,6 +14,7 @@ from wow_postgres.event_store import (
     PostgresSnapshotRepository,
 )
 from wow_postgres.migrations import MigrationError, migrate
+from wow_postgres.outbox import OutboxRelay, PostgresOutbox
 from wow_postgres.settings import PostgresSettings, masked_dsn
 from wow_postgres.transport import PostgresReceiver, PostgresRecord, PostgresTransport
 
@@ -24,8 +25,10 @@ __all__ = [
     "EventStoreDataError",
     "GlobalPosition",
     "MigrationError",
+    "OutboxRelay",
     "PositionedStream",
     "PostgresEventStore",
+    "PostgresOutbox",
     "PostgresReceiver",
     "PostgresRecord",
     "PostgresSettings",

@@ -141,6 +141,10 @@ class _PostgresStore:
         down or a schema too new stops the process at once)."""
         await self.pool()
 
+    async def run(self, what: str, operation: Any) -> Any:
+        """``operation(connection)`` on a pooled connection, retried after a lost connection."""
+        return await self._retry(what, operation)
+
     async def _retry(self, what: str, operation: Any) -> Any:
         pool = await self.pool()
 
@@ -191,10 +195,15 @@ class PostgresEventStore(_PostgresStore):
     async def append(self, stream: DomainEventStream) -> None:
         await self.append_in(None, stream)
 
-    async def append_in(self, connection: Connection | None, stream: DomainEventStream) -> None:
+    async def append_in(
+        self, connection: Connection | None, stream: DomainEventStream, *, retried: bool = False
+    ) -> bool:
         """Append ``stream``; inside the caller's transaction on ``connection`` when given
         (the outbox writes its messages in the same one), else in its own, retried after a
-        lost connection. Raises as :meth:`append`."""
+        lost connection. Raises as :meth:`append`.
+
+        Returns False only when ``retried`` and the stream is found already appended by an
+        earlier attempt whose commit was lost in flight (nothing was written now)."""
         stream.header.with_read_only()
         payload = self.codec.encode(stream)
         args = (
@@ -207,16 +216,16 @@ class PostgresEventStore(_PostgresStore):
             payload,
         )
         if connection is not None:
-            await self._insert(connection, stream, args, retried=False)
-            return
+            return await self._insert(connection, stream, args, retried=retried)
         attempts = 0
 
-        async def attempt(conn: Connection) -> None:
+        async def attempt(conn: Connection) -> bool:
             nonlocal attempts
             attempts += 1
-            await self._insert(conn, stream, args, retried=attempts > 1)
+            return await self._insert(conn, stream, args, retried=attempts > 1)
 
-        await self._retry("event store append", attempt)
+        written: bool = await self._retry("event store append", attempt)
+        return written
 
     async def _insert(
         self,
@@ -225,19 +234,24 @@ class PostgresEventStore(_PostgresStore):
         args: tuple[Any, ...],
         *,
         retried: bool,
-    ) -> None:
+    ) -> bool:
         try:
-            position = await connection.fetchval(self._insert_sql, *args)
+            if connection.is_in_transaction():
+                # a savepoint: a refused insert must not abort the caller's transaction
+                async with connection.transaction():
+                    position = await connection.fetchval(self._insert_sql, *args)
+            else:
+                position = await connection.fetchval(self._insert_sql, *args)
         except asyncpg.UniqueViolationError:
             position = None
         if position is not None:
-            return
+            return True
         # Refused: say why. A recorded request id wins over a version conflict.
         original = await self._find(connection, stream.aggregate_id.named_aggregate, stream.request_id)
         if original is not None:
             request, stream_id = original
             if retried and stream_id == stream.id:
-                return  # our own earlier attempt committed before its connection was lost
+                return False  # our own earlier attempt committed before its connection was lost
             raise DuplicateRequestIdError(stream.request_id, request.aggregate_id, request.version)
         actual = await self._last_version(connection, stream.aggregate_id)
         raise EventVersionConflictError(stream.aggregate_id, stream.version - 1, actual)

@@ -45,6 +45,7 @@ class Names:
     queue: str
     keys: str
     subscriptions: str
+    outbox: str
     version_constraint: str
     request_constraint: str
 
@@ -59,6 +60,7 @@ class Names:
             queue=f"{schema}.{quote(settings.queue_table)}",
             keys=f"{schema}.{quote((settings.queue_table + '_key')[:63])}",
             subscriptions=f"{schema}.{quote((settings.queue_table + '_subscription')[:63])}",
+            outbox=f"{schema}.{quote(settings.outbox_table)}",
             version_constraint=f"{settings.events_table}_version_key"[:63],
             request_constraint=f"{settings.events_table}_request_key"[:63],
         )
@@ -142,6 +144,30 @@ def _migrations(names: Names, settings: PostgresSettings) -> list[tuple[int, str
                 lease_until timestamptz,
                 PRIMARY KEY (group_name, topic, key)
             );
+            """,
+        ),
+        (
+            3,
+            "transactional outbox",
+            f"""
+            CREATE TABLE {names.outbox} (
+                id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                context_name text NOT NULL,
+                aggregate_name text NOT NULL,
+                tenant_id text NOT NULL,
+                aggregate_id text NOT NULL,
+                version integer NOT NULL,
+                topic text NOT NULL,
+                key text NOT NULL,
+                payload text NOT NULL,
+                timestamp bigint NOT NULL,
+                created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+                sent_at timestamptz
+            );
+            CREATE INDEX {quote((settings.outbox_table + "_unsent_idx")[:63])} ON {names.outbox} (id)
+                WHERE sent_at IS NULL;
+            CREATE INDEX {quote((settings.outbox_table + "_sent_idx")[:63])} ON {names.outbox} (sent_at)
+                WHERE sent_at IS NOT NULL;
             """,
         ),
     ]

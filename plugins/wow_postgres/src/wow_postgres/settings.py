@@ -79,6 +79,16 @@ class PostgresSettings(SettingsSection):
     )
     claim_batch: Count = Field(64, le=10_000, description="Records one claim takes at most.")
     read_ahead: Count = Field(128, le=100_000, description="Records a receiver holds unconsumed at most.")
+    outbox_table: Identifier = Field("outbox", description="Table of the transactional outbox.")
+    outbox_channel: Identifier = Field(
+        "wow_outbox", description="LISTEN/NOTIFY channel that wakes the outbox relay."
+    )
+    relay_batch: Count = Field(
+        100, le=10_000, description="Outbox rows the relay publishes before it marks them sent."
+    )
+    outbox_retention: Seconds = Field(
+        3600.0, description="Seconds a sent outbox row is kept (for inspection) before the relay deletes it."
+    )
     pool_min_size: int = Field(1, ge=0, le=1000, description="Connections the pool keeps open at least.")
     pool_max_size: Count = Field(10, le=1000, description="Connections the pool opens at most.")
     migrate_on_start: bool = Field(
