@@ -77,6 +77,12 @@ class PostgresSettings(SettingsSection):
     poll_interval: Seconds = Field(
         1.0, description="Seconds a receiver waits for a notification before it looks again (fallback)."
     )
+    ack_confirmed: bool = Field(
+        False,
+        description="ack() waits for the row's deletion to commit; by default it returns once the "
+        "deletion is queued (deleted with the others within one round trip; a crash before that "
+        "delivers the record again).",
+    )
     claim_batch: Count = Field(64, le=10_000, description="Records one claim takes at most.")
     read_ahead: Count = Field(128, le=100_000, description="Records a receiver holds unconsumed at most.")
     outbox_table: Identifier = Field("outbox", description="Table of the transactional outbox.")

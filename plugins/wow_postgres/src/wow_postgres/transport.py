@@ -28,9 +28,12 @@ are taken again once the lease expired. Receivers sleep on ``LISTEN`` (one conne
 per transport) and look again every ``poll_interval`` whatever happens, so a lost
 notification or a lost listening connection delays a record, never loses it.
 
-Acknowledging deletes the row. Errors of the connection are retried with backoff (the
-``retry_*`` settings); a ``send`` whose commit was lost in flight is retried, so a send
-is at least once (a retried send may store the record twice), never silently lost.
+Acknowledging deletes the row; acknowledgements arriving while a deletion is under way
+are deleted together by the next one (``ack_confirmed`` makes ``ack()`` wait for it).
+``NOTIFY`` is sent after the send's commit, coalesced over concurrent sends (see
+:class:`_Notifier`). Errors of the connection are retried with backoff (the ``retry_*``
+settings); a ``send`` whose commit was lost in flight is retried, so a send is at least
+once (a retried send may store the record twice), never silently lost.
 """
 
 from __future__ import annotations
@@ -177,6 +180,56 @@ class _Listener:
                 await self._task
 
 
+class _Notifier:
+    """NOTIFY after the sends commit, coalesced: one statement per round trip for every
+    topic sent to meanwhile.
+
+    A ``NOTIFY`` inside each send's transaction would take PostgreSQL's notification lock
+    at every commit, serialising the commits of every sender in the cluster; sent after
+    the commit, many sends share one. A notification that fails is only a delay: the
+    receivers poll.
+    """
+
+    def __init__(self, transport: PostgresTransport) -> None:
+        self._transport = transport
+        self._pending: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def notify(self, topic: str) -> None:
+        self._pending.add(topic)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._flush(), name="wow-postgres-notify")
+
+    async def _flush(self) -> None:
+        channel = self._transport.settings.notify_channel
+        while self._pending:
+            topics, self._pending = sorted(self._pending), set()
+
+            async def send(connection: Connection, topics: list[str] = topics) -> None:
+                await connection.execute(
+                    "SELECT pg_notify($1, t) FROM unnest($2::text[]) AS t", channel, topics
+                )
+
+            try:
+                await self._transport.run("notify", send)
+            except Exception as error:  # the receivers poll
+                log.warning(
+                    "NOTIFY failed (%s: %s); receivers find the records by polling",
+                    type(error).__name__,
+                    error,
+                )
+
+    async def close(self) -> None:
+        """Send what is pending (bounded), then stop."""
+        task = self._task
+        if task is not None and not task.done():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(task), 5)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
 def _set_event(event: asyncio.Event, _: object) -> None:
     event.set()
 
@@ -208,6 +261,7 @@ class PostgresTransport(TransportBase["PostgresReceiver"]):
         self._opening = asyncio.Lock()
         self._migrated = False
         self.listener = _Listener(self.settings)
+        self._notifier = _Notifier(self)
         names = self.names
         self._send_sql = f"""
             WITH groups AS (
@@ -218,7 +272,7 @@ class PostgresTransport(TransportBase["PostgresReceiver"]):
                 INSERT INTO {names.queue} (group_name, topic, key, payload, timestamp)
                 SELECT group_name, $1, $2, $3, $4 FROM groups RETURNING 1
             )
-            SELECT (SELECT count(*) FROM stored), pg_notify($5, $1)"""
+            SELECT count(*) FROM stored"""
 
     @classmethod
     def from_settings(cls, settings: ProcessSettings, *, metrics: Metrics | None = None) -> PostgresTransport:
@@ -278,10 +332,10 @@ class PostgresTransport(TransportBase["PostgresReceiver"]):
                 message.key,
                 message.payload,
                 message.timestamp,
-                self.settings.notify_channel,
             )
 
         await self.run("send", insert)
+        self._notifier.notify(message.topic)
 
     def open(self, group: str, topics: Sequence[str]) -> PostgresReceiver:
         self._check_open()
@@ -297,6 +351,7 @@ class PostgresTransport(TransportBase["PostgresReceiver"]):
             return
         for receiver in self._open_receivers():
             await receiver.close()
+        await self._notifier.close()
         await self.listener.close()
         if self._pool is not None and self._owns_pool:
             pool, self._pool = self._pool, None
@@ -324,6 +379,9 @@ class PostgresReceiver:
         self._closed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._lock = asyncio.Lock()  # claims and renewals of this receiver, one at a time
+        self._acks: list[int] = []
+        self._acked: asyncio.Future[None] | None = None
+        self._ack_task: asyncio.Task[None] | None = None
         self._sql = _ReceiverSql(transport.names)
 
     # -- the TransportReceiver protocol ---------------------------------------------------
@@ -386,6 +444,9 @@ class PostgresReceiver:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             self._transport.listener.unregister(self.topics, self._wake)
+            if self._ack_task is not None:  # what was acknowledged is deleted before the rest is handed back
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(asyncio.shield(self._ack_task), self._settings.command_timeout)
             if self._processing:
                 await self._release()
         finally:
@@ -395,10 +456,40 @@ class PostgresReceiver:
     # -- acknowledgement ------------------------------------------------------------------
 
     async def acknowledge(self, row_id: int) -> None:
-        async def delete(connection: Connection) -> None:
-            await connection.execute(self._sql.ack, row_id)
+        """Queue the row's deletion: acknowledgements that arrive while a deletion is under
+        way go together in the next one (one ``DELETE``, one commit). Returns at once,
+        or, with ``ack_confirmed``, once the deletion committed (raising its error). An
+        acknowledgement lost with the process (a crash before its deletion) only delivers
+        the record again."""
+        self._acks.append(row_id)
+        if self._acked is None:
+            self._acked = asyncio.get_running_loop().create_future()
+        future = self._acked
+        if self._ack_task is None or self._ack_task.done():
+            self._ack_task = asyncio.get_running_loop().create_task(
+                self._flush_acks(), name="wow-postgres-ack"
+            )
+        if self._settings.ack_confirmed:
+            await asyncio.shield(future)
 
-        await self._transport.run("ack", delete)
+    async def _flush_acks(self) -> None:
+        while self._acks:
+            ids, self._acks = self._acks, []
+            future, self._acked = self._acked, None
+
+            async def delete(connection: Connection, ids: list[int] = ids) -> None:
+                await connection.execute(self._sql.ack, ids)
+
+            try:
+                await self._transport.run("ack", delete)
+            except Exception as error:
+                log.warning("%s: %d acknowledgement(s) failed: %s", self._what, len(ids), error)
+                if future is not None and not future.done():
+                    future.set_exception(error)
+                    future.exception()  # retrieved here: only a confirming caller raises it
+            else:
+                if future is not None and not future.done():
+                    future.set_result(None)
 
     # -- the loops --------------------------------------------------------------------------
 
@@ -538,7 +629,7 @@ class _ReceiverSql:
                 FOR UPDATE OF r
             )
             RETURNING q.id, q.topic, q.key, q.payload, q.timestamp, q.delivery_count"""
-        self.ack = f"DELETE FROM {queue} WHERE id = $1"
+        self.ack = f"DELETE FROM {queue} WHERE id = ANY($1::bigint[])"
         self.renew_rows = f"""
             UPDATE {queue} SET lease_until = clock_timestamp() + make_interval(secs => $3)
             WHERE group_name = $1 AND owner = $2"""
