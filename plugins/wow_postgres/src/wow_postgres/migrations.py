@@ -144,6 +144,8 @@ def _migrations(names: Names, settings: PostgresSettings) -> list[tuple[int, str
                 lease_until timestamptz,
                 PRIMARY KEY (group_name, topic, key)
             );
+            CREATE INDEX {quote((settings.queue_table + "_key_owner_idx")[:63])} ON {names.keys}
+                (group_name, owner) WHERE owner IS NOT NULL;
             """,
         ),
         (

@@ -515,7 +515,7 @@ class PostgresReceiver:
         async def claim(connection: Connection) -> list[asyncpg.Record]:
             async with connection.transaction():
                 await connection.execute(sql.adopt, self.topics, self.group)
-                await connection.execute(sql.add_keys, self.group, self.topics)
+                await connection.execute(sql.add_keys, self.group, self.topics, 4 * limit)
                 await connection.execute(sql.take_keys, self.group, self.topics, self.owner, limit, lease)
                 return list(
                     await connection.fetch(sql.take_rows, self.group, self.topics, self.owner, limit, lease)
@@ -597,7 +597,7 @@ class _ReceiverSql:
             SELECT DISTINCT group_name, topic, key FROM (
                 SELECT group_name, topic, key FROM {queue}
                 WHERE group_name = $1 AND topic = ANY($2::text[]) AND owner IS NULL
-                ORDER BY id LIMIT 1000
+                ORDER BY id LIMIT $3
             ) pending
             ON CONFLICT DO NOTHING"""
         # Keys nobody live holds, with rows this owner does not hold yet; never a locked one.
@@ -621,12 +621,14 @@ class _ReceiverSql:
             SET owner = $3, lease_until = clock_timestamp() + make_interval(secs => $5),
                 delivery_count = q.delivery_count + 1
             WHERE q.id IN (
-                SELECT r.id FROM {queue} r JOIN {keys} k
-                  ON k.group_name = r.group_name AND k.topic = r.topic AND k.key = r.key
-                WHERE r.group_name = $1 AND r.topic = ANY($2::text[]) AND k.owner = $3
-                  AND r.owner IS DISTINCT FROM $3
+                SELECT r.id FROM {keys} k CROSS JOIN LATERAL (
+                    SELECT r.id FROM {queue} r
+                    WHERE r.group_name = k.group_name AND r.topic = k.topic AND r.key = k.key
+                      AND r.owner IS DISTINCT FROM $3
+                    ORDER BY r.id LIMIT $4
+                ) r
+                WHERE k.group_name = $1 AND k.topic = ANY($2::text[]) AND k.owner = $3
                 ORDER BY r.id LIMIT $4
-                FOR UPDATE OF r
             )
             RETURNING q.id, q.topic, q.key, q.payload, q.timestamp, q.delivery_count"""
         self.ack = f"DELETE FROM {queue} WHERE id = ANY($1::bigint[])"
