@@ -16,16 +16,15 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 REPO = Path(__file__).parents[2]
 
 
-@pytest.mark.parametrize("store", ["in_memory", "postgres"])
-def test_the_demo_runs_over_the_postgres_transport(
-    store: str, schema: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+def test_the_demo_runs_over_the_postgres_transport_and_stores(
+    schema: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(REPO)
     for key in [k for k in os.environ if k.startswith("WOW_")]:
         monkeypatch.delenv(key)
     monkeypatch.setenv("WOW_TRANSPORT", "postgres")
-    monkeypatch.setenv("WOW_EVENTSOURCING__STORE", store)
-    monkeypatch.setenv("WOW_EVENTSOURCING__SNAPSHOT", store)
+    monkeypatch.setenv("WOW_EVENTSOURCING__STORE", "postgres")
+    monkeypatch.setenv("WOW_EVENTSOURCING__SNAPSHOT", "postgres")
     monkeypatch.setenv("WOW_POSTGRES__DSN", POSTGRES_DSN)
     monkeypatch.setenv("WOW_POSTGRES__SCHEMA_NAME", schema)
     monkeypatch.setenv("WOW_POSTGRES__POLL_INTERVAL", "0.5")
