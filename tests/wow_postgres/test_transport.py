@@ -9,7 +9,9 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
+import asyncpg
 import pytest
 
 from tests.wow_postgres.conftest import POSTGRES_DSN
@@ -156,3 +158,43 @@ async def test_bad_input_is_refused(make_transport: Callable[..., PostgresTransp
     await transport.close()
     with pytest.raises(BusClosedError):
         transport.open("g", ["t"])
+
+
+class _LosingTheFirstClaimAnswer(PostgresTransport):
+    """The first claim commits, then its connection breaks before the answer arrives."""
+
+    lost = False
+
+    async def run(self, what: str, operation: Any) -> Any:
+        if what != "claim":
+            return await super().run(what, operation)
+
+        async def losing(connection: Any) -> Any:
+            result = await operation(connection)
+            if not self.lost:
+                self.lost = True
+                raise asyncpg.ConnectionDoesNotExistError("the claim's answer was lost")
+            return result
+
+        return await super().run(what, losing)
+
+
+async def test_a_claim_whose_answer_was_lost_loses_no_record(
+    settings_for: Callable[..., PostgresSettings],
+) -> None:
+    """The retried claim hands back what the lost attempt leased, so it comes next, in order."""
+    transport = _LosingTheFirstClaimAnswer(
+        settings_for(pool_max_size=2, poll_interval=0.2, retry_backoff=0.01)
+    )
+    try:
+        topic = f"wow.lost{uuid.uuid4().hex[:6]}.note.command"
+        receiver = transport.open("g", [topic])
+        await receiver.ready()
+        for n in range(3):
+            await transport.send(_message(topic, "k", f"r{n}"))
+        receiver.open_processing()
+        records = await _take(receiver, 3)
+        assert transport.lost
+        assert [(r.payload, r.delivery_count) for r in records] == [("r0", 1), ("r1", 1), ("r2", 1)]
+    finally:
+        await transport.close()

@@ -380,6 +380,8 @@ class PostgresReceiver:
         self._tasks: list[asyncio.Task[None]] = []
         self._lock = asyncio.Lock()  # claims and renewals of this receiver, one at a time
         self._acks: list[int] = []
+        self._held: set[int] = set()
+        """Rows claimed by this receiver and not yet deleted by an acknowledgement."""
         self._acked: asyncio.Future[None] | None = None
         self._ack_task: asyncio.Task[None] | None = None
         self._sql = _ReceiverSql(transport.names)
@@ -488,6 +490,7 @@ class PostgresReceiver:
                     future.set_exception(error)
                     future.exception()  # retrieved here: only a confirming caller raises it
             else:
+                self._held.difference_update(ids)
                 if future is not None and not future.done():
                     future.set_result(None)
 
@@ -512,8 +515,17 @@ class PostgresReceiver:
         sql = self._sql
         lease = self._settings.lease_time
 
+        attempts = 0
+
         async def claim(connection: Connection) -> list[asyncpg.Record]:
+            nonlocal attempts
+            attempts += 1
             async with connection.transaction():
+                if attempts > 1:
+                    # The previous attempt may have committed and lost its answer: rows leased
+                    # to this receiver that it never got are handed back (their keys stay
+                    # held, so they come next, in order).
+                    await connection.execute(sql.recover, self.group, self.owner, list(self._held))
                 await connection.execute(sql.adopt, self.topics, self.group)
                 await connection.execute(sql.add_keys, self.group, self.topics, 4 * limit)
                 await connection.execute(sql.take_keys, self.group, self.topics, self.owner, limit, lease)
@@ -524,6 +536,7 @@ class PostgresReceiver:
         async with self._lock:
             rows = await self._transport.run("claim", claim)
         rows.sort(key=lambda row: row["id"])
+        self._held.update(int(row["id"]) for row in rows)
         return [
             PostgresRecord(
                 self,
@@ -632,6 +645,10 @@ class _ReceiverSql:
             )
             RETURNING q.id, q.topic, q.key, q.payload, q.timestamp, q.delivery_count"""
         self.ack = f"DELETE FROM {queue} WHERE id = ANY($1::bigint[])"
+        self.recover = f"""
+            UPDATE {queue} SET owner = NULL, lease_until = NULL,
+                delivery_count = greatest(delivery_count - 1, 0)
+            WHERE group_name = $1 AND owner = $2 AND NOT (id = ANY($3::bigint[]))"""
         self.renew_rows = f"""
             UPDATE {queue} SET lease_until = clock_timestamp() + make_interval(secs => $3)
             WHERE group_name = $1 AND owner = $2"""
