@@ -16,6 +16,7 @@ import pytest
 
 from tests.wow_postgres.conftest import POSTGRES_DSN
 from wow_core.messaging import BusClosedError
+from wow_core.testing.support import eventually
 from wow_core.transport import TransportMessage
 from wow_postgres import PostgresReceiver, PostgresRecord, PostgresSettings, PostgresTransport
 
@@ -198,3 +199,29 @@ async def test_a_claim_whose_answer_was_lost_loses_no_record(
         assert [(r.payload, r.delivery_count) for r in records] == [("r0", 1), ("r1", 1), ("r2", 1)]
     finally:
         await transport.close()
+
+
+async def test_key_rows_are_let_go_and_forgotten_once_their_records_are_acknowledged(
+    make_transport: Callable[..., PostgresTransport],
+) -> None:
+    """The key table follows the keys in use: a receiver renewing its leases lets go of the
+    keys it holds no record of and deletes those no record needs."""
+    transport = make_transport(lease_time=0.6)  # renewals every 0.2 s
+    topic = f"wow.forget{uuid.uuid4().hex[:6]}.note.command"
+    receiver = transport.open("g", [topic])
+    await receiver.ready()
+    receiver.open_processing()
+    for n in range(5):
+        await transport.send(_message(topic, f"k{n}", f"r{n}"))
+    for record in await _take(receiver, 5):
+        await record.ack()
+    pool = await transport.pool()
+
+    async def forgotten() -> bool:
+        sql = f"SELECT count(*) FROM {transport.names.keys} WHERE group_name = 'g'"
+        return int(await pool.fetchval(sql)) == 0
+
+    await eventually(forgotten, TIMEOUT, "the key rows to be deleted", every=0.1)
+    await transport.send(_message(topic, "k0", "again"))  # a forgotten key is taken again
+    [again] = await _take(receiver, 1)
+    assert (again.payload, again.delivery_count) == ("again", 1)

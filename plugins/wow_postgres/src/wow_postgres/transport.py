@@ -21,7 +21,8 @@ never block each other or take the same key), leases them, and then leases the o
 rows of every key it holds, in order. While a receiver holds a key, no other member of
 its group gets any record of it: records of one key reach one member at a time, in the
 order they were committed, also across a member joining or leaving. The receiver renews
-its leases every third of ``lease_time`` and lets go of keys it holds no record of. A
+its leases every third of ``lease_time``, lets go of keys it holds no record of, and
+deletes the key rows of its group that nobody holds and no record needs. A
 receiver that closes hands back what it did not acknowledge at once (the next member
 takes it, in order, ``delivery_count`` + 1); one that dies stops renewing, and its records
 are taken again once the lease expired. Receivers sleep on ``LISTEN`` (one connection
@@ -568,6 +569,7 @@ class PostgresReceiver:
                 await connection.execute(sql.renew_rows, self.group, self.owner, lease)
                 await connection.execute(sql.renew_keys, self.group, self.owner, lease)
                 await connection.execute(sql.release_idle_keys, self.group, self.owner)
+                await connection.execute(sql.forget_keys, self.group)
 
         async with self._lock:
             await self._transport.run("lease renewal", renew)
@@ -662,6 +664,19 @@ class _ReceiverSql:
                 SELECT 1 FROM {queue} q
                 WHERE q.group_name = k.group_name AND q.topic = k.topic AND q.key = k.key AND q.owner = $2
             )"""
+        # Key rows of the group that nobody holds and no row needs are deleted (a bounded
+        # number at a time), so the table follows the keys in use, not every key ever sent.
+        self.forget_keys = f"""
+            DELETE FROM {keys} k USING (
+                SELECT f.topic, f.key FROM {keys} f
+                WHERE f.group_name = $1 AND f.owner IS NULL AND NOT EXISTS (
+                    SELECT 1 FROM {queue} q
+                    WHERE q.group_name = f.group_name AND q.topic = f.topic AND q.key = f.key
+                )
+                LIMIT 1000
+                FOR UPDATE OF f SKIP LOCKED
+            ) idle
+            WHERE k.group_name = $1 AND k.topic = idle.topic AND k.key = idle.key"""
         self.release_rows = f"""
             UPDATE {queue} SET owner = NULL, lease_until = NULL WHERE group_name = $1 AND owner = $2"""
         self.release_keys = f"""
