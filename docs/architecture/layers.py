@@ -68,7 +68,7 @@ SURFACES = [
 """The top band: the public surfaces, lazy names re-exported from the rows below."""
 
 PLUGINS = (
-    "wow_kafka, wow_redis, wow_nats",
+    "wow_kafka, wow_redis, wow_nats, wow_postgres",
     "import transport, messaging, settings, metrics, plugins; never runtime",
 )
 

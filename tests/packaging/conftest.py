@@ -26,6 +26,7 @@ MEMBERS = {
     "wow-compensation": "wow_compensation",
     "wow-nats": "plugins/wow_nats",
     "wow-http": "plugins/wow_http",
+    "wow-postgres": "plugins/wow_postgres",
 }
 
 

@@ -15,7 +15,7 @@ from tests.packaging.conftest import MEMBERS, ROOT, Venv
 
 pytestmark = pytest.mark.slow
 
-FOREIGN = ["aiokafka", "redis", "nats", "opentelemetry", "fastapi", "uvicorn"]
+FOREIGN = ["aiokafka", "redis", "nats", "asyncpg", "opentelemetry", "fastapi", "uvicorn"]
 
 
 def _metadata(wheel: Path) -> tuple[dict[str, list[str]], str]:
@@ -62,7 +62,16 @@ def test_each_wheel_holds_only_its_own_package(wheelhouse: dict[str, Path]) -> N
 
 def test_the_umbrella_declares_the_extras(wheelhouse: dict[str, Path]) -> None:
     fields, _ = _metadata(wheelhouse["wow-py"])
-    assert set(fields["Provides-Extra"]) == {"kafka", "redis", "nats", "http", "otel", "compensation", "all"}
+    assert set(fields["Provides-Extra"]) == {
+        "kafka",
+        "redis",
+        "nats",
+        "http",
+        "postgres",
+        "otel",
+        "compensation",
+        "all",
+    }
 
 
 PROBE = """
@@ -93,7 +102,8 @@ def test_wow_core_alone_installs_without_broker_clients_or_opentelemetry(
     installed = set(report["distributions"])
     assert "wow-core" in installed
     assert not installed & {
-        "aiokafka", "redis", "nats-py", "opentelemetry-api", "opentelemetry-sdk", "fastapi", "uvicorn",
+        "aiokafka", "redis", "nats-py", "asyncpg", "opentelemetry-api", "opentelemetry-sdk", "fastapi",
+        "uvicorn",
     }  # fmt: skip
     assert not {d for d in installed if d.startswith("wow-") and d != "wow-core"}
     assert report["metrics"] == "NoopMetrics"
@@ -118,6 +128,7 @@ def test_an_extra_of_the_umbrella_pulls_its_member_in(
         "aiokafka": False,
         "redis": True,
         "nats": False,
+        "asyncpg": False,
         "opentelemetry": False,
         "fastapi": False,
         "uvicorn": False,
@@ -160,3 +171,20 @@ def test_the_http_plugin_installs_from_its_wheel_and_registers_through_the_entry
     document = venv.command("wow", "openapi", "shop:app", cwd=tmp_path)
     assert document.returncode == 0, document.stderr
     assert "/shop/cart/{id}/AddItem" in json.loads(document.stdout)["paths"]
+
+
+def test_the_postgres_extra_pulls_the_plugin_and_asyncpg_and_registers_its_command(
+    wheelhouse: dict[str, Path], make_venv: Callable[[str], Venv], tmp_path: Path
+) -> None:
+    venv = make_venv("umbrella-postgres")
+    venv.install(f"{wheelhouse['wow-py']}[postgres]", wheelhouse["wow-core"], wheelhouse["wow-postgres"])
+    result = venv.script(PROBE % FOREIGN, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["found"] == {**dict.fromkeys(FOREIGN, False), "asyncpg": True}
+    plugins = venv.command("wow", "plugins", "--json", cwd=tmp_path)
+    assert plugins.returncode == 0, plugins.stderr
+    assert "wow-postgres" in {p["distribution"] for p in json.loads(plugins.stdout)["plugins"]}
+    usage = venv.command("wow", "postgres", "--help", cwd=tmp_path)
+    assert usage.returncode == 0, usage.stderr
+    assert "migrate" in usage.stdout

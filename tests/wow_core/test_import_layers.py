@@ -216,6 +216,7 @@ def test_concepts_below_the_runtime_and_plugin_settings_import_without_the_runti
         "wow_kafka.settings",
         "wow_redis.settings",
         "wow_nats.settings",
+        "wow_postgres.settings",
     ]
     code = (
         "import importlib, sys\n"
@@ -277,3 +278,19 @@ def test_transport_plugins_never_import_the_runtime() -> None:
             for type_checking in (False, True):
                 found += _runtime_imports(path, module, is_package, type_checking=type_checking)
     assert not found, "transport plugins importing wow_core.runtime:\n" + "\n".join(found)
+
+
+def test_the_postgres_plugin_names_the_runtime_only_in_the_annotations_of_its_command() -> None:
+    import wow_postgres
+
+    root = Path(wow_postgres.__file__).parent
+    running: list[str] = []
+    annotations: list[str] = []
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        module = ".".join(parts[:-1] if is_package else parts)
+        running += _runtime_imports(path, module, is_package, type_checking=False)
+        annotations += _runtime_imports(path, module, is_package, type_checking=True)
+    assert not running, "wow_postgres importing wow_core.runtime:\n" + "\n".join(running)
+    assert {entry.split(":")[0] for entry in annotations} <= {"wow_postgres.cli"}
