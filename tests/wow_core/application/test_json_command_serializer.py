@@ -264,11 +264,11 @@ def test_attributes_set_outside_the_constructor_are_rejected() -> None:
     command.injected = "x"  # type: ignore[attr-defined]
     rejected_on_send(command, r"attributes set outside the constructor \('injected'\)")
 
-    class Open(BaseModel):
+    class Lenient(BaseModel):
         model_config = ConfigDict(extra="allow")
         amount: int
 
-    rejected_on_send(Open(amount=1, injected="x"), "extra='allow' admits fields")
+    rejected_on_send(Lenient(amount=1, injected="x"), "extra='allow' admits fields")
 
 
 def test_aliased_pydantic_fields_and_root_models_are_rejected() -> None:
