@@ -33,7 +33,8 @@ from tests.wow_otel.otlp_receiver import OtlpReceiver
 from tests.wow_otel.spans import Node, from_sdk
 from wow_core.command import CommandStage, CommandWait
 from wow_core.runtime.runtime import WowRuntime
-from wow_core.testing import ConformanceTimeout, eventually
+from wow_core.testing import eventually
+from wow_core.testing.support import ConformanceTimeout
 from wow_otel.testing import OtelCapture
 
 COMMANDS = 3
