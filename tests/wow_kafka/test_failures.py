@@ -10,6 +10,7 @@ and receivers reconnect, re-join, re-anchor and receive what is sent afterwards.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
 import time
@@ -143,4 +144,48 @@ async def test_ready_succeeds_once_the_broker_is_back(own_broker: TansuBroker) -
         await asyncio.wait_for(receiver.ready(), 60)  # a new attempt, not the first error again
         assert receiver.assigned
     finally:
+        await transport.close()
+
+
+class _FetchFailures(logging.Handler):
+    """Sets ``seen`` when aiokafka's fetcher logs a failed fetch."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.seen = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("Failed fetch messages"):
+            self.seen.set()
+
+
+async def test_close_completes_while_a_timed_out_fetch_is_in_its_retry_backoff(kafka_bootstrap: str) -> None:
+    # A stalled event loop (here: a blocking call longer than the request timeout) makes
+    # the in-flight fetch time out; aiokafka then waits retry_backoff_ms before fetching
+    # again. A close in that window must complete, not raise CancelledError (aiokafka's
+    # Fetcher.close re-raises the cancellation of its own backoff) nor leak the client.
+    settings = test_settings(
+        kafka_bootstrap, request_timeout_ms=2500, retry_backoff_ms=30000, fetch_max_wait_ms=1000
+    )
+    transport = KafkaTransport(settings)
+    failures = _FetchFailures()
+    fetcher_log = logging.getLogger("aiokafka.consumer.fetcher")
+    fetcher_log.addHandler(failures)
+    try:
+        receiver = transport.open(unique("backoff"), [f"{settings.topic_prefix}backoff.command"])
+        await receiver.ready()
+        receiver.open_processing()  # fetches now run, each held by the broker up to 1 s
+        consumer = receiver._consumer
+        assert consumer is not None
+        async with asyncio.timeout(10):
+            while all(fetch.done() for fetch in consumer._fetcher._pending_tasks):  # noqa: ASYNC110 (no event)
+                await asyncio.sleep(0)  # until a fetch request is in flight
+        time.sleep(settings.request_timeout_ms / 1000 + 0.5)  # noqa: ASYNC251 (the stall, on purpose)
+        await asyncio.wait_for(failures.seen.wait(), 5)
+        assert not all(fetch.done() for fetch in consumer._fetcher._pending_tasks), "in its 30 s backoff"
+        await asyncio.wait_for(receiver.close(), 10)
+        assert all(fetch.done() for fetch in consumer._fetcher._pending_tasks)
+        assert not any(conn.connected() for conn in consumer._client._conns.values()), "client closed"
+    finally:
+        fetcher_log.removeHandler(failures)
         await transport.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -167,16 +168,21 @@ async def test_three_nodes_a_sigkill_and_a_restart_commit_every_command_once_in_
             f"{dedup.dropped} receipt copies dropped"
         )
         assert 0 <= again <= bound
+        # in threads: a blocking wait here would stall this loop past the request timeout
+        # of the receipts consumer's fetch in flight (the surviving nodes take seconds to stop)
         for node in nodes[1:]:
-            assert node.stop() == 0
+            assert await asyncio.to_thread(node.stop) == 0, f"{node.name} did not stop cleanly"
     finally:
-        for node in nodes:
-            if node.process.poll() is None:
-                node.kill()
-        await receipts.close()
-        await client.close()
-        await store.close()
-        await _clean_redis(redis_prefix)
+        await asyncio.gather(*(asyncio.to_thread(node.kill) for node in nodes))
+        # every resource is released, in order; a failure to release one does not mask the test's own
+        failed: list[Exception] = []
+        for release in (receipts.close, client.close, store.close, lambda: _clean_redis(redis_prefix)):
+            try:
+                await release()
+            except Exception as error:
+                failed.append(error)
+        if failed and sys.exc_info()[1] is None:
+            raise ExceptionGroup("cleanup of the intake test failed", failed)
 
 
 async def _clean_redis(prefix: str) -> None:

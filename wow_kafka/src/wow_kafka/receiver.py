@@ -76,6 +76,33 @@ async def _leave_generation_zero(consumer: AIOKafkaConsumer) -> None:
         log.debug("LeaveGroup for generation 0 failed: %s", error)
 
 
+async def _stop_consumer(consumer: AIOKafkaConsumer) -> None:
+    """``consumer.stop()``, also when a fetch of it is in its retry backoff.
+
+    aiokafka's ``Fetcher.close`` cancels its fetch tasks and awaits each; one that a
+    failed fetch (a request timeout, say) left sleeping in its ``retry_backoff_ms``
+    re-raises that cancellation out of ``stop()`` (aiokafka 0.14.0), skipping the other
+    fetch tasks and the closing of the client. A CancelledError while this task is not
+    being cancelled is that one: the rest of the stop is done here, and a real
+    cancellation of the caller still propagates.
+    """
+    try:
+        await consumer.stop()
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        log.debug(
+            "aiokafka's fetcher re-raised the cancellation of a fetch in its backoff; finishing the stop"
+        )
+        fetcher = getattr(consumer, "_fetcher", None)
+        pending = list(getattr(fetcher, "_pending_tasks", ()))
+        for fetch in pending:
+            fetch.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        await consumer._client.close()
+
+
 class KafkaTransportReceiver:
     """A member of consumer group ``group`` for ``topics``; see the module docstring."""
 
@@ -206,7 +233,7 @@ class KafkaTransportReceiver:
                     log.warning("Kafka receiver of group %r: final commit failed: %s", self.group, error)
                 self._consumer = None
                 await _leave_generation_zero(consumer)
-                await consumer.stop()
+                await _stop_consumer(consumer)
         finally:
             for state in self._partitions.values():
                 state.retire()
