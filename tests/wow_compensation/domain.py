@@ -8,7 +8,10 @@ multi-process tests).
 what each process handled. Whether a function fails is read from ``Switches``: in
 memory, or, with ``WOW_TEST_SWITCH_DIR``, from a file named after the function in that
 directory (present: it fails), so a test can fix the cause of a failure in a running
-process.
+process. A switch file holding a number ``N`` fails only the first ``N`` attempts on each
+event, counted across processes (one byte per attempt in ``<function>.<event id>.attempts``
+beside it), so a test can have every record fail again on its first retry and succeed on
+its second without racing the scheduler to remove the switch.
 """
 
 from __future__ import annotations
@@ -45,10 +48,19 @@ class Switches:
         directory = os.environ.get("WOW_TEST_SWITCH_DIR")
         self.directory = Path(directory) if directory else None
 
-    def failing(self, name: str) -> bool:
-        if self.directory is not None:
-            return (self.directory / name).exists()
-        return name in self.on
+    def failing(self, name: str, event_id: str = "") -> bool:
+        if self.directory is None:
+            return name in self.on
+        try:
+            times = (self.directory / name).read_text().strip()
+        except FileNotFoundError:
+            return False
+        if not times or not event_id:
+            return True
+        attempts = self.directory / f"{name}.{event_id}.attempts"
+        with attempts.open("a") as file:  # O_APPEND: one byte per attempt, whichever process
+            file.write(".")
+        return attempts.stat().st_size <= int(times)
 
 
 class Journal:
@@ -82,7 +94,7 @@ class Ledger:
     @retry(max_retries=2)
     @on_event
     def deposited(self, event: DomainEvent[Deposited]) -> None:
-        if self.switches.failing("deposited"):
+        if self.switches.failing("deposited", event.id):
             raise Broken("the ledger database is down")
         self.journal.add("deposited", event.id)
 

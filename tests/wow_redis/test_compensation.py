@@ -115,6 +115,21 @@ class Client:
     async def send(self, body: object, aggregate_id: str) -> None:
         await self.bus.send(self.aggregates.command(body, aggregate_id))
 
+    async def open(self, accounts: list[str]) -> None:
+        """Open ``accounts`` and wait until each is in the event store.
+
+        Two members of a group share the command stream without keyed ownership (see
+        docs/transports/redis.md, Order): a ``Deposit`` sent right after its ``Open`` may
+        be decided by the other member first, and rejected (AGGREGATE_NOT_FOUND).
+        """
+        for account in accounts:
+            await self.send(Open("ann"), account)
+
+        async def opened() -> bool:
+            return all([await self.events.load(AggregateId(ACCOUNT, account)) for account in accounts])
+
+        await eventually(opened, 30, "every account opened")
+
     async def history(self, record_id: str) -> list[type[Any]]:
         streams = await self.events.load(AggregateId(EXECUTION_FAILED, record_id))
         return [type(event.body) for stream in streams for event in stream.events]
@@ -146,15 +161,17 @@ async def test_two_instances_compensate_every_record_once(
     settings_for: Callable[..., RedisSettings], prefix: str, redis: Redis, tmp_path: Path
 ) -> None:
     env = _env(settings_for(), prefix, tmp_path)
-    (tmp_path / "switches" / "deposited").touch()
+    # the first attempt and the first retry fail, on every event: the cause is fixed
+    # when every record was retried once, whatever the pace of the two schedulers
+    (tmp_path / "switches" / "deposited").write_text("2")
     members = [Member("first", env, APP), Member("second", env, APP)]
     try:
         for member in members:
             _started(member)
         accounts = [f"acc-{uuid.uuid4().hex[:8]}" for _ in range(8)]
         async with Client(settings_for(), prefix) as client:
+            await client.open(accounts)
             for account in accounts:
-                await client.send(Open("ann"), account)
                 await client.send(Deposit(5), account)
 
             async def all_recorded() -> bool:
@@ -167,12 +184,6 @@ async def test_two_instances_compensate_every_record_once(
                 ) == len(accounts)
 
             await eventually(all_recorded, 30, "a record per failed deposit")
-
-            async def retried_once() -> bool:
-                return all(r.state.retry_state.retries >= 1 for r in await client.records())
-
-            await eventually(retried_once, 30, "every record retried (and failed again) at least once")
-            (tmp_path / "switches" / "deposited").unlink()  # the cause is fixed
 
             async def all_succeeded() -> bool:
                 found = await client.records()
@@ -191,7 +202,9 @@ async def test_two_instances_compensate_every_record_once(
                 assert outcomes[0::2] == [CompensationPrepared] * len(outcomes[0::2]), history
                 assert all(t is not CompensationPrepared for t in outcomes[1::2]), history
                 assert outcomes[-1] is ExecutionSuccessApplied
-                assert record.state.retry_state.retries == outcomes.count(CompensationPrepared)
+                # retried, failed again, retried and succeeded: within the cap of 2
+                assert outcomes.count(ExecutionFailedApplied) == 1, history
+                assert record.state.retry_state.retries == outcomes.count(CompensationPrepared) == 2
         deposited = _handled(tmp_path / "journals", "deposited")
         assert len(deposited) == len(set(deposited)) == len(accounts)
         # the other function of the event was never replayed
@@ -282,7 +295,7 @@ async def test_unrecoverable_and_redelivered_failures_over_two_instances(
             _started(member)
         account = f"acc-{uuid.uuid4().hex[:8]}"
         async with Client(settings_for(), prefix) as client:
-            await client.send(Open("ann"), account)
+            await client.open([account])
             await client.send(Deposit(5), account)
 
             async def both_recorded() -> bool:
