@@ -91,7 +91,7 @@ async def test_a_rejected_saga_command_is_recorded_and_retried_until_it_passes(b
     bank.sweep.fees, bank.sweep.source, bank.sweep.into = fees, source, into
     await bank.deposit(into, 5)
     # The fee went through, the withdrawal was rejected: the hop is a record of the saga.
-    record = await bank.settled(ExecutionFailedStatus.FAILED)
+    record = await bank.settled(ExecutionFailedStatus.FAILED, retries=0)
     state = record.state
     assert state.function == FunctionInfo("bank", "Sweep", "swept", FunctionKindName.EVENT)
     assert state.event is not None
@@ -103,7 +103,9 @@ async def test_a_rejected_saga_command_is_recorded_and_retried_until_it_passes(b
     assert state.recoverable is Recoverable.UNKNOWN
     # The scheduler re-runs the saga function: the fee is a duplicate, the withdrawal is
     # rejected again, so the compensation fails (the saga waits for its commands).
-    await bank.settled(ExecutionFailedStatus.FAILED, retries=1)
+    retried = await bank.settled(ExecutionFailedStatus.FAILED, retries=1)
+    assert retried.state.error is not None
+    assert retried.state.error.error_type == "INSUFFICIENT_FUNDS"  # the same name on every attempt
     assert await bank.balance(fees) == 1
     # The operator's fix: money on the source account; the next retry passes.
     await bank.deposit(source, 10)

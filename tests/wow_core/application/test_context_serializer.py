@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.ids import stable_id
 from wow_core.application import JsonOperationContextSerializer, Operation, OperationContextError
 
 
@@ -58,7 +59,7 @@ def test_exact_number_types_and_signed_zero_are_kept() -> None:
         ((1,), "an object of type tuple"),
         ("\udc80", "lone surrogate"),
     ],
-    ids=repr,
+    ids=stable_id,
 )
 def test_values_that_are_not_json_safe_are_rejected(value: Any, match: str) -> None:
     with pytest.raises(OperationContextError, match=match):
@@ -83,7 +84,7 @@ def test_an_attribute_that_is_not_allowlisted_is_not_even_inspected() -> None:
         ('{"tenant_id":99999999999999999999}', "signed 64-bit range"),
         ('{"tenant_id":"a","tenant_id":"b"}', "appears twice"),
     ],
-    ids=repr,
+    ids=stable_id,
 )
 def test_payloads_that_are_not_an_allowlisted_context_are_rejected(payload: str, match: str) -> None:
     with pytest.raises(OperationContextError, match=match):

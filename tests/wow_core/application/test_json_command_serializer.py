@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, RootModel, computed_field, field_validator
 
+from tests.ids import stable_id
 from tests.wow_core.application.commands import ChargeCard, Everything, PydanticCommand, SlotsKwOnly
 from wow_core.application import CommandSerializationError, JsonCommandSerializer
 
@@ -118,7 +119,7 @@ def test_supports_claims_dataclasses_and_pydantic_models_only() -> None:
         ("\ud800", "lone surrogate"),
         (["ok", {"k": "\udfff"}], "lone surrogate"),
     ],
-    ids=repr,
+    ids=stable_id,
 )
 def test_values_that_are_not_json_safe_are_rejected_before_sending(value: Any, match: str) -> None:
     rejected_on_send(Loose(value), match)
@@ -325,7 +326,7 @@ def test_a_refused_class_is_refused_on_receive_too() -> None:
         ('{"card":"c","amount":1,"note":5}', "ChargeCard.note"),
         ('{"card":"\\ud800","amount":1}', "lone surrogate"),
     ],
-    ids=repr,
+    ids=stable_id,
 )
 def test_payloads_that_are_not_a_command_of_the_class_are_rejected_before_construction(
     payload: str, match: str

@@ -7,6 +7,7 @@ from typing import Annotated, Any, NoReturn, Optional
 import pytest
 
 from tests.accounts import Account, Deposit, Open, Withdraw
+from tests.ids import stable_id
 from wow_core.model import AggregateId, BodyTypeRegistry, NamedAggregate
 from wow_core.modeling import (
     AggregateDefinitionError,
@@ -186,7 +187,7 @@ def _deciding(returns: Any, **mark: Any) -> type[Any]:
         (None, set()),
         (NoReturn, set()),
     ],
-    ids=repr,
+    ids=stable_id,
 )
 def test_the_return_annotation_names_the_event_types(returns: Any, events: set[type[Any]]) -> None:
     metadata = metadata_of(_deciding(returns))
@@ -197,7 +198,7 @@ def test_the_return_annotation_names_the_event_types(returns: Any, events: set[t
 @pytest.mark.parametrize(
     "returns",
     [Any, Emit, list, list[Any], object, int, dict[str, Rung], list[list[Rung]], Emit[list[Rung]]],
-    ids=repr,
+    ids=stable_id,
 )
 def test_a_return_annotation_that_names_no_event_type_fails_naming_the_function(returns: Any) -> None:
     with pytest.raises(

@@ -61,6 +61,7 @@ from wow_core.event.failure import (
     RecorderParts,
     RecordResult,
 )
+from wow_core.event.function_filter import SagaCommandRejectedError
 from wow_core.model import DomainEvent, StateEvent
 
 if TYPE_CHECKING:
@@ -225,9 +226,12 @@ class CompensationFailureRecorder:
             return Recoverable.UNKNOWN
 
     def error_info(self, error: BaseException) -> ErrorInfo:
+        """The record's error. A saga command rejected on a retry is named by its error
+        code, as the first attempt's record (made from the command's rejection) is, so a
+        record's error type does not change between attempts of the same failure."""
         stack = "".join(traceback.format_exception(error))
         return ErrorInfo(
-            type(error).__qualname__,
+            error.error_code if isinstance(error, SagaCommandRejectedError) else type(error).__qualname__,
             _bounded(str(error), self.settings.max_message),
             _bounded(stack, self.settings.max_stack_trace),
         )
