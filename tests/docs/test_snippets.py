@@ -51,6 +51,7 @@ CHECKED_PACKAGES = {
     "pytest",
 }
 FENCE = re.compile(r"^(?P<indent> *)```python(?P<info>[^\n]*)\n(?P<body>.*?)^(?P=indent)```", re.S | re.M)
+QUOTED = re.compile(r"^````.*?^````", re.S | re.M)
 TITLE = re.compile(r'title="(?P<title>[^"]+)"')
 INCLUDE = re.compile(r'--8<--\s*"?(?P<path>[^"\s]+)"?')
 RUN_TIMEOUT = 60
@@ -92,7 +93,10 @@ def _pages() -> list[Path]:
 
 
 def snippets_of(text: str, page: Path) -> list[Snippet]:
-    """The python blocks of a page's markdown, with what the page says about each."""
+    """The python blocks of a page's markdown, with what the page says about each.
+
+    A block inside a four-backtick fence is an example of markdown, not a snippet."""
+    text = QUOTED.sub(lambda match: "\n" * match.group(0).count("\n"), text)
     found = []
     for match in FENCE.finditer(text):
         body = match.group("body")
@@ -172,7 +176,7 @@ def test_the_fragment_marker_is_recognised_and_titles_name_files(tmp_path: Path)
     page = tmp_path / "page.md"
     found = snippets_of(
         f'```python title="shop.py"\nx = 1\n```\n\n{FRAGMENT_MARK}\n```python\nawait y\n```\n'
-        "```python\nz = 2\n```\n",
+        "```python\nz = 2\n```\n````markdown\n```python\nnot = a snippet\n```\n````\n",
         page,
     )
     assert [(s.title, s.fragment, s.source) for s in found] == [
