@@ -70,10 +70,32 @@ def wow_conformance_context() -> str:
     return "conf" + uuid.uuid4().hex[:12]
 
 
+NEEDS_PYTEST_ASYNCIO = (
+    'the fixture {name} needs pytest-asyncio: pip install "wow-py[test]" (or pytest-asyncio)'
+)
+
+
+def needs_pytest_asyncio(name: str) -> None:
+    """Fail the test that asked for ``name``, saying what to install."""
+    pytest.fail(NEEDS_PYTEST_ASYNCIO.format(name=name), pytrace=False)
+
+
 try:
     import pytest_asyncio
-except ImportError:  # pragma: no cover - the suites need it; other tests do not
-    pass
+except ImportError:  # the suites and the runtime fixture need it; the specifications do not
+
+    def _without_pytest_asyncio(name: str) -> Any:
+        """A fixture named ``name`` that fails saying what to install (not "fixture not found")."""
+
+        @pytest.fixture(name=name)
+        def fixture() -> None:
+            needs_pytest_asyncio(name)
+
+        return fixture
+
+    wow_rig_without_pytest_asyncio = _without_pytest_asyncio("wow_rig")
+    wow_test_runtime_without_pytest_asyncio = _without_pytest_asyncio("wow_test_runtime")
+
 else:
 
     @pytest_asyncio.fixture
