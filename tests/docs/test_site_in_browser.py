@@ -7,7 +7,8 @@ be attempted (mermaid, the fonts and the search run from the site itself). It ch
 
 * the mermaid diagram of the local-first page became an SVG;
 * no element's text runs out of its box: an element that is not a scroll container is
-  never wider inside than outside (code blocks and tables scroll, prose wraps);
+  never wider inside than outside (code blocks and tables scroll, prose wraps), on a
+  desktop's width and, for the configuration reference, a tablet's;
 * the configuration reference's settings names are whole on one line or break only
   between their parts (after ``__`` or ``.``), never inside a word;
 * the search finds a page.
@@ -188,9 +189,15 @@ def test_the_mermaid_diagram_becomes_an_svg_offline(offline_page: tuple[Any, lis
     assert blocked == [], f"the page tried to reach the network: {blocked}"
 
 
-@pytest.mark.parametrize("path", PAGES)
-def test_no_text_overflows_its_box(offline_page: tuple[Any, list[str]], site: str, path: str) -> None:
+@pytest.mark.parametrize(
+    ("path", "width"),
+    [*((path, 1280) for path in PAGES), ("configuration/", 768)],  # and a tablet, without the sidebars
+)
+def test_no_text_overflows_its_box(
+    offline_page: tuple[Any, list[str]], site: str, path: str, width: int
+) -> None:
     page, blocked = offline_page
+    page.set_viewport_size({"width": width, "height": 900})
     _open(page, site + path)
     assert page.evaluate(OVERFLOWING) == []
     # the code blocks that are wider than their box scroll (they are not cut)
