@@ -58,6 +58,7 @@ LAYERS: list[tuple[str, list[tuple[str, str]]]] = [
     ),
     ("", [("runtime", "WowSettings, container, assembly, WowRuntime, KeyedExecutor, WowApp, CLI")]),
     ("", [("testing", "given/when/expect specs, TestRuntime, conformance suites")]),
+    ("", [("examples", "the bank example, wow demo's (a link to examples/bank in a checkout)")]),
 ]
 """The rows of the diagram, bottom first: (caption, [(package, what it owns)])."""
 

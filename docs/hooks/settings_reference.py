@@ -6,11 +6,18 @@ discovered plugin registers. Every row is read from the model (variable, specifi
 key, type and bounds, default, description), so the page cannot drift from the code.
 Under each table, the bounds its model applies to every value (finite numbers, the
 longest text).
+
+Every page gets its settings names marked for the browser: an inline ``WOW_A__B__C`` or
+``wow.a.b-c`` becomes ``<code class="wow-name">`` with one unbreakable part per
+segment, so a narrow column breaks a name only after a ``__`` or a ``.``
+(``docs/stylesheets/wow.css``), never in the middle of a word. The text copies unchanged.
 """
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import types
 import typing
 from collections.abc import Iterator
@@ -25,6 +32,10 @@ from wow_core.runtime.settings import WowSettings
 from wow_core.settings import ENV_PREFIX, NESTED
 
 MARKER = "<!-- wow:settings-reference -->"
+# inline code holding exactly one settings name: a variable with nested parts, or a dotted key
+NAME = re.compile(r"<code>(WOW_[A-Z0-9_]*?__[A-Z0-9_]+|wow\.[a-z0-9_-]+(?:\.[a-z0-9_-]+)*)</code>")
+WHOLE = 24
+PART = re.compile(r".+?(?:__|\.|$)")
 
 
 def _type_name(annotation: Any) -> str:
@@ -116,7 +127,8 @@ def _rows(model: type[BaseModel], variable: str, key: str) -> Iterator[str]:
             below = f"{key}{name.replace('_', '-')}."
             yield from _rows(annotation, f"{variable}{name.upper()}{NESTED}", below)
             continue
-        description = (field.description or "").replace("|", "\\|").replace("\n", " ")
+        # a description is text: "<name>" is a placeholder, not an HTML tag
+        description = html.escape(field.description or "", quote=False).replace("|", "\\|").replace("\n", " ")
         yield (
             f"| `{variable}{name.upper()}` | `{key}{name.replace('_', '-')}` "
             f"| `{_type_name(annotation)}`{_constraints(field)} | {_default(field)} | {description} |"
@@ -158,3 +170,18 @@ def on_page_markdown(markdown: str, **kwargs: Any) -> str:
     if MARKER not in markdown:
         return markdown
     return markdown.replace(MARKER, render())
+
+
+def mark_name(name: str) -> str:
+    """``<code class="wow-name">`` with a break opportunity after each ``__`` or ``.``
+    (none in a name of at most :data:`WHOLE` characters)."""
+    # a name of up to WHOLE characters is one part: short names stay on one line
+    parts = [name] if len(name) <= WHOLE else PART.findall(name)
+    spans = "<wbr>".join(f"<span>{html.escape(part)}</span>" for part in parts)
+    # the longest part, in characters of the code's font: a table column is never narrower
+    longest = max(len(part) for part in parts)
+    return f'<code class="wow-name" style="--wow-longest: {longest}ch">{spans}</code>'
+
+
+def on_page_content(content: str, **kwargs: Any) -> str:
+    return NAME.sub(lambda match: mark_name(html.unescape(match.group(1))), content)

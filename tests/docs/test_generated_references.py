@@ -93,3 +93,27 @@ def test_plugin_sections_are_rendered_with_their_origin(hook: ModuleType) -> Non
         "| `WOW_PROBE__TOKEN` | `wow.probe.token` | `SecretStr` (at least 4 characters) | *secret* |" in table
     )
     assert "`list[str]`" in table
+
+
+def test_a_placeholder_in_a_description_is_text_not_an_html_tag(hook: ModuleType) -> None:
+    rendered = hook.render()
+    assert "<name>" not in rendered
+    assert "&lt;name&gt;.command" in rendered
+
+
+def test_settings_names_are_marked_to_break_only_between_their_parts(hook: ModuleType) -> None:
+    page = (
+        "<td><code>WOW_EVENT__BUS__LOCAL_FIRST__BACKLOG_HIGH_WATER_MARK</code></td>"
+        "<code>wow.command.wait-timeout</code> <code>WOW_TRANSPORT</code> <code>WOW_A__B=1</code>"
+    )
+    marked = hook.on_page_content(page)
+    assert (
+        '<code class="wow-name" style="--wow-longest: 23ch"><span>WOW_EVENT__</span><wbr><span>BUS__</span>'
+        "<wbr><span>LOCAL_FIRST__</span><wbr><span>BACKLOG_HIGH_WATER_MARK</span></code>"
+    ) in marked
+    # short enough to stay whole; a plain variable and an assignment are left alone
+    assert (
+        '<code class="wow-name" style="--wow-longest: 24ch"><span>wow.command.wait-timeout</span></code>'
+        in marked
+    )
+    assert "<code>WOW_TRANSPORT</code> <code>WOW_A__B=1</code>" in marked

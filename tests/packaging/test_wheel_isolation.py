@@ -31,6 +31,16 @@ def _metadata(wheel: Path) -> tuple[dict[str, list[str]], str]:
     return fields, entry_points
 
 
+def _description(wheel: Path) -> str:
+    """The long description (the README) in a wheel's METADATA."""
+    with zipfile.ZipFile(wheel) as archive:
+        meta = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        message = Parser().parsestr(archive.read(meta).decode())
+    payload = message.get_payload()
+    assert isinstance(payload, str)
+    return payload
+
+
 def test_every_member_builds_its_own_wheel_from_its_own_pyproject(wheelhouse: dict[str, Path]) -> None:
     assert set(wheelhouse) == set(MEMBERS)
     for distribution, folder in MEMBERS.items():
@@ -43,10 +53,13 @@ def test_every_member_builds_its_own_wheel_from_its_own_pyproject(wheelhouse: di
         assert len(required) == len(declared), (distribution, required, declared)
         for name in project.get("entry-points", {}).get("wow", {}):
             assert f"{name} = " in entry_points.split("[wow]", 1)[1], (distribution, name)
-        if (ROOT / folder / "README.md").is_file():
-            # the member's own README is its description on the index
-            assert project.get("readme") == "README.md", distribution
-            assert fields.get("Description-Content-Type") == ["text/markdown"], distribution
+        # every member carries its own README: its description on the index
+        readme = ROOT / folder / "README.md"
+        assert readme.is_file(), f"{distribution} has no README.md"
+        assert project.get("readme") == "README.md", distribution
+        assert fields.get("Description-Content-Type") == ["text/markdown"], distribution
+        title = readme.read_text().splitlines()[0]
+        assert title in _description(wheelhouse[distribution]), (distribution, title)
 
 
 def test_each_wheel_holds_only_its_own_package(wheelhouse: dict[str, Path]) -> None:
@@ -70,6 +83,7 @@ def test_the_umbrella_declares_the_extras(wheelhouse: dict[str, Path]) -> None:
         "postgres",
         "otel",
         "compensation",
+        "test",
         "all",
     }
 

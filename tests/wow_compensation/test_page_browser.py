@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
+from tests.browser import LAUNCH_ARGS, chromium_path
 from tests.wow_compensation.page_support import TOKEN, page_service
 from wow_compensation.model import ExecutionFailedStatus
 
-CHROMIUM = Path("/usr/bin/chromium")
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "compensation"
 
 
@@ -36,11 +36,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def chromium() -> Path:
-    if not CHROMIUM.exists():
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{CHROMIUM} is missing on CI (.ci/run installs the chromium package)")
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium)")
-    return CHROMIUM
+    return chromium_path()
 
 
 async def serious_violations(page: Any) -> list[str]:
@@ -74,7 +70,7 @@ async def test_an_operator_retries_a_failed_projection_in_the_browser(
         server = service.recorder.page_server
         assert server is not None
         browser = await playwright.chromium.launch(
-            executable_path=str(chromium), headless=True, args=["--no-sandbox", "--disable-gpu"]
+            executable_path=str(chromium), headless=True, args=LAUNCH_ARGS
         )
         try:
             page = await browser.new_page(viewport={"width": 1280, "height": 860})

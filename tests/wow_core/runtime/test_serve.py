@@ -157,15 +157,22 @@ def test_demo_refuses_nonsense_arguments(capsys: pytest.CaptureFixture[str]) -> 
     assert "--accounts >= 3" in capsys.readouterr().err
 
 
-def test_demo_outside_a_source_checkout_says_so_once(
+def test_demo_without_the_bank_example_says_so_once(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """From an installed wheel there is no examples/bank: one message, one ``wow demo:`` prefix."""
+    """An installation without wow_core.examples.bank: one message, one ``wow demo:`` prefix."""
     from wow_core.runtime import serve
 
-    monkeypatch.setattr(serve, "_examples_root", lambda: None)
+    monkeypatch.setattr(serve, "BANK", "wow_core.examples.no_such_bank")
     assert main(["demo"]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("wow demo: ")
     assert line.count("wow demo") == 1, line
-    assert "source checkout" in line
+    assert "wow_core.examples.no_such_bank" in line
+
+
+def test_the_bank_example_of_a_checkout_is_wow_core_examples_bank() -> None:
+    """The editable install sees examples/bank as wow_core.examples.bank (one source, one name)."""
+    import wow_core.examples.bank.domain as domain
+
+    assert Path(domain.__file__).resolve() == (REPO / "examples/bank/domain.py").resolve()

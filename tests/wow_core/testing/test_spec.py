@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 from typing import Any
 
 import pytest
@@ -241,3 +242,22 @@ async def test_the_wow_test_runtime_fixture_starts_and_stops_runtimes(wow_test_r
     runtime = await wow_test_runtime(app)
     result = await runtime.gateway.send_and_wait(runtime.aggregates.command(OpenAccount("bob", 1)))
     assert result.aggregate_version == 1
+
+
+def test_without_pytest_asyncio_the_runtime_fixture_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.util
+
+    monkeypatch.setitem(sys.modules, "pytest_asyncio", None)  # import pytest_asyncio raises ImportError
+    spec = importlib.util.find_spec("wow_core.testing.pytest_plugin")
+    assert spec is not None
+    assert spec.loader is not None
+    plugin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plugin)
+    # still defined: asking for it is no "fixture not found"
+    assert plugin.wow_test_runtime_without_pytest_asyncio.name == "wow_test_runtime"
+    with pytest.raises(
+        pytest.fail.Exception, match=r'wow_test_runtime needs pytest-asyncio: pip install "wow-py\[test\]"'
+    ):
+        plugin.needs_pytest_asyncio("wow_test_runtime")

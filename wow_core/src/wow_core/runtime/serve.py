@@ -273,29 +273,22 @@ def run_command(invocation: Any) -> int:
 # -- wow demo ------------------------------------------------------------------------------
 
 
+BANK = "wow_core.examples.bank"
+
+
 def _bank_package() -> str:
-    """The bank example's package: the copy in the wheel (``wow_core.examples.bank``), or
-    ``examples.bank`` of a source checkout (an editable install has no copy)."""
-    if importlib.util.find_spec("wow_core.examples") is not None:
-        return "wow_core.examples.bank"
-    root = _examples_root()
-    if root is None:
+    """The bank example's package, ``wow_core.examples.bank``: in the wheel a copy, in a
+    source checkout a symbolic link to ``examples/bank`` (the editable install sees it)."""
+    try:
+        found = importlib.util.find_spec(BANK) is not None
+    except ImportError:
+        found = False
+    if not found:
         raise SettingsError(
-            "the bank example is neither installed (wow_core.examples.bank, part of the wow-core wheel) "
-            "nor in a source checkout of wow-py (examples/bank)"
+            f"the bank example ({BANK}) is not installed: it is part of the wow-core wheel "
+            "(and of a source checkout of wow-py, as a link to examples/bank)"
         )
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    return "examples.bank"
-
-
-def _examples_root() -> Path | None:
-    """The source checkout holding ``examples/`` (the working directory or the repo of wow_core)."""
-    candidates = [Path.cwd(), *Path(__file__).resolve().parents]
-    for candidate in candidates:
-        if (candidate / "examples" / "bank" / "demo.py").is_file():
-            return candidate
-    return None
+    return BANK
 
 
 def configure_demo(parser: argparse.ArgumentParser) -> None:

@@ -21,6 +21,7 @@ from wow_core.testing.spec import (
     SagaExpectation,
     SagaSpec,
     TestRuntime,
+    WowTestRuntime,
 )
 from wow_core.testing.support import (
     BusFactory,
@@ -43,6 +44,7 @@ __all__ = [
     "SagaExpectation",
     "SagaSpec",
     "TestRuntime",
+    "WowTestRuntime",
     "CONFORMANCE_BODY_TYPES",
     "EventStoreConformance",
     "InMemoryMetrics",

@@ -18,7 +18,7 @@ tests run only where a module subclasses a suite:
 * ``wow_rig``: the :class:`~wow_core.testing.support.Rig` a test works with; it closes
   every receiver, bus and transport it handed out.
 
-The suites need pytest-asyncio.
+The suites and ``wow_test_runtime`` need pytest-asyncio (``pip install "wow-py[test]"``).
 """
 
 from __future__ import annotations
@@ -70,10 +70,32 @@ def wow_conformance_context() -> str:
     return "conf" + uuid.uuid4().hex[:12]
 
 
+NEEDS_PYTEST_ASYNCIO = (
+    'the fixture {name} needs pytest-asyncio: pip install "wow-py[test]" (or pytest-asyncio)'
+)
+
+
+def needs_pytest_asyncio(name: str) -> None:
+    """Fail the test that asked for ``name``, saying what to install."""
+    pytest.fail(NEEDS_PYTEST_ASYNCIO.format(name=name), pytrace=False)
+
+
 try:
     import pytest_asyncio
-except ImportError:  # pragma: no cover - the suites need it; other tests do not
-    pass
+except ImportError:  # the suites and the runtime fixture need it; the specifications do not
+
+    def _without_pytest_asyncio(name: str) -> Any:
+        """A fixture named ``name`` that fails saying what to install (not "fixture not found")."""
+
+        @pytest.fixture(name=name)
+        def fixture() -> None:
+            needs_pytest_asyncio(name)
+
+        return fixture
+
+    wow_rig_without_pytest_asyncio = _without_pytest_asyncio("wow_rig")
+    wow_test_runtime_without_pytest_asyncio = _without_pytest_asyncio("wow_test_runtime")
+
 else:
 
     @pytest_asyncio.fixture
@@ -88,21 +110,23 @@ else:
         finally:
             await rig.aclose()
 
+    @pytest_asyncio.fixture
+    async def wow_test_runtime() -> AsyncIterator[Any]:
+        """Start in-process runtimes of apps (``await wow_test_runtime(app, **overrides)``,
+        typed :class:`~wow_core.testing.spec.WowTestRuntime`); every one is stopped when the
+        test ends. A pytest-asyncio fixture: it works in its strict mode and in auto mode."""
+        from wow_core.testing.spec import TestRuntime
 
-@pytest.fixture
-async def wow_test_runtime() -> AsyncIterator[Any]:
-    """Start in-process runtimes of apps (``await wow_test_runtime(app, **overrides)``);
-    every one is stopped when the test ends."""
-    from wow_core.testing.spec import TestRuntime
+        started: list[TestRuntime] = []
 
-    started: list[TestRuntime] = []
+        async def start(app: Any, **overrides: Any) -> Any:
+            test_runtime = TestRuntime(app, **overrides)
+            runtime = await test_runtime.__aenter__()
+            started.append(test_runtime)
+            return runtime
 
-    async def start(app: Any, **overrides: Any) -> Any:
-        test_runtime = TestRuntime(app, **overrides)
-        runtime = await test_runtime.__aenter__()
-        started.append(test_runtime)
-        return runtime
-
-    yield start
-    for test_runtime in reversed(started):
-        await test_runtime.__aexit__(None, None, None)
+        try:
+            yield start
+        finally:
+            for test_runtime in reversed(started):
+                await test_runtime.__aexit__(None, None, None)

@@ -33,7 +33,7 @@ import asyncio
 import concurrent.futures
 import inspect
 from collections.abc import Callable, Coroutine, Iterable, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 from wow_core.command.stages import ErrorCodes
 from wow_core.event.declare import component_spec, owner_lookup, parse_component
@@ -304,6 +304,28 @@ class _ComponentSpec(Generic[C]):
 
     __slots__ = ("_given", "_source", "aggregates", "component", "context", "functions")
 
+    # Two overloads, so that a type checker infers C from a class (C is the class's
+    # instances) as well as from an instance; ``C | type[C]`` alone leaves C ambiguous.
+    @overload
+    def __init__(
+        self,
+        component: type[C],
+        *,
+        aggregates: Iterable[type[Any] | AggregateMetadata[Any]] = (),
+        context: str = "spec",
+        _given: tuple[DomainEvent[Any], ...] = (),
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        component: C,
+        *,
+        aggregates: Iterable[type[Any] | AggregateMetadata[Any]] = (),
+        context: str = "spec",
+        _given: tuple[DomainEvent[Any], ...] = (),
+    ) -> None: ...
+
     def __init__(
         self,
         component: C | type[C],
@@ -539,6 +561,14 @@ class ComponentExpectation(Generic[C]):
 
 
 # -- a whole service in one process --------------------------------------------------------
+
+
+class WowTestRuntime(Protocol):
+    """The type of the pytest fixture ``wow_test_runtime``: ``await wow_test_runtime(app,
+    **overrides)`` starts a :class:`TestRuntime` of ``app`` and returns its runtime; every
+    runtime it started is stopped when the test ends."""
+
+    async def __call__(self, app: Any, /, **overrides: Any) -> Any: ...
 
 
 class TestRuntime:
