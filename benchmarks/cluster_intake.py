@@ -18,6 +18,10 @@ Each command costs a node: one record read, the kernel's decision, three broker 
 with the nodes.
 
     python -m benchmarks.cluster_intake [--quick] [--repeat R]
+
+``WOW_BENCH_PROFILE=DIR`` runs each node under ``py-spy record`` (install it with ``uv pip
+install py-spy``; not a dependency) and writes its collapsed stacks to
+``DIR/node-<pid>.txt``: where a node's time goes under the backlog.
 """
 
 from __future__ import annotations
@@ -65,6 +69,28 @@ class Node:
         )
         self.owned = 0
         self.lines: list[str] = []
+        self.profiler: subprocess.Popen[bytes] | None = None
+        profile = os.environ.get("WOW_BENCH_PROFILE")
+        if profile:  # py-spy attaches; it writes its stacks when the node exits
+            Path(profile).mkdir(parents=True, exist_ok=True)
+            out = Path(profile) / f"node-{self.process.pid}.txt"
+            spy = str(Path(sys.executable).parent / "py-spy")
+            self.profiler = subprocess.Popen(
+                [
+                    spy,
+                    "record",
+                    "--format",
+                    "raw",
+                    "--rate",
+                    "250",
+                    "-o",
+                    str(out),
+                    "--pid",
+                    str(self.process.pid),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+            )
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -83,6 +109,8 @@ class Node:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)
+        if self.profiler is not None:
+            self.profiler.wait(60)
 
 
 def node_env(bootstrap: str, prefix: str) -> dict[str, str]:

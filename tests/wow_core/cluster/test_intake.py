@@ -37,7 +37,7 @@ from wow_core.eventsourcing import InMemoryEventStore
 from wow_core.model import AggregateId, BodyTypeRegistry, CommandMessage, NamedAggregate, now_ms
 from wow_core.modeling import AggregateRegistry, CommandKernel, aggregate, on_command, on_sourcing
 from wow_core.testing import eventually
-from wow_core.transport import InMemoryBroker, InMemoryTransport, TransportMessage
+from wow_core.transport import InMemoryBroker, InMemoryTransport, TransportMessage, set_revocation_listener
 
 TOPIC = commands_topic("bank")
 RECEIPTS = receipts_topic("orders")
@@ -834,3 +834,57 @@ async def test_wow_ledger_sends_the_command_and_prints_the_receipt(
     assert printed.startswith("refused: LEDGER_ENTRY_NOT_FOUND")
     status, printed = await wow_ledger("list", "not-an-aggregate")
     assert (status, printed) == (2, "wow ledger: expected context.aggregate@id, got 'not-an-aggregate'\n")
+
+
+async def test_a_receiver_without_revocations_keeps_the_spi_default() -> None:
+    class Plain:
+        pass
+
+    assert set_revocation_listener(Plain(), None) is False  # type: ignore[arg-type]
+
+    class Listening:
+        listener: Any = "unset"
+
+        def set_revocation_listener(self, listener: Any) -> None:
+            self.listener = listener
+
+    receiver = Listening()
+    assert set_revocation_listener(receiver, print) is True  # type: ignore[arg-type]
+    assert receiver.listener is print
+
+
+async def test_a_revocation_drops_the_queued_and_parked_commands_of_its_partitions_and_awaits_the_running(
+    node: Node, store: FlakyStore
+) -> None:
+    Gate.release = asyncio.Event()
+    Gate.entered = asyncio.Queue()
+    gate = AggregateId(NamedAggregate("bank", "gate"), "g1")
+    await send(node, command(gate, Hold("first")))
+    await send(node, command(gate, Hold("second")))
+    assert await asyncio.wait_for(Gate.entered.get(), WAIT) == "first"
+    store.down = True
+    sick = account("sick")
+    await send(node, command(sick, Open("s")))
+
+    async def parked() -> bool:
+        return len(node.intake.parked()) == 1
+
+    await eventually(parked, WAIT, "the aggregate to be parked")
+    partitions = {
+        (TOPIC, int(entry.record.position.split(":")[0]))
+        for lane in node.intake._lanes.values()
+        for entry in lane.queue
+    }
+    revocation = asyncio.create_task(node.intake._on_revoked(sorted(partitions)))
+    await asyncio.sleep(0.05)
+    assert not revocation.done(), "the revocation must wait for the running command"
+    store.down = False
+    Gate.release.set()
+    await asyncio.wait_for(revocation, WAIT)
+    assert node.intake.parked() == []
+    assert node.ledger.entries() == []
+    assert node.intake.in_flight == 0
+    assert node.intake.revoked_dropped == 2  # the second Hold and the parked Open
+    await asyncio.sleep(0.05)
+    assert Gate.entered.empty(), "a dropped command ran"
+    assert await store.last_version(gate) == 1

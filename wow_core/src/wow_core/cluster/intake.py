@@ -39,14 +39,22 @@ settled, and the transport commits no further than every earlier record acknowle
 (the Kafka receiver commits its contiguous watermark), so a handover or restart executes
 again at most what was in flight, which the kernel deduplicates; a receipt sent again
 then is dropped by the sender by command id (:class:`~wow_core.cluster.wire.ReceiptDeduplicator`).
+
+On a revocation of partitions (a rebalance; the receiver's optional
+:class:`~wow_core.transport.spi.RevocationListening` method, offered by the Kafka receiver),
+the intake drops the commands of those partitions it has not started (unacknowledged: the
+new owner runs them from the checkpoint), lets the ones in flight finish (their receipts
+included) and only then lets the revocation complete, so the old and the new owner never
+run a partition's commands at once. A parked aggregate of a revoked partition leaves this
+node's ledger: its failed command is the new owner's to run again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
-from collections.abc import Awaitable, Callable
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,7 +83,13 @@ from wow_core.concurrency.lane_pool import LanePool
 from wow_core.model import AggregateId, BodyTypeRegistry, TopicKind, now_ms
 from wow_core.modeling.kernel import CommandKernel, CommandOutcome
 from wow_core.transport.defaults import DefaultTopicNaming, naming_of
-from wow_core.transport.spi import Transport, TransportMessage, TransportReceiver, TransportRecord
+from wow_core.transport.spi import (
+    Transport,
+    TransportMessage,
+    TransportReceiver,
+    TransportRecord,
+    set_revocation_listener,
+)
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +163,7 @@ class _Entry:
         "aggregate_id",
         "attempts",
         "busy",
+        "dropped",
         "head",
         "lane_id",
         "offset",
@@ -156,6 +171,8 @@ class _Entry:
         "partition",
         "record",
         "rejection",
+        "revoked",
+        "running",
         "wire",
     )
 
@@ -176,6 +193,9 @@ class _Entry:
         self.offset = offset
         self.attempts = 0
         self.busy = 0
+        self.running = False  # in the kernel or sending its receipt
+        self.revoked = False  # its partition is being revoked: finish, never retry
+        self.dropped = False  # taken out unsettled (revocation): never to run here
         self.outcome: CommandReceipt | None = None  # decided: only its settlement is left
         self.head: EnvelopeHead | None = rejection.head if rejection is not None else None
         # A ledger system command runs in a lane of its own, never behind a parked aggregate.
@@ -244,6 +264,9 @@ class CommandIntake:
         self._idle = asyncio.Event()
         self._idle.set()
         self._unsettled = 0
+        self._epochs: dict[tuple[str, int], int] = {}  # revocations seen, per partition
+        self._running: Counter[tuple[str, int] | None] = Counter()
+        self._run_changed = asyncio.Event()
         # Counters, for tests and metrics.
         self.executed = 0
         self.committed = 0
@@ -253,6 +276,7 @@ class CommandIntake:
         self.busy_retried = 0
         self.receipts_sent = 0
         self.dead_lettered = 0
+        self.revoked_dropped = 0
 
     # -- life -----------------------------------------------------------------------
 
@@ -281,6 +305,7 @@ class CommandIntake:
             )
             await check(self.topic, event_topics)
         receiver = self.transport.open(self.name, [self.topic])
+        set_revocation_listener(receiver, self._on_revoked)
         self._receiver = receiver
         await receiver.ready()
 
@@ -378,7 +403,13 @@ class CommandIntake:
 
     async def _consume(self, receiver: TransportReceiver) -> None:
         async for record in receiver:
+            place = parse_position(record.position)
+            key = None if place is None else (record.topic, place[0])
+            epoch = self._epochs.get(key, 0) if key is not None else 0
             await self._buffer.acquire()
+            if key is not None and self._epochs.get(key, 0) != epoch:
+                self._buffer.release()  # revoked while it waited for room: the new owner's
+                continue
             try:
                 entry = self._entry(record)
             except WireError as error:
@@ -429,6 +460,8 @@ class CommandIntake:
 
     async def _turn(self, lane: _Lane) -> bool:
         """Run the head of ``lane``: True when the lane has more to run now."""
+        if not lane.queue:
+            return False  # emptied by a revocation while it waited for its turn
         entry = lane.queue[0]
         wire = entry.wire
         if wire is not None and wire.due_at is not None and entry.outcome is None:
@@ -437,13 +470,26 @@ class CommandIntake:
                 await self._sleep(delay)  # awaitDue: the lane waits for the due time
         try:
             async with self.limit.semaphore:
-                await self._run(entry)
+                if entry.dropped:
+                    return False  # revoked while it waited: the new owner runs it
+                entry.running = True
+                self._running[entry.partition] += 1
+                try:
+                    await self._run(entry)
+                finally:
+                    entry.running = False
+                    self._running[entry.partition] -= 1
+                    self._run_changed.set()
         except CommandBusyError:
+            if entry.revoked:
+                return self._drop_head(lane)
             entry.busy += 1
             self.busy_retried += 1
             await self._sleep(self.options.busy_backoff)
             return True
         except Exception as error:
+            if entry.revoked:
+                return self._drop_head(lane)
             entry.attempts += 1
             if entry.attempts <= self.options.retries:
                 self.retried += 1
@@ -466,9 +512,58 @@ class CommandIntake:
         await self._settle(entry)
         if lane.queue and lane.parked is None:
             return True
-        if not lane.queue and lane.parked is None:
+        if not lane.queue and lane.parked is None and self._lanes.get(lane.aggregate_id) is lane:
             del self._lanes[lane.aggregate_id]
         return False
+
+    def _drop_head(self, lane: _Lane) -> bool:
+        """The head of ``lane`` failed while its partition is being revoked: not retried nor
+        parked here, the new owner runs it again."""
+        self._forget(lane.queue.popleft())
+        if self._lanes.get(lane.aggregate_id) is lane:
+            del self._lanes[lane.aggregate_id]
+        return False
+
+    def _forget(self, entry: _Entry) -> None:
+        """Take ``entry`` out unsettled and unacknowledged (its partition was revoked)."""
+        entry.dropped = True
+        self.revoked_dropped += 1
+        self._unsettled -= 1
+        self._buffer.release()
+
+    async def _on_revoked(self, partitions: Sequence[tuple[str, int]]) -> None:
+        """The revocation listener (module doc): drop what did not start, await what runs."""
+        revoked = set(partitions)
+        for key in revoked:
+            self._epochs[key] = self._epochs.get(key, 0) + 1
+        try:
+            for lane_id, lane in list(self._lanes.items()):
+                if not any(entry.partition in revoked for entry in lane.queue):
+                    continue
+                kept: deque[_Entry] = deque()
+                for entry in lane.queue:
+                    if entry.partition not in revoked:
+                        kept.append(entry)
+                    elif entry.running:
+                        entry.revoked = True
+                        kept.append(entry)
+                    else:
+                        self._forget(entry)
+                lane.queue = kept
+                if not kept:
+                    if lane.parked is not None:  # its failed command is the new owner's now
+                        self.ledger.discard(self.name, lane.aggregate_id)
+                        lane.parked = None
+                    del self._lanes[lane_id]
+            while any(self._running[key] for key in revoked):
+                self._run_changed.clear()
+                await self._run_changed.wait()
+        finally:
+            for key in revoked:
+                self._watermarks.pop(key, None)
+                self._running.pop(key, None)
+            self._check_idle()
+        log.info("%s: revoked %s", self.name, sorted(revoked))
 
     def _abandon(self, lane: _Lane) -> None:
         """A turn cut short (stop): its commands stay unacknowledged for the next owner."""
@@ -521,8 +616,9 @@ class CommandIntake:
 
     async def _settle(self, entry: _Entry) -> None:
         await entry.record.ack()
-        if entry.partition is not None:
-            self._watermarks[entry.partition].settle(entry.offset)
+        mark = self._watermarks.get(entry.partition) if entry.partition is not None else None
+        if mark is not None:
+            mark.settle(entry.offset)
         self._unsettled -= 1
         self._buffer.release()
         self._check_idle()

@@ -64,6 +64,10 @@ class FailureLedger:
             raise ParkedNotFoundError(f"{aggregate_id} is not parked under {name!r}")
         return entry
 
+    def discard(self, name: str, aggregate_id: AggregateId) -> ParkedAggregate | None:
+        """Take the entry out if there is one (its partition moved to another owner)."""
+        return self._entries.pop((name, aggregate_id), None)
+
     def entries(self, name: str | None = None) -> list[ParkedAggregate]:
         """The parked aggregates (of subscription ``name``), oldest first."""
         found = [e for e in self._entries.values() if name is None or e.name == name]
