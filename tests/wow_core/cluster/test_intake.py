@@ -34,6 +34,7 @@ from wow_core.cluster import (
 from wow_core.command import CommandStage, ErrorCodes, WaitContext, WaitCoordinator
 from wow_core.command.stages import WaitPlan
 from wow_core.eventsourcing import InMemoryEventStore
+from wow_core.metrics import InMemoryMetrics
 from wow_core.model import AggregateId, BodyTypeRegistry, CommandMessage, NamedAggregate, now_ms
 from wow_core.modeling import AggregateRegistry, CommandKernel, aggregate, on_command, on_sourcing
 from wow_core.testing import eventually
@@ -888,3 +889,56 @@ async def test_a_revocation_drops_the_queued_and_parked_commands_of_its_partitio
     await asyncio.sleep(0.05)
     assert Gate.entered.empty(), "a dropped command ran"
     assert await store.last_version(gate) == 1
+
+
+async def test_the_intakes_counters_go_to_the_metrics_facade(
+    broker: InMemoryBroker, store: FlakyStore, receipts: Receipts
+) -> None:
+    class BusyOnce(CommandKernel):
+        refusals = 2
+
+        async def process(self, command: CommandMessage[Any]) -> Any:
+            if self.refusals:
+                self.refusals -= 1
+                raise CommandBusyError("node busy")
+            return await super().process(command)
+
+    node = Node(broker, store, kernel_type=BusyOnce)
+    metrics = InMemoryMetrics()
+    node.intake.metrics = metrics
+    await node.intake.start()
+    try:
+        rich = account("rich")
+        await send(node, command(rich, Open("r")))
+        deposit = command(rich, Deposit(5))
+        await send(node, deposit)
+        await send(node, command(rich, Deposit(5), request_id=deposit.request_id))
+        await send(node, command(rich, Withdraw(100)))
+        await receipts.take(4)
+        assert metrics.gauge_value("wow.intake.lane_depth", intake="bank.intake") == 0
+        store.down = True
+        await send(node, command(account("down"), Open("d")))
+
+        async def parked() -> bool:
+            return metrics.counter_value("wow.intake.parked", intake="bank.intake") == 1
+
+        await eventually(parked, WAIT, "the aggregate to be parked")
+        assert metrics.gauge_value("wow.intake.lane_depth", intake="bank.intake") == 1
+        await node.intake.skip(account("down"))
+    finally:
+        await node.intake.stop(5)
+        await node.transport.close()
+
+    def settled(outcome: str) -> float:
+        return metrics.counter_value("wow.intake.settled", intake="bank.intake", outcome=outcome)
+
+    assert metrics.counter_value("wow.intake.received", intake="bank.intake") == 5
+    assert (settled("committed"), settled("duplicate"), settled("rejected"), settled("skipped")) == (
+        2,
+        1,
+        1,
+        1,
+    )
+    assert metrics.counter_value("wow.intake.busy_retries", intake="bank.intake") == 2
+    assert metrics.counter_value("wow.intake.retries", intake="bank.intake") == FAST.retries
+    assert metrics.gauge_value("wow.intake.lane_depth", intake="bank.intake") == 0

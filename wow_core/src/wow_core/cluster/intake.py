@@ -40,6 +40,13 @@ settled, and the transport commits no further than every earlier record acknowle
 again at most what was in flight, which the kernel deduplicates; a receipt sent again
 then is dropped by the sender by command id (:class:`~wow_core.cluster.wire.ReceiptDeduplicator`).
 
+Counters go to the node's metrics facade (:mod:`wow_core.metrics`, exported with
+``WOW_METRICS=otel``), tagged with the subscription (``intake``): ``wow.intake.received``
+(records taken), ``wow.intake.settled`` (by ``outcome``: ``committed``, ``duplicate``,
+``rejected``, ``skipped``), ``wow.intake.retries`` (technical failures retried),
+``wow.intake.busy_retries``, ``wow.intake.parked``, ``wow.intake.revoked_dropped``, and the
+gauge ``wow.intake.lane_depth`` (commands received and not settled, in every lane).
+
 On a revocation of partitions (a rebalance; the receiver's optional
 :class:`~wow_core.transport.spi.RevocationListening` method, offered by the Kafka receiver),
 the intake drops the commands of those partitions it has not started (unacknowledged: the
@@ -80,6 +87,7 @@ from wow_core.cluster.wire import (
 from wow_core.command.coordinator import WaitCoordinator
 from wow_core.command.stages import CommandStage, ErrorCodes, WaitSignal
 from wow_core.concurrency.lane_pool import LanePool
+from wow_core.metrics import Metrics, NoopMetrics
 from wow_core.model import AggregateId, BodyTypeRegistry, TopicKind, now_ms
 from wow_core.modeling.kernel import CommandKernel, CommandOutcome
 from wow_core.transport.defaults import DefaultTopicNaming, naming_of
@@ -240,6 +248,7 @@ class CommandIntake:
         creations: CreationIds | None = None,
         strict_bodies: bool = True,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        metrics: Metrics | None = None,
     ) -> None:
         self.context_name = context_name
         self.topic = commands_topic(context_name, prefix)
@@ -255,6 +264,12 @@ class CommandIntake:
         self.creations = creations or CreationIds()
         self.strict_bodies = strict_bodies
         self._sleep = sleep
+        self.metrics: Metrics = metrics if metrics is not None else NoopMetrics()
+        self._tags = {"intake": self.name}
+        self._outcome_tags = {
+            outcome: {"intake": self.name, "outcome": outcome}
+            for outcome in ("committed", "duplicate", "rejected", "skipped")
+        }
         self._lanes: dict[AggregateId, _Lane] = {}
         self._watermarks: dict[tuple[str, int], LowWatermark] = {}
         self._buffer = asyncio.Semaphore(self.options.max_buffered)
@@ -417,6 +432,8 @@ class CommandIntake:
                 await self._dead_letter(record, error)
                 continue
             self._unsettled += 1
+            self.metrics.increment("wow.intake.received", 1.0, self._tags)
+            self.metrics.gauge("wow.intake.lane_depth", self._unsettled, self._tags)
             if entry.partition is not None:
                 mark = self._watermarks.get(entry.partition)
                 if mark is None:
@@ -485,6 +502,7 @@ class CommandIntake:
                 return self._drop_head(lane)
             entry.busy += 1
             self.busy_retried += 1
+            self.metrics.increment("wow.intake.busy_retries", 1.0, self._tags)
             await self._sleep(self.options.busy_backoff)
             return True
         except Exception as error:
@@ -493,6 +511,7 @@ class CommandIntake:
             entry.attempts += 1
             if entry.attempts <= self.options.retries:
                 self.retried += 1
+                self.metrics.increment("wow.intake.retries", 1.0, self._tags)
                 log.warning(
                     "%s: %s at %s failed (attempt %d), retrying: %s",
                     self.name,
@@ -530,6 +549,8 @@ class CommandIntake:
         self.revoked_dropped += 1
         self._unsettled -= 1
         self._buffer.release()
+        self.metrics.increment("wow.intake.revoked_dropped", 1.0, self._tags)
+        self.metrics.gauge("wow.intake.lane_depth", self._unsettled, self._tags)
 
     async def _on_revoked(self, partitions: Sequence[tuple[str, int]]) -> None:
         """The revocation listener (module doc): drop what did not start, await what runs."""
@@ -583,6 +604,7 @@ class CommandIntake:
         )
         lane.parked = parked
         self.ledger.park(parked)
+        self.metrics.increment("wow.intake.parked", 1.0, self._tags)
         log.error(
             "%s: %s parked at %s after %d attempts: %s",
             self.name,
@@ -621,6 +643,15 @@ class CommandIntake:
             mark.settle(entry.offset)
         self._unsettled -= 1
         self._buffer.release()
+        receipt = entry.outcome
+        if receipt is None:
+            outcome = "skipped"
+        elif receipt.committed:
+            outcome = "duplicate" if receipt.duplicate else "committed"
+        else:
+            outcome = "rejected"
+        self.metrics.increment("wow.intake.settled", 1.0, self._outcome_tags[outcome])
+        self.metrics.gauge("wow.intake.lane_depth", self._unsettled, self._tags)
         self._check_idle()
 
     # -- one command ----------------------------------------------------------------------

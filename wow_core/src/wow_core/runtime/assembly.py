@@ -333,6 +333,7 @@ def install_intakes(container: WowContainer, runtime: WowRuntime) -> None:
             name=f"{context}.{section.name or 'intake'}",
             prefix=prefix,
             strict_bodies=settings.command.strict_bodies,
+            metrics=runtime.metrics,
         )
         runtime.intakes.append(intake)
         runtime.add_dispatcher(intake)
