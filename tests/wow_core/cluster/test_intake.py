@@ -542,13 +542,20 @@ async def test_the_parked_command_holds_its_partitions_checkpoint_until_skipped(
     partition, offset = map(int, opened.position.split(":"))
     assert node.intake.checkpoint(partition) == offset + 1
     store.down = True
-    await send(node, command(gina, Deposit(1)))
+    failed = command(gina, Deposit(1))
+    await send(node, failed)
     await _parked(node)
     assert len(node.intake.parked()) == 1
     assert node.intake.checkpoint(partition) == offset + 1  # never past the parked offset
     store.down = False
     await send(node, command(gina, Deposit(2)))
     await node.intake.skip(gina)
+    skipped = await receipts.next()  # its sender asked for a reply: told it was skipped
+    assert (skipped.command_id, skipped.committed, skipped.error_code) == (
+        failed.id,
+        False,
+        "COMMAND_SKIPPED",
+    )
     after = await receipts.next()
     assert after.version == 2
     assert after.result == {"balance": 2}
@@ -706,6 +713,7 @@ async def test_the_runtime_starts_an_intake_per_context_when_enabled_and_stops_i
     assert intake.name == "bank.intake"
     assert intake.topic == "wow.bank.commands"
     assert intake.limit.intakes == 3
+    assert intake.journal is None  # in_memory: one process, the node's own ledger
     transport = runtime.transport
     assert isinstance(transport, InMemoryTransport)
     async with runtime:
@@ -787,6 +795,7 @@ async def test_a_ledger_command_is_not_held_behind_the_parked_aggregate_it_names
     ops = InMemoryTransport(broker=broker)
     skipped = await ledger_request(ops, "skip", nina, timeout=WAIT)
     assert skipped.committed
+    assert (await receipts.next()).error_code == "COMMAND_SKIPPED"  # the skipped command's answer
     after = await receipts.next()
     assert after.result == {"balance": 2}
     await ops.close()

@@ -66,7 +66,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from wow_core.cluster.checkpoint import LowWatermark, parse_position
-from wow_core.cluster.ledger import FailureLedger, ParkedAggregate, ParkedNotFoundError
+from wow_core.cluster.journal import LedgerJournal
+from wow_core.cluster.ledger import FailureLedger, ParkedAggregate, ParkedNotFoundError, parked_to_json
 from wow_core.cluster.wire import (
     LEDGER,
     LEDGER_BODIES,
@@ -100,6 +101,9 @@ from wow_core.transport.spi import (
 )
 
 log = logging.getLogger(__name__)
+
+SKIPPED = "COMMAND_SKIPPED"
+"""The error code of the receipt of a command skipped from the failure ledger."""
 
 
 class CommandBusyError(RuntimeError):
@@ -249,6 +253,7 @@ class CommandIntake:
         strict_bodies: bool = True,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         metrics: Metrics | None = None,
+        journal: LedgerJournal | None = None,
     ) -> None:
         self.context_name = context_name
         self.topic = commands_topic(context_name, prefix)
@@ -265,6 +270,11 @@ class CommandIntake:
         self.strict_bodies = strict_bodies
         self._sleep = sleep
         self.metrics: Metrics = metrics if metrics is not None else NoopMetrics()
+        self.journal = journal
+        if journal is not None:
+            self.ledger = journal.ledger
+        self._skips: set[tuple[AggregateId, str]] = set()  # skipped before their record came
+        self._journal_writes: set[asyncio.Task[None]] = set()
         self._tags = {"intake": self.name}
         self._outcome_tags = {
             outcome: {"intake": self.name, "outcome": outcome}
@@ -319,6 +329,8 @@ class CommandIntake:
                 if named.context_name == self.context_name
             )
             await check(self.topic, event_topics)
+        if self.journal is not None:
+            await self.journal.start()  # the cluster's parked entries, before any command
         receiver = self.transport.open(self.name, [self.topic])
         set_revocation_listener(receiver, self._on_revoked)
         self._receiver = receiver
@@ -358,6 +370,10 @@ class CommandIntake:
         if self._receiver is not None:
             await self._receiver.close()
             self._receiver = None
+        if self._journal_writes:
+            await asyncio.gather(*self._journal_writes, return_exceptions=True)
+        if self.journal is not None:
+            await self.journal.close()
         return settled
 
     def _unsettled_flowing(self) -> bool:
@@ -390,6 +406,7 @@ class CommandIntake:
         """Run the parked aggregate's commands again from its failed one, with a fresh retry
         budget. :class:`~wow_core.cluster.ledger.ParkedNotFoundError` if it is not parked."""
         entry = self.ledger.remove(self.name, aggregate_id)
+        self._journal_settle(entry, "retry")
         lane = self._lanes.get(aggregate_id)
         if lane is not None and lane.parked is not None:
             lane.parked = None
@@ -398,21 +415,75 @@ class CommandIntake:
                 self._pool.ready(lane)
         return entry
 
+    def _journal_settle(self, entry: ParkedAggregate, how: str) -> None:
+        """Write the settle to the journal, in order with the writes after it."""
+        if self.journal is not None:
+            self._journal_write(self.journal.settle(entry, how), f"{how} of {entry}")
+
+    def _journal_write(self, write: Awaitable[None], what: str) -> asyncio.Task[None]:
+        """Run a journal write as a task of its own (in call order; awaited by ``stop``). A
+        write that fails is logged: the entry then holds on this node only, and a restart
+        runs its command again, as without a journal."""
+
+        async def run() -> None:
+            try:
+                await write
+            except Exception:
+                log.exception("%s: the ledger journal did not take the %s", self.name, what)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._journal_writes.add(task)
+        task.add_done_callback(self._journal_writes.discard)
+        return task
+
     async def skip(self, aggregate_id: AggregateId) -> ParkedAggregate:
-        """Settle the parked aggregate's failed command without executing it (no receipt),
-        then run its later commands."""
+        """Settle the parked aggregate's failed command without executing it, then run its
+        later commands. The failed command's sender, when it named a ``reply_to``, gets a
+        rejected receipt ``COMMAND_SKIPPED``, acknowledged by the broker before the command
+        is settled (as a rejection's)."""
         entry = self.ledger.remove(self.name, aggregate_id)
         lane = self._lanes.get(aggregate_id)
+        head = lane.queue[0] if lane is not None and lane.queue else None
+        if head is None or head.record.position != entry.from_position:
+            self._skips.add((aggregate_id, entry.from_position))  # its record is still to come
+        if self.journal is not None:
+            await self.journal.settle(entry, "skip")
         if lane is not None and lane.parked is not None:
             lane.parked = None
-            if lane.queue:
-                await self._settle(lane.queue.popleft())
+            if head is not None and head.record.position == entry.from_position:
+                try:
+                    await self._skip_head(head)
+                except BaseException:
+                    lane.parked = entry  # the receipt failed: still parked, try again
+                    self.ledger.park(entry)
+                    raise
+                lane.queue.popleft()
+                await self._settle(head)
             if lane.queue:
                 lane.queue[0].attempts = 0
                 self._pool.ready(lane)
             else:
                 del self._lanes[aggregate_id]
         return entry
+
+    async def _skip_head(self, entry: _Entry) -> None:
+        """Answer ``entry`` as skipped (its receipt, when it asked for one)."""
+        self._skips.discard((entry.lane_id, entry.record.position))
+        if entry.outcome is None:
+            entry.outcome = CommandReceipt(
+                ReceiptOutcome.REJECTED,
+                self._command_id(entry),
+                entry.wire.command.request_id if entry.wire is not None else self._request_id(entry),
+                entry.aggregate_id,
+                error_code=SKIPPED,
+                error_msg="skipped from the failure ledger by an operator: never executed",
+                position=entry.record.position,
+            )
+        await self._run(entry)
+
+    def _request_id(self, entry: _Entry) -> str:
+        assert entry.head is not None
+        return entry.head.request_id
 
     # -- reading --------------------------------------------------------------------------
 
@@ -431,6 +502,13 @@ class CommandIntake:
                 self._buffer.release()
                 await self._dead_letter(record, error)
                 continue
+            if (
+                self.journal is not None
+                and entry.partition is not None
+                and entry.partition not in self._watermarks
+            ):
+                # a partition new to this node: what the ledger holds of it first
+                await self.journal.caught_up()
             self._unsettled += 1
             self.metrics.increment("wow.intake.received", 1.0, self._tags)
             self.metrics.gauge("wow.intake.lane_depth", self._unsettled, self._tags)
@@ -485,6 +563,17 @@ class CommandIntake:
             delay = (wire.due_at - now_ms()) / 1000
             if delay > 0:
                 await self._sleep(delay)  # awaitDue: the lane waits for the due time
+        if lane.parked is None and entry.outcome is None:
+            held = self.ledger.get(self.name, lane.aggregate_id)
+            if held is not None and held.from_position == entry.record.position:
+                lane.parked = held  # parked before (by this node or a former owner)
+                self._check_idle()
+                return False
+            if (lane.aggregate_id, entry.record.position) in self._skips:
+                await self._skip_head(entry)
+                lane.queue.popleft()
+                await self._settle(entry)
+                return bool(lane.queue)
         try:
             async with self.limit.semaphore:
                 if entry.dropped:
@@ -525,7 +614,7 @@ class CommandIntake:
                 )
                 await self._sleep(backoff)
                 return True
-            self._park(lane, entry, error)
+            await self._park(lane, entry, error)
             return False
         lane.queue.popleft()
         await self._settle(entry)
@@ -572,9 +661,10 @@ class CommandIntake:
                         self._forget(entry)
                 lane.queue = kept
                 if not kept:
-                    if lane.parked is not None:  # its failed command is the new owner's now
+                    if lane.parked is not None and self.journal is None:
+                        # a node's own ledger: its failed command is the new owner's to run
                         self.ledger.discard(self.name, lane.aggregate_id)
-                        lane.parked = None
+                    lane.parked = None
                     del self._lanes[lane_id]
             while any(self._running[key] for key in revoked):
                 self._run_changed.clear()
@@ -591,7 +681,7 @@ class CommandIntake:
         self._lanes.pop(lane.aggregate_id, None)
         self._check_idle()
 
-    def _park(self, lane: _Lane, entry: _Entry, error: BaseException) -> None:
+    async def _park(self, lane: _Lane, entry: _Entry, error: BaseException) -> None:
         parked = ParkedAggregate(
             name=self.name,
             aggregate_id=lane.aggregate_id,
@@ -604,6 +694,9 @@ class CommandIntake:
         )
         lane.parked = parked
         self.ledger.park(parked)
+        if self.journal is not None:
+            # a write of its own, which a stop waits for, not one cut short with the turn
+            await asyncio.shield(self._journal_write(self.journal.park(parked), f"park of {parked}"))
         self.metrics.increment("wow.intake.parked", 1.0, self._tags)
         log.error(
             "%s: %s parked at %s after %d attempts: %s",
@@ -644,7 +737,7 @@ class CommandIntake:
         self._unsettled -= 1
         self._buffer.release()
         receipt = entry.outcome
-        if receipt is None:
+        if receipt is None or receipt.error_code == SKIPPED:
             outcome = "skipped"
         elif receipt.committed:
             outcome = "duplicate" if receipt.duplicate else "committed"
@@ -778,22 +871,6 @@ class CommandIntake:
             wait=wire.wait,
             position=position,
         )
-
-
-def parked_to_json(entry: ParkedAggregate) -> dict[str, Any]:
-    """A parked aggregate as a JSON-ready dict (the ledger commands' receipts carry it)."""
-    aggregate_id = entry.aggregate_id
-    return {
-        "name": entry.name,
-        "aggregate": f"{aggregate_id.named_aggregate}@{aggregate_id.id}",
-        "tenant": aggregate_id.tenant_id,
-        "from_position": entry.from_position,
-        "command_id": entry.command_id,
-        "error": entry.error,
-        "attempts": entry.attempts,
-        "parked_at": entry.parked_at,
-        "waiting": entry.waiting,
-    }
 
 
 __all__ = [
