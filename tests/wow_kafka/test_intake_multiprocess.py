@@ -32,9 +32,9 @@ pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.slow]
 
 APP = "tests.wow_kafka.intake_app:app"
 REDIS_URL = os.environ.get("WOW_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-KEYS = 200
+KEYS = int(os.environ.get("WOW_TEST_INTAKE_KEYS", "1000"))
 PER_KEY = 10
-RATE = 250  # commands per second the test sends
+RATE = int(os.environ.get("WOW_TEST_INTAKE_RATE", "1000"))  # commands per second the test sends
 MAX_BUFFERED = 64  # an intake's read-ahead: its bound on commands in flight
 BUFFERED = 50  # the Kafka receiver's own read-ahead
 MAX_POLL = 20
