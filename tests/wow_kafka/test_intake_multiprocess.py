@@ -4,8 +4,9 @@ is killed with SIGKILL mid-stream and restarted.
 Afterwards: every command has exactly one committed outcome in the (shared, Redis) event
 store, every receipt arrived (copies dropped by command id), each aggregate's commands
 were committed in the order sent, and the re-executions stay within what the killed node
-could have had in flight. The issue's 10 000 commands over 1 000 aggregates are scaled
-down (KEYS x PER_KEY) to keep the test near a minute on a loaded two-core machine.
+could have had in flight. At the issue's scale: 10 000 commands over 1 000 aggregates
+(``WOW_TEST_INTAKE_KEYS`` x 10; ``WOW_TEST_INTAKE_RATE`` commands a second), every wait
+bounded.
 """
 
 from __future__ import annotations

@@ -951,3 +951,21 @@ async def test_the_intakes_counters_go_to_the_metrics_facade(
     assert metrics.counter_value("wow.intake.busy_retries", intake="bank.intake") == 2
     assert metrics.counter_value("wow.intake.retries", intake="bank.intake") == FAST.retries
     assert metrics.gauge_value("wow.intake.lane_depth", intake="bank.intake") == 0
+
+
+async def test_a_scheduled_command_waiting_for_its_due_time_is_dropped_by_a_revocation(
+    node: Node, receipts: Receipts, store: FlakyStore
+) -> None:
+    late = account("late")
+    await send(node, command(late, Open("l")), due_at=now_ms() + 300)
+
+    async def queued() -> bool:
+        return node.intake.in_flight == 1
+
+    await eventually(queued, WAIT, "the scheduled command to wait in its lane")
+    [entry] = [entry for lane in node.intake._lanes.values() for entry in lane.queue]
+    await node.intake._on_revoked([(TOPIC, int(entry.record.position.split(":")[0]))])
+    assert node.intake.revoked_dropped == 1
+    await asyncio.sleep(0.5)  # past its due time: it must not run here
+    assert await store.last_version(late) == 0
+    assert receipts.pending() == 0

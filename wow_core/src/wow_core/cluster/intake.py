@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -290,7 +290,7 @@ class CommandIntake:
         self._idle.set()
         self._unsettled = 0
         self._epochs: dict[tuple[str, int], int] = {}  # revocations seen, per partition
-        self._running: Counter[tuple[str, int] | None] = Counter()
+        self._running: dict[tuple[str, int] | None, set[_Entry]] = {}
         self._run_changed = asyncio.Event()
         # Counters, for tests and metrics.
         self.executed = 0
@@ -502,13 +502,9 @@ class CommandIntake:
                 self._buffer.release()
                 await self._dead_letter(record, error)
                 continue
-            if (
-                self.journal is not None
-                and entry.partition is not None
-                and entry.partition not in self._watermarks
-            ):
-                # a partition new to this node: what the ledger holds of it first
-                await self.journal.caught_up()
+            fresh = entry.partition is not None and entry.partition not in self._watermarks
+            if fresh and self.journal is not None:
+                await self._catch_up(self.journal)
             self._unsettled += 1
             self.metrics.increment("wow.intake.received", 1.0, self._tags)
             self.metrics.gauge("wow.intake.lane_depth", self._unsettled, self._tags)
@@ -523,6 +519,13 @@ class CommandIntake:
             lane.queue.append(entry)
             if len(lane.queue) == 1 and lane.parked is None:
                 self._pool.ready(lane)
+
+    async def _catch_up(self, journal: LedgerJournal) -> None:
+        """A partition new to this node: what the ledger holds of it, first."""
+        try:
+            await journal.caught_up()
+        except Exception as error:  # its parked aggregates may run again, as without a journal
+            log.warning("%s: the ledger journal %s cannot be read: %r", self.name, journal.topic, error)
 
     def _entry(self, record: TransportRecord) -> _Entry:
         place = parse_position(record.position)
@@ -563,6 +566,8 @@ class CommandIntake:
             delay = (wire.due_at - now_ms()) / 1000
             if delay > 0:
                 await self._sleep(delay)  # awaitDue: the lane waits for the due time
+                if entry.dropped:
+                    return False  # revoked while it waited: the new owner runs it
         if lane.parked is None and entry.outcome is None:
             held = self.ledger.get(self.name, lane.aggregate_id)
             if held is not None and held.from_position == entry.record.position:
@@ -579,12 +584,13 @@ class CommandIntake:
                 if entry.dropped:
                     return False  # revoked while it waited: the new owner runs it
                 entry.running = True
-                self._running[entry.partition] += 1
+                running = self._running.setdefault(entry.partition, set())
+                running.add(entry)
                 try:
                     await self._run(entry)
                 finally:
                     entry.running = False
-                    self._running[entry.partition] -= 1
+                    running.discard(entry)
                     self._run_changed.set()
         except CommandBusyError:
             if entry.revoked:
@@ -666,7 +672,7 @@ class CommandIntake:
                         self.ledger.discard(self.name, lane.aggregate_id)
                     lane.parked = None
                     del self._lanes[lane_id]
-            while any(self._running[key] for key in revoked):
+            while any(self._running.get(key) for key in revoked):
                 self._run_changed.clear()
                 await self._run_changed.wait()
         finally:
