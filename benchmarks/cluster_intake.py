@@ -18,6 +18,17 @@ Each command costs a node: one record read, the kernel's decision, three broker 
 with the nodes.
 
     python -m benchmarks.cluster_intake [--quick] [--repeat R]
+
+Each figure also says where the machine's CPU went during the measured window (from
+``/proc``): the CPU seconds of each node, of the broker and of this sending process, and
+the whole machine's busy CPU (every process, other users' included) against the two
+cores' capacity, with the load average. ``node_cpu_ms_per_command`` is the nodes' CPU per
+command: when it stays flat from 1 to 2 nodes while the machine is saturated, the missing
+speed-up is the machine's, not the intake's.
+
+``WOW_BENCH_PROFILE=DIR`` runs each node under ``py-spy record`` (install it with ``uv pip
+install py-spy``; not a dependency) and writes its collapsed stacks to
+``DIR/node-<pid>.txt``: where a node's time goes under the backlog.
 """
 
 from __future__ import annotations
@@ -42,6 +53,25 @@ from wow_core.transport.spi import TransportMessage
 from wow_kafka import KafkaTransport
 
 ROOT = Path(__file__).resolve().parents[1]
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) the process ``pid`` used so far; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot, every core."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = values[3] + values[4]
+    return (sum(values[:8]) - idle) / _TICK, sum(values[:8]) / _TICK
+
+
 APP = "benchmarks._intake_app:app"
 PARTITIONS = 6
 BATCH = 500
@@ -65,6 +95,28 @@ class Node:
         )
         self.owned = 0
         self.lines: list[str] = []
+        self.profiler: subprocess.Popen[bytes] | None = None
+        profile = os.environ.get("WOW_BENCH_PROFILE")
+        if profile:  # py-spy attaches; it writes its stacks when the node exits
+            Path(profile).mkdir(parents=True, exist_ok=True)
+            out = Path(profile) / f"node-{self.process.pid}.txt"
+            spy = str(Path(sys.executable).parent / "py-spy")
+            self.profiler = subprocess.Popen(
+                [
+                    spy,
+                    "record",
+                    "--format",
+                    "raw",
+                    "--rate",
+                    "250",
+                    "-o",
+                    str(out),
+                    "--pid",
+                    str(self.process.pid),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+            )
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -83,6 +135,8 @@ class Node:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)
+        if self.profiler is not None:
+            self.profiler.wait(60)
 
 
 def node_env(bootstrap: str, prefix: str) -> dict[str, str]:
@@ -104,8 +158,13 @@ def node_env(bootstrap: str, prefix: str) -> dict[str, str]:
 
 
 async def one_run(
-    bootstrap: str, nodes: int, count: int, aggregates: int, rate: float | None = None
-) -> dict[str, float]:
+    bootstrap: str,
+    nodes: int,
+    count: int,
+    aggregates: int,
+    rate: float | None = None,
+    broker_pid: int | None = None,
+) -> dict[str, Any]:
     """Send ``count`` commands (all at once, or ``rate`` a second in batches of 20) to
     ``nodes`` fresh node processes; the throughput and latency percentiles."""
     settings = settings_for(bootstrap, partitions=PARTITIONS)
@@ -155,6 +214,11 @@ async def one_run(
             raise RuntimeError("receipts ended early")
 
         reader = asyncio.create_task(read())
+        pids = [m.process.pid for m in members]
+        cpu_before = [process_cpu(pid) for pid in pids]
+        broker_before = process_cpu(broker_pid) if broker_pid else 0.0
+        client_before = time.process_time()
+        machine_before = machine_cpu()
         started = time.perf_counter()
         for index, batch in enumerate(batches):
             if rate is not None:
@@ -166,8 +230,23 @@ async def one_run(
                 sent_at[command_id] = now
             await client.send_many([message for _, message in batch])
         ended = await asyncio.wait_for(reader, 300)
+        node_cpu = [process_cpu(pid) - before for pid, before in zip(pids, cpu_before, strict=True)]
+        busy, total = (after - before for after, before in zip(machine_cpu(), machine_before, strict=True))
+        ours = sum(node_cpu) + (process_cpu(broker_pid) - broker_before if broker_pid else 0.0)
+        ours += time.process_time() - client_before
         latencies.sort()
         return {
+            "cpu": {
+                "node_cpu_s": [round(c, 2) for c in node_cpu],
+                "node_cpu_ms_per_command": round(1000 * sum(node_cpu) / count, 3),
+                "broker_cpu_s": round(process_cpu(broker_pid) - broker_before, 2) if broker_pid else None,
+                "client_cpu_s": round(time.process_time() - client_before, 2),
+                "machine_busy_cores": round(busy / (ended - started), 2),
+                "machine_cores": round(total / (ended - started), 2),
+                "others_cpu_s": round(max(0.0, busy - ours), 2),
+                "load_average": [round(v, 2) for v in os.getloadavg()],
+                "wall_s": round(ended - started, 2),
+            },
             "throughput": count / (ended - started),
             "p50_ms": latencies[len(latencies) // 2] * 1000,
             "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
@@ -181,6 +260,7 @@ async def one_run(
 
 async def run(h: Harness) -> list[Figure]:
     bootstrap, broker = bootstrap_or_tansu()
+    broker_pid = broker.process.pid if broker is not None and broker.process is not None else None
     try:
         count = h.n(6_000)
         aggregates = max(60, count // 10)
@@ -189,7 +269,7 @@ async def run(h: Harness) -> list[Figure]:
         for nodes in (1, 2, 3):
             best: dict[str, float] | None = None
             for _ in range(max(1, min(h.repeat, 2))):
-                result = await one_run(bootstrap, nodes, count, aggregates)
+                result = await one_run(bootstrap, nodes, count, aggregates, broker_pid=broker_pid)
                 if best is None or result["throughput"] > best["throughput"]:
                     best = result
             assert best is not None
@@ -207,6 +287,7 @@ async def run(h: Harness) -> list[Figure]:
                 "paced_p50_ms_to_committed_receipt": round(paced["p50_ms"], 1),
                 "paced_p99_ms_to_committed_receipt": round(paced["p99_ms"], 1),
                 "speedup_over_1_node": round(best["throughput"] / base, 2),
+                **best["cpu"],
             }
             if nodes == 2:
                 detail["goal_speedup"] = 1.6

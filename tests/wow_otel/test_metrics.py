@@ -230,3 +230,28 @@ def test_metrics_off_with_tracing_off_installs_no_middleware(monkeypatch: pytest
         (on,) = [m for m in create_container(WowSettings()).middleware() if isinstance(m, OtelMiddleware)]
         assert on.tracer is not None
         assert on.instruments is None, "tracing only: the metrics backend is not otel"
+
+
+async def test_the_cluster_intakes_counters_reach_opentelemetry(otel: OtelCapture) -> None:
+    from wow_core.cluster import CommandReceipt, CommandWire, ReplyTo
+    from wow_core.model import CommandMessage, now_ms
+    from wow_core.transport import InMemoryTransport, TransportMessage
+
+    settings = WowSettings(metrics="otel", cluster={"intake": {"enabled": True}})
+    runtime = WowApp("bank", aggregates=[Account]).runtime(settings)
+    [intake] = runtime.intakes
+    transport = runtime.transport
+    assert isinstance(transport, InMemoryTransport)
+    async with runtime:
+        reader = InMemoryTransport(broker=transport.broker)
+        receipts = reader.open("orders", ["wow.orders.receipts"])
+        receipts.open_processing()
+        message = CommandMessage(runtime.aggregates.command(Open("ot")).aggregate_id, Open("ot"), "Open")
+        payload = CommandWire(message, ReplyTo("orders", committed=True)).encode(intake.registry)
+        await transport.send(TransportMessage(intake.topic, message.aggregate_id.id, payload, now_ms()))
+        record = await asyncio.wait_for(anext(aiter(receipts)), 10)
+        assert CommandReceipt.decode(record.payload).committed
+        await reader.close()
+    assert value(otel, "wow.intake.received", intake="bank.intake") == 1
+    assert value(otel, "wow.intake.settled", intake="bank.intake", outcome="committed") == 1
+    assert series(otel, "wow.intake.lane_depth") == [{"intake": "bank.intake"}]

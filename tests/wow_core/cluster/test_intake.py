@@ -34,10 +34,11 @@ from wow_core.cluster import (
 from wow_core.command import CommandStage, ErrorCodes, WaitContext, WaitCoordinator
 from wow_core.command.stages import WaitPlan
 from wow_core.eventsourcing import InMemoryEventStore
+from wow_core.metrics import InMemoryMetrics
 from wow_core.model import AggregateId, BodyTypeRegistry, CommandMessage, NamedAggregate, now_ms
 from wow_core.modeling import AggregateRegistry, CommandKernel, aggregate, on_command, on_sourcing
 from wow_core.testing import eventually
-from wow_core.transport import InMemoryBroker, InMemoryTransport, TransportMessage
+from wow_core.transport import InMemoryBroker, InMemoryTransport, TransportMessage, set_revocation_listener
 
 TOPIC = commands_topic("bank")
 RECEIPTS = receipts_topic("orders")
@@ -541,13 +542,20 @@ async def test_the_parked_command_holds_its_partitions_checkpoint_until_skipped(
     partition, offset = map(int, opened.position.split(":"))
     assert node.intake.checkpoint(partition) == offset + 1
     store.down = True
-    await send(node, command(gina, Deposit(1)))
+    failed = command(gina, Deposit(1))
+    await send(node, failed)
     await _parked(node)
     assert len(node.intake.parked()) == 1
     assert node.intake.checkpoint(partition) == offset + 1  # never past the parked offset
     store.down = False
     await send(node, command(gina, Deposit(2)))
     await node.intake.skip(gina)
+    skipped = await receipts.next()  # its sender asked for a reply: told it was skipped
+    assert (skipped.command_id, skipped.committed, skipped.error_code) == (
+        failed.id,
+        False,
+        "COMMAND_SKIPPED",
+    )
     after = await receipts.next()
     assert after.version == 2
     assert after.result == {"balance": 2}
@@ -705,6 +713,7 @@ async def test_the_runtime_starts_an_intake_per_context_when_enabled_and_stops_i
     assert intake.name == "bank.intake"
     assert intake.topic == "wow.bank.commands"
     assert intake.limit.intakes == 3
+    assert intake.journal is None  # in_memory: one process, the node's own ledger
     transport = runtime.transport
     assert isinstance(transport, InMemoryTransport)
     async with runtime:
@@ -786,6 +795,7 @@ async def test_a_ledger_command_is_not_held_behind_the_parked_aggregate_it_names
     ops = InMemoryTransport(broker=broker)
     skipped = await ledger_request(ops, "skip", nina, timeout=WAIT)
     assert skipped.committed
+    assert (await receipts.next()).error_code == "COMMAND_SKIPPED"  # the skipped command's answer
     after = await receipts.next()
     assert after.result == {"balance": 2}
     await ops.close()
@@ -834,3 +844,128 @@ async def test_wow_ledger_sends_the_command_and_prints_the_receipt(
     assert printed.startswith("refused: LEDGER_ENTRY_NOT_FOUND")
     status, printed = await wow_ledger("list", "not-an-aggregate")
     assert (status, printed) == (2, "wow ledger: expected context.aggregate@id, got 'not-an-aggregate'\n")
+
+
+async def test_a_receiver_without_revocations_keeps_the_spi_default() -> None:
+    class Plain:
+        pass
+
+    assert set_revocation_listener(Plain(), None) is False  # type: ignore[arg-type]
+
+    class Listening:
+        listener: Any = "unset"
+
+        def set_revocation_listener(self, listener: Any) -> None:
+            self.listener = listener
+
+    receiver = Listening()
+    assert set_revocation_listener(receiver, print) is True  # type: ignore[arg-type]
+    assert receiver.listener is print
+
+
+async def test_a_revocation_drops_the_queued_and_parked_commands_of_its_partitions_and_awaits_the_running(
+    node: Node, store: FlakyStore
+) -> None:
+    Gate.release = asyncio.Event()
+    Gate.entered = asyncio.Queue()
+    gate = AggregateId(NamedAggregate("bank", "gate"), "g1")
+    await send(node, command(gate, Hold("first")))
+    await send(node, command(gate, Hold("second")))
+    assert await asyncio.wait_for(Gate.entered.get(), WAIT) == "first"
+    store.down = True
+    sick = account("sick")
+    await send(node, command(sick, Open("s")))
+
+    async def parked() -> bool:
+        return len(node.intake.parked()) == 1
+
+    await eventually(parked, WAIT, "the aggregate to be parked")
+    partitions = {
+        (TOPIC, int(entry.record.position.split(":")[0]))
+        for lane in node.intake._lanes.values()
+        for entry in lane.queue
+    }
+    revocation = asyncio.create_task(node.intake._on_revoked(sorted(partitions)))
+    await asyncio.sleep(0.05)
+    assert not revocation.done(), "the revocation must wait for the running command"
+    store.down = False
+    Gate.release.set()
+    await asyncio.wait_for(revocation, WAIT)
+    assert node.intake.parked() == []
+    assert node.ledger.entries() == []
+    assert node.intake.in_flight == 0
+    assert node.intake.revoked_dropped == 2  # the second Hold and the parked Open
+    await asyncio.sleep(0.05)
+    assert Gate.entered.empty(), "a dropped command ran"
+    assert await store.last_version(gate) == 1
+
+
+async def test_the_intakes_counters_go_to_the_metrics_facade(
+    broker: InMemoryBroker, store: FlakyStore, receipts: Receipts
+) -> None:
+    class BusyOnce(CommandKernel):
+        refusals = 2
+
+        async def process(self, command: CommandMessage[Any]) -> Any:
+            if self.refusals:
+                self.refusals -= 1
+                raise CommandBusyError("node busy")
+            return await super().process(command)
+
+    node = Node(broker, store, kernel_type=BusyOnce)
+    metrics = InMemoryMetrics()
+    node.intake.metrics = metrics
+    await node.intake.start()
+    try:
+        rich = account("rich")
+        await send(node, command(rich, Open("r")))
+        deposit = command(rich, Deposit(5))
+        await send(node, deposit)
+        await send(node, command(rich, Deposit(5), request_id=deposit.request_id))
+        await send(node, command(rich, Withdraw(100)))
+        await receipts.take(4)
+        assert metrics.gauge_value("wow.intake.lane_depth", intake="bank.intake") == 0
+        store.down = True
+        await send(node, command(account("down"), Open("d")))
+
+        async def parked() -> bool:
+            return metrics.counter_value("wow.intake.parked", intake="bank.intake") == 1
+
+        await eventually(parked, WAIT, "the aggregate to be parked")
+        assert metrics.gauge_value("wow.intake.lane_depth", intake="bank.intake") == 1
+        await node.intake.skip(account("down"))
+    finally:
+        await node.intake.stop(5)
+        await node.transport.close()
+
+    def settled(outcome: str) -> float:
+        return metrics.counter_value("wow.intake.settled", intake="bank.intake", outcome=outcome)
+
+    assert metrics.counter_value("wow.intake.received", intake="bank.intake") == 5
+    assert (settled("committed"), settled("duplicate"), settled("rejected"), settled("skipped")) == (
+        2,
+        1,
+        1,
+        1,
+    )
+    assert metrics.counter_value("wow.intake.busy_retries", intake="bank.intake") == 2
+    assert metrics.counter_value("wow.intake.retries", intake="bank.intake") == FAST.retries
+    assert metrics.gauge_value("wow.intake.lane_depth", intake="bank.intake") == 0
+
+
+async def test_a_scheduled_command_waiting_for_its_due_time_is_dropped_by_a_revocation(
+    node: Node, receipts: Receipts, store: FlakyStore
+) -> None:
+    late = account("late")
+    await send(node, command(late, Open("l")), due_at=now_ms() + 300)
+
+    async def queued() -> bool:
+        return node.intake.in_flight == 1
+
+    await eventually(queued, WAIT, "the scheduled command to wait in its lane")
+    [entry] = [entry for lane in node.intake._lanes.values() for entry in lane.queue]
+    await node.intake._on_revoked([(TOPIC, int(entry.record.position.split(":")[0]))])
+    assert node.intake.revoked_dropped == 1
+    await asyncio.sleep(0.5)  # past its due time: it must not run here
+    assert await store.last_version(late) == 0
+    assert receipts.pending() == 0

@@ -22,6 +22,15 @@ Guarantees:
   lets in-flight ones finish for up to ``revocation_drain_timeout_ms``, commits what is
   contiguous, and forgets the partitions; acknowledgements arriving later no longer
   count, so the new owner redelivers them. On assignment it anchors again.
+- With a revocation listener (``set_revocation_listener``, the optional SPI method of
+  :class:`~wow_core.transport.spi.RevocationListening`), the listener is called with the
+  revoked ``(topic, partition)`` pairs right after the receiver stopped handing out their
+  records, within ``revocation_drain_timeout_ms``; once it returned, the consumer is done
+  with them (it dropped what it had not started, finished what was in flight), so the
+  receiver commits at once without waiting for the dropped records. A listener that
+  raises or overruns the timeout is logged, and the receiver drains for what is left of
+  the timeout as without one. Either way the commit happens before the group hands the
+  partitions over.
 
 What it does not guarantee: exactly-once. A record in flight when its partition moved
 or its process died is delivered again to the new owner, and may then be processed
@@ -41,6 +50,7 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from aiokafka.protocol.group import LeaveGroupRequest
 
 from wow_core.transport.kit import ReadAhead, Readiness
+from wow_core.transport.spi import RevocationListener
 from wow_kafka.errors import KafkaConnectError
 from wow_kafka.offsets import PartitionOffsets
 from wow_kafka.record import KafkaRecord
@@ -153,6 +163,11 @@ class KafkaTransportReceiver:
         """Set after each anchored assignment; tests and tools clear and wait on it."""
         self.revocation_started = asyncio.Event()
         """Set when a revocation of owned partitions begins (before the drain)."""
+        self._revocation_listener: RevocationListener | None = None
+
+    def set_revocation_listener(self, listener: RevocationListener | None) -> None:
+        """Call ``listener`` on each revocation (see the module docstring); None removes it."""
+        self._revocation_listener = listener
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -385,9 +400,11 @@ class KafkaTransportReceiver:
             state.revoking = True
         self.revocation_started.set()
         timeout = self._settings.revocation_drain_timeout_ms / 1000
-        if timeout > 0 and not self._closed:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        if await self._tell_listener([tp for tp, _ in states], timeout):
+            pass  # the consumer is done with them: nothing left to wait for
+        elif timeout > 0 and not self._closed:
             for _, state in states:
                 await state.drain(max(0.0, deadline - loop.time()))
         try:
@@ -404,6 +421,28 @@ class KafkaTransportReceiver:
                 state.retire()
                 self._partitions.pop(tp, None)
         log.info("Kafka receiver of group %r: revoked %s", self.group, sorted(map(str, revoked)))
+
+    async def _tell_listener(self, revoked: list[TopicPartition], timeout: float) -> bool:
+        """Call the revocation listener within ``timeout``; True when it returned."""
+        listener = self._revocation_listener
+        if listener is None:
+            return False
+        pairs = sorted((tp.topic, tp.partition) for tp in revoked)
+        try:
+            async with asyncio.timeout(timeout):
+                await listener(pairs)
+        except TimeoutError:
+            log.warning(
+                "Kafka receiver of group %r: the revocation listener did not finish within %.1fs "
+                "(WOW_KAFKA__REVOCATION_DRAIN_TIMEOUT_MS); committing what is done",
+                self.group,
+                timeout,
+            )
+            return False
+        except Exception:
+            log.exception("Kafka receiver of group %r: the revocation listener failed", self.group)
+            return False
+        return True
 
     async def _anchor(
         self, consumer: AIOKafkaConsumer, assigned: set[TopicPartition]

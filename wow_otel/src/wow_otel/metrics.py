@@ -45,6 +45,13 @@ UNITS: dict[str, str] = {
     "wow.command.publish_failures": "{stream}",
     "wow.command.void_dropped": "{command}",
     "wow.transport.decode_failures": "{record}",
+    "wow.intake.received": "{command}",
+    "wow.intake.settled": "{command}",
+    "wow.intake.retries": "{command}",
+    "wow.intake.busy_retries": "{command}",
+    "wow.intake.parked": "{aggregate}",
+    "wow.intake.revoked_dropped": "{command}",
+    "wow.intake.lane_depth": "{command}",
 }
 
 

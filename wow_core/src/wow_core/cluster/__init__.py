@@ -10,6 +10,7 @@ from wow_core.cluster.intake import (
     IntakeOptions,
     IntakeUnsupportedError,
 )
+from wow_core.cluster.journal import LedgerJournal, ledger_topic
 from wow_core.cluster.ledger import FailureLedger, ParkedAggregate, ParkedNotFoundError
 from wow_core.cluster.wire import (
     CommandReceipt,
@@ -36,6 +37,7 @@ __all__ = [
     "InFlightLimit",
     "IntakeOptions",
     "IntakeUnsupportedError",
+    "LedgerJournal",
     "LowWatermark",
     "ParkedAggregate",
     "ParkedNotFoundError",
@@ -46,5 +48,6 @@ __all__ = [
     "commands_topic",
     "decode_command",
     "encode_command",
+    "ledger_topic",
     "receipts_topic",
 ]

@@ -39,6 +39,21 @@ settled, and the transport commits no further than every earlier record acknowle
 (the Kafka receiver commits its contiguous watermark), so a handover or restart executes
 again at most what was in flight, which the kernel deduplicates; a receipt sent again
 then is dropped by the sender by command id (:class:`~wow_core.cluster.wire.ReceiptDeduplicator`).
+
+Counters go to the node's metrics facade (:mod:`wow_core.metrics`, exported with
+``WOW_METRICS=otel``), tagged with the subscription (``intake``): ``wow.intake.received``
+(records taken), ``wow.intake.settled`` (by ``outcome``: ``committed``, ``duplicate``,
+``rejected``, ``skipped``), ``wow.intake.retries`` (technical failures retried),
+``wow.intake.busy_retries``, ``wow.intake.parked``, ``wow.intake.revoked_dropped``, and the
+gauge ``wow.intake.lane_depth`` (commands received and not settled, in every lane).
+
+On a revocation of partitions (a rebalance; the receiver's optional
+:class:`~wow_core.transport.spi.RevocationListening` method, offered by the Kafka receiver),
+the intake drops the commands of those partitions it has not started (unacknowledged: the
+new owner runs them from the checkpoint), lets the ones in flight finish (their receipts
+included) and only then lets the revocation complete, so the old and the new owner never
+run a partition's commands at once. A parked aggregate of a revoked partition leaves this
+node's ledger: its failed command is the new owner's to run again.
 """
 
 from __future__ import annotations
@@ -46,12 +61,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from wow_core.cluster.checkpoint import LowWatermark, parse_position
-from wow_core.cluster.ledger import FailureLedger, ParkedAggregate, ParkedNotFoundError
+from wow_core.cluster.journal import LedgerJournal
+from wow_core.cluster.ledger import FailureLedger, ParkedAggregate, ParkedNotFoundError, parked_to_json
 from wow_core.cluster.wire import (
     LEDGER,
     LEDGER_BODIES,
@@ -72,12 +88,22 @@ from wow_core.cluster.wire import (
 from wow_core.command.coordinator import WaitCoordinator
 from wow_core.command.stages import CommandStage, ErrorCodes, WaitSignal
 from wow_core.concurrency.lane_pool import LanePool
+from wow_core.metrics import Metrics, NoopMetrics
 from wow_core.model import AggregateId, BodyTypeRegistry, TopicKind, now_ms
 from wow_core.modeling.kernel import CommandKernel, CommandOutcome
 from wow_core.transport.defaults import DefaultTopicNaming, naming_of
-from wow_core.transport.spi import Transport, TransportMessage, TransportReceiver, TransportRecord
+from wow_core.transport.spi import (
+    Transport,
+    TransportMessage,
+    TransportReceiver,
+    TransportRecord,
+    set_revocation_listener,
+)
 
 log = logging.getLogger(__name__)
+
+SKIPPED = "COMMAND_SKIPPED"
+"""The error code of the receipt of a command skipped from the failure ledger."""
 
 
 class CommandBusyError(RuntimeError):
@@ -149,6 +175,7 @@ class _Entry:
         "aggregate_id",
         "attempts",
         "busy",
+        "dropped",
         "head",
         "lane_id",
         "offset",
@@ -156,6 +183,8 @@ class _Entry:
         "partition",
         "record",
         "rejection",
+        "revoked",
+        "running",
         "wire",
     )
 
@@ -176,6 +205,9 @@ class _Entry:
         self.offset = offset
         self.attempts = 0
         self.busy = 0
+        self.running = False  # in the kernel or sending its receipt
+        self.revoked = False  # its partition is being revoked: finish, never retry
+        self.dropped = False  # taken out unsettled (revocation): never to run here
         self.outcome: CommandReceipt | None = None  # decided: only its settlement is left
         self.head: EnvelopeHead | None = rejection.head if rejection is not None else None
         # A ledger system command runs in a lane of its own, never behind a parked aggregate.
@@ -220,6 +252,8 @@ class CommandIntake:
         creations: CreationIds | None = None,
         strict_bodies: bool = True,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        metrics: Metrics | None = None,
+        journal: LedgerJournal | None = None,
     ) -> None:
         self.context_name = context_name
         self.topic = commands_topic(context_name, prefix)
@@ -235,6 +269,17 @@ class CommandIntake:
         self.creations = creations or CreationIds()
         self.strict_bodies = strict_bodies
         self._sleep = sleep
+        self.metrics: Metrics = metrics if metrics is not None else NoopMetrics()
+        self.journal = journal
+        if journal is not None:
+            self.ledger = journal.ledger
+        self._skips: set[tuple[AggregateId, str]] = set()  # skipped before their record came
+        self._journal_writes: set[asyncio.Task[None]] = set()
+        self._tags = {"intake": self.name}
+        self._outcome_tags = {
+            outcome: {"intake": self.name, "outcome": outcome}
+            for outcome in ("committed", "duplicate", "rejected", "skipped")
+        }
         self._lanes: dict[AggregateId, _Lane] = {}
         self._watermarks: dict[tuple[str, int], LowWatermark] = {}
         self._buffer = asyncio.Semaphore(self.options.max_buffered)
@@ -244,6 +289,9 @@ class CommandIntake:
         self._idle = asyncio.Event()
         self._idle.set()
         self._unsettled = 0
+        self._epochs: dict[tuple[str, int], int] = {}  # revocations seen, per partition
+        self._running: dict[tuple[str, int] | None, set[_Entry]] = {}
+        self._run_changed = asyncio.Event()
         # Counters, for tests and metrics.
         self.executed = 0
         self.committed = 0
@@ -253,6 +301,7 @@ class CommandIntake:
         self.busy_retried = 0
         self.receipts_sent = 0
         self.dead_lettered = 0
+        self.revoked_dropped = 0
 
     # -- life -----------------------------------------------------------------------
 
@@ -280,7 +329,10 @@ class CommandIntake:
                 if named.context_name == self.context_name
             )
             await check(self.topic, event_topics)
+        if self.journal is not None:
+            await self.journal.start()  # the cluster's parked entries, before any command
         receiver = self.transport.open(self.name, [self.topic])
+        set_revocation_listener(receiver, self._on_revoked)
         self._receiver = receiver
         await receiver.ready()
 
@@ -318,6 +370,10 @@ class CommandIntake:
         if self._receiver is not None:
             await self._receiver.close()
             self._receiver = None
+        if self._journal_writes:
+            await asyncio.gather(*self._journal_writes, return_exceptions=True)
+        if self.journal is not None:
+            await self.journal.close()
         return settled
 
     def _unsettled_flowing(self) -> bool:
@@ -350,6 +406,7 @@ class CommandIntake:
         """Run the parked aggregate's commands again from its failed one, with a fresh retry
         budget. :class:`~wow_core.cluster.ledger.ParkedNotFoundError` if it is not parked."""
         entry = self.ledger.remove(self.name, aggregate_id)
+        self._journal_settle(entry, "retry")
         lane = self._lanes.get(aggregate_id)
         if lane is not None and lane.parked is not None:
             lane.parked = None
@@ -358,15 +415,50 @@ class CommandIntake:
                 self._pool.ready(lane)
         return entry
 
+    def _journal_settle(self, entry: ParkedAggregate, how: str) -> None:
+        """Write the settle to the journal, in order with the writes after it."""
+        if self.journal is not None:
+            self._journal_write(self.journal.settle(entry, how), f"{how} of {entry}")
+
+    def _journal_write(self, write: Awaitable[None], what: str) -> asyncio.Task[None]:
+        """Run a journal write as a task of its own (in call order; awaited by ``stop``). A
+        write that fails is logged: the entry then holds on this node only, and a restart
+        runs its command again, as without a journal."""
+
+        async def run() -> None:
+            try:
+                await write
+            except Exception:
+                log.exception("%s: the ledger journal did not take the %s", self.name, what)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._journal_writes.add(task)
+        task.add_done_callback(self._journal_writes.discard)
+        return task
+
     async def skip(self, aggregate_id: AggregateId) -> ParkedAggregate:
-        """Settle the parked aggregate's failed command without executing it (no receipt),
-        then run its later commands."""
+        """Settle the parked aggregate's failed command without executing it, then run its
+        later commands. The failed command's sender, when it named a ``reply_to``, gets a
+        rejected receipt ``COMMAND_SKIPPED``, acknowledged by the broker before the command
+        is settled (as a rejection's)."""
         entry = self.ledger.remove(self.name, aggregate_id)
         lane = self._lanes.get(aggregate_id)
+        head = lane.queue[0] if lane is not None and lane.queue else None
+        if head is None or head.record.position != entry.from_position:
+            self._skips.add((aggregate_id, entry.from_position))  # its record is still to come
+        if self.journal is not None:
+            await self.journal.settle(entry, "skip")
         if lane is not None and lane.parked is not None:
             lane.parked = None
-            if lane.queue:
-                await self._settle(lane.queue.popleft())
+            if head is not None and head.record.position == entry.from_position:
+                try:
+                    await self._skip_head(head)
+                except BaseException:
+                    lane.parked = entry  # the receipt failed: still parked, try again
+                    self.ledger.park(entry)
+                    raise
+                lane.queue.popleft()
+                await self._settle(head)
             if lane.queue:
                 lane.queue[0].attempts = 0
                 self._pool.ready(lane)
@@ -374,18 +466,48 @@ class CommandIntake:
                 del self._lanes[aggregate_id]
         return entry
 
+    async def _skip_head(self, entry: _Entry) -> None:
+        """Answer ``entry`` as skipped (its receipt, when it asked for one)."""
+        self._skips.discard((entry.lane_id, entry.record.position))
+        if entry.outcome is None:
+            entry.outcome = CommandReceipt(
+                ReceiptOutcome.REJECTED,
+                self._command_id(entry),
+                entry.wire.command.request_id if entry.wire is not None else self._request_id(entry),
+                entry.aggregate_id,
+                error_code=SKIPPED,
+                error_msg="skipped from the failure ledger by an operator: never executed",
+                position=entry.record.position,
+            )
+        await self._run(entry)
+
+    def _request_id(self, entry: _Entry) -> str:
+        assert entry.head is not None
+        return entry.head.request_id
+
     # -- reading --------------------------------------------------------------------------
 
     async def _consume(self, receiver: TransportReceiver) -> None:
         async for record in receiver:
+            place = parse_position(record.position)
+            key = None if place is None else (record.topic, place[0])
+            epoch = self._epochs.get(key, 0) if key is not None else 0
             await self._buffer.acquire()
+            if key is not None and self._epochs.get(key, 0) != epoch:
+                self._buffer.release()  # revoked while it waited for room: the new owner's
+                continue
             try:
                 entry = self._entry(record)
             except WireError as error:
                 self._buffer.release()
                 await self._dead_letter(record, error)
                 continue
+            fresh = entry.partition is not None and entry.partition not in self._watermarks
+            if fresh and self.journal is not None:
+                await self._catch_up(self.journal)
             self._unsettled += 1
+            self.metrics.increment("wow.intake.received", 1.0, self._tags)
+            self.metrics.gauge("wow.intake.lane_depth", self._unsettled, self._tags)
             if entry.partition is not None:
                 mark = self._watermarks.get(entry.partition)
                 if mark is None:
@@ -397,6 +519,13 @@ class CommandIntake:
             lane.queue.append(entry)
             if len(lane.queue) == 1 and lane.parked is None:
                 self._pool.ready(lane)
+
+    async def _catch_up(self, journal: LedgerJournal) -> None:
+        """A partition new to this node: what the ledger holds of it, first."""
+        try:
+            await journal.caught_up()
+        except Exception as error:  # its parked aggregates may run again, as without a journal
+            log.warning("%s: the ledger journal %s cannot be read: %r", self.name, journal.topic, error)
 
     def _entry(self, record: TransportRecord) -> _Entry:
         place = parse_position(record.position)
@@ -429,24 +558,55 @@ class CommandIntake:
 
     async def _turn(self, lane: _Lane) -> bool:
         """Run the head of ``lane``: True when the lane has more to run now."""
+        if not lane.queue:
+            return False  # emptied by a revocation while it waited for its turn
         entry = lane.queue[0]
         wire = entry.wire
         if wire is not None and wire.due_at is not None and entry.outcome is None:
             delay = (wire.due_at - now_ms()) / 1000
             if delay > 0:
                 await self._sleep(delay)  # awaitDue: the lane waits for the due time
+                if entry.dropped:
+                    return False  # revoked while it waited: the new owner runs it
+        if lane.parked is None and entry.outcome is None:
+            held = self.ledger.get(self.name, lane.aggregate_id)
+            if held is not None and held.from_position == entry.record.position:
+                lane.parked = held  # parked before (by this node or a former owner)
+                self._check_idle()
+                return False
+            if (lane.aggregate_id, entry.record.position) in self._skips:
+                await self._skip_head(entry)
+                lane.queue.popleft()
+                await self._settle(entry)
+                return bool(lane.queue)
         try:
             async with self.limit.semaphore:
-                await self._run(entry)
+                if entry.dropped:
+                    return False  # revoked while it waited: the new owner runs it
+                entry.running = True
+                running = self._running.setdefault(entry.partition, set())
+                running.add(entry)
+                try:
+                    await self._run(entry)
+                finally:
+                    entry.running = False
+                    running.discard(entry)
+                    self._run_changed.set()
         except CommandBusyError:
+            if entry.revoked:
+                return self._drop_head(lane)
             entry.busy += 1
             self.busy_retried += 1
+            self.metrics.increment("wow.intake.busy_retries", 1.0, self._tags)
             await self._sleep(self.options.busy_backoff)
             return True
         except Exception as error:
+            if entry.revoked:
+                return self._drop_head(lane)
             entry.attempts += 1
             if entry.attempts <= self.options.retries:
                 self.retried += 1
+                self.metrics.increment("wow.intake.retries", 1.0, self._tags)
                 log.warning(
                     "%s: %s at %s failed (attempt %d), retrying: %s",
                     self.name,
@@ -460,22 +620,74 @@ class CommandIntake:
                 )
                 await self._sleep(backoff)
                 return True
-            self._park(lane, entry, error)
+            await self._park(lane, entry, error)
             return False
         lane.queue.popleft()
         await self._settle(entry)
         if lane.queue and lane.parked is None:
             return True
-        if not lane.queue and lane.parked is None:
+        if not lane.queue and lane.parked is None and self._lanes.get(lane.aggregate_id) is lane:
             del self._lanes[lane.aggregate_id]
         return False
+
+    def _drop_head(self, lane: _Lane) -> bool:
+        """The head of ``lane`` failed while its partition is being revoked: not retried nor
+        parked here, the new owner runs it again."""
+        self._forget(lane.queue.popleft())
+        if self._lanes.get(lane.aggregate_id) is lane:
+            del self._lanes[lane.aggregate_id]
+        return False
+
+    def _forget(self, entry: _Entry) -> None:
+        """Take ``entry`` out unsettled and unacknowledged (its partition was revoked)."""
+        entry.dropped = True
+        self.revoked_dropped += 1
+        self._unsettled -= 1
+        self._buffer.release()
+        self.metrics.increment("wow.intake.revoked_dropped", 1.0, self._tags)
+        self.metrics.gauge("wow.intake.lane_depth", self._unsettled, self._tags)
+
+    async def _on_revoked(self, partitions: Sequence[tuple[str, int]]) -> None:
+        """The revocation listener (module doc): drop what did not start, await what runs."""
+        revoked = set(partitions)
+        for key in revoked:
+            self._epochs[key] = self._epochs.get(key, 0) + 1
+        try:
+            for lane_id, lane in list(self._lanes.items()):
+                if not any(entry.partition in revoked for entry in lane.queue):
+                    continue
+                kept: deque[_Entry] = deque()
+                for entry in lane.queue:
+                    if entry.partition not in revoked:
+                        kept.append(entry)
+                    elif entry.running:
+                        entry.revoked = True
+                        kept.append(entry)
+                    else:
+                        self._forget(entry)
+                lane.queue = kept
+                if not kept:
+                    if lane.parked is not None and self.journal is None:
+                        # a node's own ledger: its failed command is the new owner's to run
+                        self.ledger.discard(self.name, lane.aggregate_id)
+                    lane.parked = None
+                    del self._lanes[lane_id]
+            while any(self._running.get(key) for key in revoked):
+                self._run_changed.clear()
+                await self._run_changed.wait()
+        finally:
+            for key in revoked:
+                self._watermarks.pop(key, None)
+                self._running.pop(key, None)
+            self._check_idle()
+        log.info("%s: revoked %s", self.name, sorted(revoked))
 
     def _abandon(self, lane: _Lane) -> None:
         """A turn cut short (stop): its commands stay unacknowledged for the next owner."""
         self._lanes.pop(lane.aggregate_id, None)
         self._check_idle()
 
-    def _park(self, lane: _Lane, entry: _Entry, error: BaseException) -> None:
+    async def _park(self, lane: _Lane, entry: _Entry, error: BaseException) -> None:
         parked = ParkedAggregate(
             name=self.name,
             aggregate_id=lane.aggregate_id,
@@ -488,6 +700,10 @@ class CommandIntake:
         )
         lane.parked = parked
         self.ledger.park(parked)
+        if self.journal is not None:
+            # a write of its own, which a stop waits for, not one cut short with the turn
+            await asyncio.shield(self._journal_write(self.journal.park(parked), f"park of {parked}"))
+        self.metrics.increment("wow.intake.parked", 1.0, self._tags)
         log.error(
             "%s: %s parked at %s after %d attempts: %s",
             self.name,
@@ -521,10 +737,20 @@ class CommandIntake:
 
     async def _settle(self, entry: _Entry) -> None:
         await entry.record.ack()
-        if entry.partition is not None:
-            self._watermarks[entry.partition].settle(entry.offset)
+        mark = self._watermarks.get(entry.partition) if entry.partition is not None else None
+        if mark is not None:
+            mark.settle(entry.offset)
         self._unsettled -= 1
         self._buffer.release()
+        receipt = entry.outcome
+        if receipt is None or receipt.error_code == SKIPPED:
+            outcome = "skipped"
+        elif receipt.committed:
+            outcome = "duplicate" if receipt.duplicate else "committed"
+        else:
+            outcome = "rejected"
+        self.metrics.increment("wow.intake.settled", 1.0, self._outcome_tags[outcome])
+        self.metrics.gauge("wow.intake.lane_depth", self._unsettled, self._tags)
         self._check_idle()
 
     # -- one command ----------------------------------------------------------------------
@@ -651,22 +877,6 @@ class CommandIntake:
             wait=wire.wait,
             position=position,
         )
-
-
-def parked_to_json(entry: ParkedAggregate) -> dict[str, Any]:
-    """A parked aggregate as a JSON-ready dict (the ledger commands' receipts carry it)."""
-    aggregate_id = entry.aggregate_id
-    return {
-        "name": entry.name,
-        "aggregate": f"{aggregate_id.named_aggregate}@{aggregate_id.id}",
-        "tenant": aggregate_id.tenant_id,
-        "from_position": entry.from_position,
-        "command_id": entry.command_id,
-        "error": entry.error,
-        "attempts": entry.attempts,
-        "parked_at": entry.parked_at,
-        "waiting": entry.waiting,
-    }
 
 
 __all__ = [

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
-from wow_core.model import AggregateId
+from wow_core.model import AggregateId, NamedAggregate
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,17 @@ class FailureLedger:
             raise ParkedNotFoundError(f"{aggregate_id} is not parked under {name!r}")
         return entry
 
+    def discard(self, name: str, aggregate_id: AggregateId) -> ParkedAggregate | None:
+        """Take the entry out if there is one (its partition moved to another owner)."""
+        return self._entries.pop((name, aggregate_id), None)
+
+    def discard_at(self, name: str, aggregate_id: AggregateId, from_position: str) -> ParkedAggregate | None:
+        """Take the entry out if it is parked at ``from_position`` (a settle of that park)."""
+        entry = self._entries.get((name, aggregate_id))
+        if entry is None or entry.from_position != from_position:
+            return None
+        return self._entries.pop((name, aggregate_id))
+
     def entries(self, name: str | None = None) -> list[ParkedAggregate]:
         """The parked aggregates (of subscription ``name``), oldest first."""
         found = [e for e in self._entries.values() if name is None or e.name == name]
@@ -74,3 +86,40 @@ class FailureLedger:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def parked_to_json(entry: ParkedAggregate) -> dict[str, Any]:
+    """A parked aggregate as a JSON-ready dict (the ledger commands' receipts and the
+    ledger topic carry it); :func:`parked_from_json` reads it back."""
+    aggregate_id = entry.aggregate_id
+    return {
+        "name": entry.name,
+        "aggregate": f"{aggregate_id.named_aggregate}@{aggregate_id.id}",
+        "tenant": aggregate_id.tenant_id,
+        "from_position": entry.from_position,
+        "command_id": entry.command_id,
+        "error": entry.error,
+        "attempts": entry.attempts,
+        "parked_at": entry.parked_at,
+        "waiting": entry.waiting,
+    }
+
+
+def aggregate_from_json(data: dict[str, Any]) -> AggregateId:
+    """The ``aggregate`` (``context.aggregate@id``) and ``tenant`` of a ledger dict."""
+    named, _, aggregate_id = str(data["aggregate"]).partition("@")
+    return AggregateId(NamedAggregate.parse(named), aggregate_id, str(data["tenant"]))
+
+
+def parked_from_json(data: dict[str, Any]) -> ParkedAggregate:
+    """The inverse of :func:`parked_to_json`; ``KeyError``/``ValueError`` if malformed."""
+    return ParkedAggregate(
+        name=str(data["name"]),
+        aggregate_id=aggregate_from_json(data),
+        from_position=str(data["from_position"]),
+        command_id=str(data["command_id"]),
+        error=str(data["error"]),
+        attempts=int(data["attempts"]),
+        parked_at=int(data["parked_at"]),
+        waiting=int(data.get("waiting", 0)),
+    )

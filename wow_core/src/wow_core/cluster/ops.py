@@ -3,7 +3,9 @@ intake and await its receipt (what ``wow ledger list | retry | skip`` does).
 
 The command is addressed to the parked aggregate and keyed by its id, so it lands on the
 partition of that aggregate, at the node that owns it and holds its parked entry. A
-``list`` answers with the parked aggregates of that node. The receipt comes back on
+``list`` answers with the parked aggregates of every partition when the intake keeps its
+ledger in the ledger topic (:class:`~wow_core.cluster.journal.LedgerJournal`, the default
+but on the in-memory transport), else with those of that node. The receipt comes back on
 ``<prefix><reply_context>.receipts``, read in a group of its own for this request.
 """
 

@@ -36,6 +36,13 @@ class IntakeSettings(SettingsSection):
     busy_backoff: Seconds = Field(
         0.05, description="Seconds before a command refused as busy runs again (no retry spent)."
     )
+    durable_ledger: bool | None = Field(
+        None,
+        description="Keep the failure ledger in the topic <prefix><context>.ledger, read by every "
+        "node (a restarted or new owner holds what is parked; wow ledger list answers for every "
+        "partition). Default: on for every transport but in_memory (one process: its ledger is "
+        "the node's).",
+    )
     max_buffered: Count = Field(
         4096, description="Records an intake received and has not settled, at most (read-ahead)."
     )

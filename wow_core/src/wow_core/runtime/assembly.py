@@ -300,6 +300,7 @@ def install_intakes(container: WowContainer, runtime: WowRuntime) -> None:
     sharing the node's :class:`~wow_core.cluster.InFlightLimit` and failure ledger, run as
     dispatchers (prepared with the others, stopped with them)."""
     from wow_core.cluster import CommandIntake, FailureLedger, InFlightLimit, IntakeOptions
+    from wow_core.cluster.journal import LedgerJournal
     from wow_core.transport.defaults import naming_of
 
     settings = container.settings()
@@ -320,7 +321,11 @@ def install_intakes(container: WowContainer, runtime: WowRuntime) -> None:
     )
     prefix = getattr(naming_of(transport), "prefix", settings.messaging.topic_prefix)
     contexts = sorted({named.context_name for named in runtime.aggregates.named_aggregates})
+    durable = section.durable_ledger
+    if durable is None:
+        durable = getattr(transport, "name", "") != "in_memory"
     for context in contexts:
+        journal = LedgerJournal(transport, context, FailureLedger(), prefix=prefix) if durable else None
         intake = CommandIntake(
             context,
             transport,
@@ -333,6 +338,8 @@ def install_intakes(container: WowContainer, runtime: WowRuntime) -> None:
             name=f"{context}.{section.name or 'intake'}",
             prefix=prefix,
             strict_bodies=settings.command.strict_bodies,
+            metrics=runtime.metrics,
+            journal=journal,
         )
         runtime.intakes.append(intake)
         runtime.add_dispatcher(intake)

@@ -24,8 +24,8 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=["list", "retry", "skip"], help="what to do")
     parser.add_argument(
         "aggregate",
-        help="the parked aggregate, context.aggregate@id (for list: any aggregate of the node's "
-        "partition, the node that owns it answers)",
+        help="the parked aggregate, context.aggregate@id (for list: any aggregate of the context; "
+        "the node that owns its partition answers, for every partition with the ledger topic)",
     )
     parser.add_argument("--tenant", default=DEFAULT_TENANT_ID, help="its tenant id (default: %(default)s)")
     parser.add_argument("--name", default="", help="the intake's subscription name (default: its own)")

@@ -23,10 +23,13 @@ from wow_core.transport.defaults import (
 from wow_core.transport.in_memory import InMemoryBroker, InMemoryTransport
 from wow_core.transport.kit import ReadAhead, Readiness
 from wow_core.transport.spi import (
+    RevocationListener,
+    RevocationListening,
     Transport,
     TransportMessage,
     TransportReceiver,
     TransportRecord,
+    set_revocation_listener,
 )
 
 __all__ = [
@@ -40,6 +43,8 @@ __all__ = [
     "InMemoryTransport",
     "ReadAhead",
     "Readiness",
+    "RevocationListener",
+    "RevocationListening",
     "TopicNaming",
     "Transport",
     "TransportCommandBus",
@@ -52,4 +57,5 @@ __all__ = [
     "TransportReceiver",
     "TransportRecord",
     "TransportStateEventBus",
+    "set_revocation_listener",
 ]

@@ -16,11 +16,17 @@ decode-failure default) is the optional :class:`~wow_core.transport.defaults.Tra
 not part of this protocol; a batch send (``send_many`` of the Kafka, Redis and NATS
 transports) is a method of those classes, not of the SPI: nothing above a transport
 calls it.
+
+One optional receiver method, for transports whose groups move partitions between
+members (a rebalance): ``set_revocation_listener(listener)``, see
+:class:`RevocationListening` and :func:`set_revocation_listener`. A transport without it
+keeps the default: nothing is called, and its records of a moved partition are simply
+redelivered to the new owner.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -103,3 +109,42 @@ class Transport(Protocol):
     def open(self, group: str, topics: Sequence[str]) -> TransportReceiver: ...
 
     async def close(self) -> None: ...
+
+
+RevocationListener = Callable[[Sequence[tuple[str, int]]], Awaitable[None]]
+"""Called with the ``(topic, partition)`` pairs a member is about to lose."""
+
+
+@runtime_checkable
+class RevocationListening(Protocol):
+    """The optional receiver method of a transport whose groups move partitions.
+
+    A receiver that offers ``set_revocation_listener`` calls the listener during each
+    revocation of partitions it owns, after it stopped handing out their records and
+    before it commits their offsets and lets the group give them to another member. The
+    listener returns once the consumer is done with the records of those partitions it
+    was handed: it drops the ones it has not started (they are not acknowledged, so the
+    new owner gets them from the committed offset) and finishes or abandons the ones in
+    flight, so the new owner never works on a record in parallel with the old one. The
+    receiver bounds the call (Kafka: ``revocation_drain_timeout_ms``) and, when a listener
+    returned, does not wait for the records the listener dropped. One listener per
+    receiver; setting it again replaces it.
+
+    For a third-party transport author: implement it if your groups rebalance (call the
+    listener from your rebalance callback, before the commit that hands partitions over);
+    leave it out otherwise. Callers use :func:`set_revocation_listener`, which is a no-op
+    for a receiver without the method.
+    """
+
+    def set_revocation_listener(self, listener: RevocationListener | None) -> None: ...
+
+
+def set_revocation_listener(receiver: TransportReceiver, listener: RevocationListener | None) -> bool:
+    """Install ``listener`` on ``receiver`` if it offers revocations (see
+    :class:`RevocationListening`); False (and nothing installed) for one that does not,
+    the default of the SPI."""
+    install = getattr(receiver, "set_revocation_listener", None)
+    if install is None:
+        return False
+    install(listener)
+    return True
