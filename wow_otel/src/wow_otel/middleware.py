@@ -64,6 +64,7 @@ from wow_core.modeling.kernel import CommandKernel, CommandOutcome
 from wow_core.transport.bus import TransportMessageBus
 from wow_core.transport.defaults import DefaultTopicNaming, TopicNaming
 from wow_otel import semconv as sc
+from wow_otel.histograms import duration_histogram
 from wow_otel.propagation import Waiting, extract, inject, waiting
 
 M = TypeVar("M", bound=Message)
@@ -143,35 +144,31 @@ class Instruments:
         self.sent = Accumulator(
             meter, sc.SENT_MESSAGES, "{message}", "Messages a producer attempted to send."
         )
-        self.operation_duration = meter.create_histogram(
-            sc.OPERATION_DURATION,
-            unit="s",
-            description="Duration of a messaging operation (send, hand_off).",
-            explicit_bucket_boundaries_advisory=buckets,
+        self.operation_duration = duration_histogram(
+            meter, sc.OPERATION_DURATION, "s", "Duration of a messaging operation (send, hand_off).", buckets
         )
         self.consumed = Accumulator(
             meter, sc.CONSUMED_MESSAGES, "{message}", "Messages a receiver delivered to its consumer."
         )
-        self.process_duration = meter.create_histogram(
+        self.process_duration = duration_histogram(
+            meter,
             sc.PROCESS_DURATION,
-            unit="s",
-            description="Duration of processing one message (a command, one event function).",
-            explicit_bucket_boundaries_advisory=buckets,
+            "s",
+            "Duration of processing one message (a command, one event function).",
+            buckets,
         )
         self.waits = Accumulator(
             meter, sc.WAITS, "{wait}", "send_and_wait calls, by stage waited for and outcome."
         )
-        self.wait_duration = meter.create_histogram(
+        self.wait_duration = duration_histogram(
+            meter,
             sc.WAIT_DURATION,
-            unit="s",
-            description="Duration of send_and_wait until its result (or its failure).",
-            explicit_bucket_boundaries_advisory=buckets,
+            "s",
+            "Duration of send_and_wait until its result (or its failure).",
+            buckets,
         )
-        self.store_duration = meter.create_histogram(
-            sc.STORE_DURATION,
-            unit="s",
-            description="Duration of an event store operation (append, load).",
-            explicit_bucket_boundaries_advisory=buckets,
+        self.store_duration = duration_histogram(
+            meter, sc.STORE_DURATION, "s", "Duration of an event store operation (append, load).", buckets
         )
         self.store_conflicts = Accumulator(
             meter, sc.STORE_CONFLICTS, "{conflict}", "Appends refused for a version conflict."
