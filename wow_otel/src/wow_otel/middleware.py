@@ -33,6 +33,7 @@ outcomes, never an aggregate or message id (ids go on spans only).
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import AsyncIterator, Callable, Hashable, Iterable
 from typing import Any, TypeVar
@@ -99,6 +100,10 @@ class _Cache:
 
     def __init__(self) -> None:
         self._items: dict[Hashable, Attributes] = {}
+
+    def find(self, key: Hashable) -> Attributes | None:
+        """The dict of ``key`` if built (the hot path: no closure to make)."""
+        return self._items.get(key)
 
     def get(self, key: Hashable, build: Callable[[], Attributes]) -> Attributes:
         found = self._items.get(key)
@@ -266,6 +271,9 @@ class _BusRecorder:
     def send_attributes(self, message: Message, operation: str) -> Attributes:
         named = message.aggregate_id.named_aggregate
         name = message.name
+        found = self._send_attributes.find((named, name, operation))
+        if found is not None:
+            return found
 
         def build() -> Attributes:
             return {
@@ -283,6 +291,9 @@ class _BusRecorder:
         """The few attributes of ``messaging.client.operation.duration`` (the SDK's
         histogram costs microseconds per attribute and measurement)."""
         named = message.aggregate_id.named_aggregate
+        found = self._duration_attributes.find(named)
+        if found is not None:
+            return found
         return self._duration_attributes.get(
             named,
             lambda: {
@@ -294,6 +305,9 @@ class _BusRecorder:
 
     def receive_attributes(self, message: Message, group: str) -> Attributes:
         named = message.aggregate_id.named_aggregate
+        found = self._receive_attributes.find((named, group))
+        if found is not None:
+            return found
 
         def build() -> Attributes:
             return {
@@ -384,6 +398,8 @@ class TracingMessageBus(MessageBusDecorator[M, E]):
         counts = layer is BusLayer.TRANSPORT and middleware.instruments is not None
         self.recorder = _BusRecorder(middleware, inner.topic_kind, system, top, counts)
         self._wraps_receivers = counts
+        # one coroutine frame per send, not two
+        self.send = functools.partial(self.recorder.send, inner.send)  # type: ignore[method-assign]
 
     async def send(self, message: M) -> None:
         await self.recorder.send(self.inner.send, message)
@@ -400,6 +416,7 @@ class TracingLocalMessageBus(LocalMessageBusDecorator[M, E]):
         super().__init__(inner)
         self.recorder = _BusRecorder(middleware, inner.topic_kind, system, top, True)
         self._wraps_receivers = middleware.instruments is not None
+        self.send = functools.partial(self.recorder.send, inner.send)  # type: ignore[method-assign]
 
     async def send(self, message: M) -> None:
         await self.recorder.send(self.inner.send, message)
@@ -437,6 +454,9 @@ class TracingCommandHandler(CommandHandlerDecorator):
     def _base(self, command: CommandMessage[Any]) -> Attributes:
         named = command.aggregate_id.named_aggregate
         name = command.name
+        found = self._attributes.find((named, name))
+        if found is not None:
+            return found
 
         def build() -> Attributes:
             return {
@@ -450,6 +470,9 @@ class TracingCommandHandler(CommandHandlerDecorator):
 
     def _with_outcome(self, command: CommandMessage[Any], base: Attributes, outcome: str) -> Attributes:
         key = (command.aggregate_id.named_aggregate, command.name, outcome)
+        found = self._attributes.find(key)
+        if found is not None:
+            return found
         return self._attributes.get(key, lambda: {**base, sc.OUTCOME: outcome})
 
     async def process(self, command: CommandMessage[Any]) -> CommandOutcome:
@@ -518,6 +541,9 @@ class TracingEventStore(EventStoreDecorator):
         self._attributes = _Cache()
 
     def _attrs(self, named: NamedAggregate, operation: str, outcome: str) -> Attributes:
+        found = self._attributes.find((named, operation, outcome))
+        if found is not None:
+            return found
         return self._attributes.get(
             (named, operation, outcome),
             lambda: {sc.AGGREGATE: str(named), sc.STORE_OPERATION: operation, sc.OUTCOME: outcome},
@@ -607,6 +633,9 @@ class TracingCommandGateway(CommandGatewayDecorator):
     def _attrs(self, command: CommandMessage[Any], wait_stage: str, stage: str, outcome: str) -> Attributes:
         named = command.aggregate_id.named_aggregate
         name = command.name
+        found = self._attributes.find((named, name, wait_stage, stage, outcome))
+        if found is not None:
+            return found
         return self._attributes.get(
             (named, name, wait_stage, stage, outcome),
             lambda: {
@@ -832,6 +861,9 @@ class TracingEventHandler:
         named: NamedAggregate = source.aggregate_id.named_aggregate
         kind: TopicKind = type(source).topic_kind
         function = exchange.function
+        found = self._attributes.find((named, kind, function))
+        if found is not None:
+            return found
 
         def build() -> Attributes:
             return {
@@ -880,10 +912,11 @@ class TracingEventHandler:
             raise
         outcome = settled.outcome.value
         if instruments is not None:
-            instruments.process_duration.record(
-                time.perf_counter() - started,
-                self._attributes.get((*self._key(exchange), outcome), lambda: {**base, sc.OUTCOME: outcome}),
-            )
+            key = (*self._key(exchange), outcome)
+            attributes = self._attributes.find(key)
+            if attributes is None:
+                attributes = self._attributes.get(key, lambda: {**base, sc.OUTCOME: outcome})
+            instruments.process_duration.record(time.perf_counter() - started, attributes)
         if span is not None:
             span.set_attribute(sc.OUTCOME, outcome)
             if settled.error is not None:
