@@ -186,10 +186,21 @@ class OtelMiddleware(Middleware):
     ``system`` is the ``messaging.system`` of the process's transport (``kafka``,
     ``redis``, ``nats``, ``in_memory``). Either of ``tracer`` and ``meter`` may be
     ``None`` (that part off); the plugin installs no middleware when both are.
+    ``event_send_spans`` (``WOW_OTEL__EVENT_SEND_SPANS``): a producer span for each send
+    of an event or state event stream too; off, such a send carries the current span
+    (the command's ``process`` span) as its ``traceparent`` and starts no span.
     """
 
-    def __init__(self, *, tracer: Tracer | None, meter: Meter | None, system: str = "in_memory") -> None:
+    def __init__(
+        self,
+        *,
+        tracer: Tracer | None,
+        meter: Meter | None,
+        system: str = "in_memory",
+        event_send_spans: bool = False,
+    ) -> None:
         self.tracer = tracer
+        self.event_send_spans = event_send_spans
         self.instruments = Instruments(meter) if meter is not None else None
         self.system = system
         self.naming: TopicNaming = DefaultTopicNaming()
@@ -255,6 +266,8 @@ class _BusRecorder:
         self.system = system
         self._top = top
         self._traced: bool | None = None
+        self.spans = kind is TopicKind.COMMAND or middleware.event_send_spans
+        """A producer span per send (else the current span's context is injected)."""
         self.instruments = middleware.instruments if counts else None
         self._send_attributes = _Cache()
         self._duration_attributes = _Cache()
@@ -324,6 +337,12 @@ class _BusRecorder:
     async def send(self, inner: Callable[[Any], Any], message: Any) -> None:
         tracer = self.tracer
         instruments = self.instruments
+        if tracer is not None and not self.spans:
+            # an event stream sent by the kernel: its functions are children of the
+            # current (process) span; no producer span of its own
+            tracer = None
+            if trace.get_current_span().get_span_context().is_valid:
+                message = inject(message)
         if tracer is None and instruments is None:
             await inner(message)
             return
@@ -689,8 +708,9 @@ class TracingCommandGateway(CommandGatewayDecorator):
         started = time.perf_counter()
         stage = ""
         outcome = "succeeded"
+        done: CommandResult | None = None
         try:
-            result = await self.inner.send_and_wait(command, wait, timeout=timeout)
+            result = done = await self.inner.send_and_wait(command, wait, timeout=timeout)
         except CommandWaitTimeoutError as error:
             outcome = "timeout"
             stage = error.last_stage.value if error.last_stage is not None else ""
@@ -727,10 +747,6 @@ class TracingCommandGateway(CommandGatewayDecorator):
                         attributes=attributes,
                         timestamp=result.signal_time * 1_000_000 if result.signal_time else None,
                     )
-                if result.aggregate_version is not None:
-                    span.set_attribute(sc.AGGREGATE_VERSION, result.aggregate_version)
-                if result.aggregate_id is not None:
-                    span.set_attribute(sc.AGGREGATE_ID, result.aggregate_id.id)
                 if result.error_code:
                     span.set_status(Status(StatusCode.ERROR, f"{result.error_code}: {result.error_msg}"))
             return result
@@ -740,7 +756,13 @@ class TracingCommandGateway(CommandGatewayDecorator):
                 instruments.waits.add(attributes)
                 instruments.wait_duration.record(time.perf_counter() - started, attributes)
             if span is not None:
-                span.set_attributes({sc.STAGE: stage, sc.OUTCOME: outcome})
+                ended: Attributes = {sc.STAGE: stage, sc.OUTCOME: outcome}
+                if done is not None:  # one call: the SDK locks and cleans per call
+                    if done.aggregate_version is not None:
+                        ended[sc.AGGREGATE_VERSION] = done.aggregate_version
+                    if done.aggregate_id is not None:
+                        ended[sc.AGGREGATE_ID] = done.aggregate_id.id
+                span.set_attributes(ended)
                 assert marker is not None
                 waiting.reset(marker)
                 otel_context.detach(token)  # type: ignore[arg-type]
