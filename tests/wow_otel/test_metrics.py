@@ -230,3 +230,21 @@ def test_metrics_off_with_tracing_off_installs_no_middleware(monkeypatch: pytest
         (on,) = [m for m in create_container(WowSettings()).middleware() if isinstance(m, OtelMiddleware)]
         assert on.tracer is not None
         assert on.instruments is None, "tracing only: the metrics backend is not otel"
+
+
+async def test_counters_of_fresh_tag_dicts_are_counted_by_their_content(otel: OtelCapture) -> None:
+    """The facade finds a kept dict's sorted tags by its identity; a dict made per call
+    (``{"code": ...}``) is counted by its content, never under another dict's tags."""
+    metrics = OtelMetrics(otel.meter_provider.get_meter("test"))
+    kept = {"bus": "command", "aggregate": "bank.account"}
+    for n in range(300):
+        metrics.increment("wow.command.rejections", 1, {"code": f"E{n % 3}"})
+        metrics.increment("wow.local_first.sends", 1, kept)
+        metrics.increment("wow.local_first.sends", 1, {"aggregate": "bank.account", "bus": "command"})
+    assert {p.attributes["code"]: p.value for p in otel.metric_points("wow.command.rejections")} == {
+        "E0": 100,
+        "E1": 100,
+        "E2": 100,
+    }
+    (sends,) = otel.metric_points("wow.local_first.sends")
+    assert sends.value == 600, "one set of tags in two orders is one series"
