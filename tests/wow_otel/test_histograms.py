@@ -172,3 +172,13 @@ def test_the_same_name_and_scope_is_the_same_histogram() -> None:
     meter = MeterProvider(metric_readers=[InMemoryMetricReader()]).get_meter("test")
     first = duration_histogram(meter, NAME, UNIT, DESCRIPTION, semconv.DURATION_BUCKETS)
     assert duration_histogram(meter, NAME, UNIT, DESCRIPTION, semconv.DURATION_BUCKETS) is first
+
+
+def test_a_negative_or_not_finite_duration_is_dropped_as_the_sdk_does() -> None:
+    sdk, sdk_reader, ours, ours_reader = pair(delta=False)
+    for histogram in (sdk, ours):
+        for amount in (1 / 1024, -1.0, float("nan"), float("inf")):
+            histogram.record(amount, SETS[0])
+    expected = without_times(points(sdk_reader.get_metrics_data()))
+    assert [point["count"] for point in expected.values()] == [1]
+    assert without_times(points(ours_reader.get_metrics_data())) == expected

@@ -122,8 +122,11 @@ class DurationHistogram:
         self._lock = threading.Lock()
 
     def record(self, amount: float, attributes: Attributes) -> None:
-        """Count ``amount`` (seconds, finite and not negative: the SDK drops others) under
-        ``attributes``."""
+        """Count ``amount`` (seconds) under ``attributes``. A negative, infinite or NaN
+        amount is dropped with a warning, as the SDK's histogram does."""
+        if not 0.0 <= amount < math.inf:
+            _logger.warning("%s: dropped the measurement %r (not a finite duration)", self.name, amount)
+            return
         point = self._by_id.get(id(attributes))
         if point is None:
             point = self._point(attributes)
