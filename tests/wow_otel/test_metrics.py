@@ -255,3 +255,21 @@ async def test_the_cluster_intakes_counters_reach_opentelemetry(otel: OtelCaptur
     assert value(otel, "wow.intake.received", intake="bank.intake") == 1
     assert value(otel, "wow.intake.settled", intake="bank.intake", outcome="committed") == 1
     assert series(otel, "wow.intake.lane_depth") == [{"intake": "bank.intake"}]
+
+
+async def test_counters_of_fresh_tag_dicts_are_counted_by_their_content(otel: OtelCapture) -> None:
+    """The facade finds a kept dict's sorted tags by its identity; a dict made per call
+    (``{"code": ...}``) is counted by its content, never under another dict's tags."""
+    metrics = OtelMetrics(otel.meter_provider.get_meter("test"))
+    kept = {"bus": "command", "aggregate": "bank.account"}
+    for n in range(300):
+        metrics.increment("wow.command.rejections", 1, {"code": f"E{n % 3}"})
+        metrics.increment("wow.local_first.sends", 1, kept)
+        metrics.increment("wow.local_first.sends", 1, {"aggregate": "bank.account", "bus": "command"})
+    assert {p.attributes["code"]: p.value for p in otel.metric_points("wow.command.rejections")} == {
+        "E0": 100,
+        "E1": 100,
+        "E2": 100,
+    }
+    (sends,) = otel.metric_points("wow.local_first.sends")
+    assert sends.value == 600, "one set of tags in two orders is one series"

@@ -12,7 +12,7 @@ from opentelemetry import trace
 
 from tests.accounts import Open
 from tests.wow_otel.apps import Account, Balances, Welcome
-from tests.wow_otel.spans import from_sdk, trees
+from tests.wow_otel.spans import Node, from_sdk, trees
 from wow_core.command import CommandWait
 from wow_core.runtime.app import WowApp
 from wow_core.runtime.settings import WowSettings
@@ -27,11 +27,21 @@ EVENTS = "wow.bank.account.event"
 STATES = "wow.bank.account.state"
 
 
+def _every(node: Node) -> list[Node]:
+    return [node, *(found for child in node.children for found in _every(child))]
+
+
 def app() -> WowApp:
     return WowApp("bank", aggregates=[Account], components=[Balances, Welcome])
 
 
-async def test_one_trace_runs_from_the_wait_to_every_function_of_the_events(otel: OtelCapture) -> None:
+@pytest.mark.parametrize("event_send_spans", [False, True], ids=["default", "event-send-spans"])
+async def test_one_trace_runs_from_the_wait_to_every_function_of_the_events(
+    otel: OtelCapture, monkeypatch: pytest.MonkeyPatch, event_send_spans: bool
+) -> None:
+    """By default the event and state streams carry the process span (their functions are
+    its children); ``WOW_OTEL__EVENT_SEND_SPANS=true`` adds a producer span per stream."""
+    monkeypatch.setenv("WOW_OTEL__EVENT_SEND_SPANS", str(event_send_spans).lower())
     runtime = app().runtime(WowSettings())
     async with runtime:
         command = runtime.aggregates.command(Open("ada"))
@@ -58,8 +68,12 @@ async def test_one_trace_runs_from_the_wait_to_every_function_of_the_events(otel
     process = send.child(f"process {COMMANDS}")
     assert (process.kind, process.attributes["wow.outcome"]) == ("CONSUMER", "succeeded")
     assert process.child("append bank.account").attributes["wow.outcome"] == "ok"
-    events = process.child(f"send {EVENTS}")
-    states = process.child(f"send {STATES}")
+    events = process.child(f"send {EVENTS}") if event_send_spans else process
+    states = process.child(f"send {STATES}") if event_send_spans else process
+    if not event_send_spans:
+        assert not [
+            span for span in root.find(root.name) if span.name in (f"send {EVENTS}", f"send {STATES}")
+        ]
     projected = events.child("projection bank.Balances.on_opened")
     assert (projected.kind, projected.attributes["wow.outcome"]) == ("CONSUMER", "HANDLED")
     saga = events.child("stateless_saga bank.Welcome.on_opened")

@@ -3,7 +3,8 @@
 The core's metrics facade (:class:`~wow_core.metrics.Metrics`) written to OpenTelemetry
 instruments of one meter: ``increment`` to an observable counter (summed here, a dict
 update per call, read by the SDK when it collects: the SDK's synchronous counter costs
-tens of microseconds per call), ``observe`` to a histogram, and
+tens of microseconds per call; the tags of a dict the core keeps are sorted once, not at
+every call), ``observe`` to a histogram, and
 ``gauge`` to an **observable gauge** (the last value of each attribute set, read by the
 SDK when it collects: ``wow.local_first.backlog`` is reported on every change and
 exported at each collection). Instruments are created on first use, with the unit of a
@@ -28,6 +29,7 @@ OVERFLOW = {"otel.metric.overflow": "true"}
 """The attribute set of counter and gauge values past ``max_counter_series`` /
 ``max_gauge_series`` (the name the SDK uses for its own overflow)."""
 _OVERFLOW_KEY = tuple(OVERFLOW.items())
+_MAX_KEYED = 4096
 
 UNITS: dict[str, str] = {
     "wow.local_first.backlog": "{copy}",
@@ -79,6 +81,7 @@ class OtelMetrics:
         self._counters: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
         self._histograms: dict[str, Histogram] = {}
         self._gauges: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+        self._keys: dict[int, tuple[Tags, tuple[tuple[str, str], ...]]] = {}
         self._lock = threading.Lock()
 
     def increment(self, name: str, value: float = 1.0, tags: Tags | None = None) -> None:
@@ -91,20 +94,29 @@ class OtelMetrics:
                     self.meter.create_observable_counter(
                         name, callbacks=[self._totals_reader(totals)], unit=unit_of(name)
                     )
-        key = tuple(tags.items()) if tags else ()
+        key = self._key(tags) if tags else ()
         total = totals.get(key)
         if total is None and len(totals) >= self.max_counter_series:
             key = _OVERFLOW_KEY
             total = totals.get(key)
         totals[key] = value if total is None else total + value
 
+    def _key(self, tags: Tags) -> tuple[tuple[str, str], ...]:
+        """The sorted items of ``tags``, found by the dict's identity for the dicts the
+        core keeps (its tags are cached per aggregate and route): no sort per call. The
+        first ``_MAX_KEYED`` dicts are remembered (and kept alive, so that an id is never
+        another dict's); others are sorted each time."""
+        found = self._keys.get(id(tags))
+        if found is not None:
+            return found[1]
+        key = tuple(sorted(tags.items()))
+        if len(self._keys) < _MAX_KEYED:
+            self._keys[id(tags)] = (tags, key)
+        return key
+
     def _totals_reader(self, totals: dict[tuple[tuple[str, str], ...], float]) -> Any:
         def observe(options: CallbackOptions) -> Iterable[Observation]:
-            merged: dict[tuple[tuple[str, str], ...], float] = {}
-            for key, total in list(totals.items()):  # one set of tags may come in two orders
-                ordered = tuple(sorted(key))
-                merged[ordered] = merged.get(ordered, 0.0) + total
-            return [Observation(total, dict(key)) for key, total in merged.items()]
+            return [Observation(total, dict(key)) for key, total in list(totals.items())]
 
         return observe
 
@@ -127,10 +139,13 @@ class OtelMetrics:
                     self.meter.create_observable_gauge(
                         name, callbacks=[self._reader(values)], unit=unit_of(name)
                     )
-        key = tuple(sorted(tags.items())) if tags else ()
+        key = self._key(tags) if tags else ()
+        if key in values:  # a dict item assignment: atomic, no lock
+            values[key] = value
+            return
         with self._lock:
             if key not in values and len(values) >= self.max_gauge_series:
-                key = tuple(OVERFLOW.items())
+                key = _OVERFLOW_KEY
             values[key] = value
 
     def _reader(self, values: dict[tuple[tuple[str, str], ...], float]) -> Any:

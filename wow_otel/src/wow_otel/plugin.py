@@ -78,7 +78,9 @@ def _otel_middleware(settings: ProcessSettings, metrics: Metrics) -> Middleware 
     system = getattr(settings, "transport", None)
     if not isinstance(system, str):
         system = "in_memory"
-    return OtelMiddleware(tracer=tracer, meter=meter, system=system)
+    return OtelMiddleware(
+        tracer=tracer, meter=meter, system=system, event_send_spans=section.event_send_spans
+    )
 
 
 @hookimpl
