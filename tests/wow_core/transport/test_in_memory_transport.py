@@ -187,3 +187,25 @@ async def test_a_second_concurrent_pull_is_a_clear_error(rig: Rig) -> None:
     await transport.send(record("k", "x"))
     got = await asyncio.wait_for(first, TIMEOUT)
     assert got.payload == "x"
+
+
+async def test_takes_handled_locally_only_when_a_member_could_process_such_a_record() -> None:
+    broker = InMemoryBroker(partitions=2)
+    transport = InMemoryTransport(broker=broker)
+    other = "wow.test.other.command"
+    assert not transport.takes_handled_locally(TOPIC)  # no group: a record reaches nobody
+    dropping = transport.open("service", [TOPIC, other])
+    assert transport.takes_handled_locally(TOPIC)  # a member that did not say it drops them
+    dropping.drop_handled_locally([TOPIC, "wow.test.unsubscribed.command"])
+    assert dropping.drops_handled_locally == frozenset({TOPIC})
+    assert not transport.takes_handled_locally(TOPIC)
+    assert transport.takes_handled_locally(other)  # it processes the other topic's records
+    replica = InMemoryTransport(broker=broker).open("service", [TOPIC])
+    replica.drop_handled_locally([TOPIC])
+    assert not transport.takes_handled_locally(TOPIC)
+    audit = InMemoryTransport(broker=broker).open("audit", [TOPIC])
+    assert transport.takes_handled_locally(TOPIC)  # another group's plain member
+    await audit.close()
+    # the group stays, without members: its records wait for a member to come
+    assert transport.takes_handled_locally(TOPIC)
+    await transport.close()

@@ -202,6 +202,28 @@ class InMemoryBroker:
         for view in self._by_topic.get(message.topic, ()):
             view.publish(message, offset)
 
+    def takes_handled_locally(self, topic: str) -> bool:
+        """Whether a record of ``topic`` marked ``local_first: "true"`` could be processed.
+
+        False only when ``topic`` has groups and every member of every group said it drops
+        such records (a local-first receiver of a service owning the topic's aggregate,
+        :meth:`InMemoryTransportReceiver.drop_handled_locally`): then the record would be
+        acknowledged and dropped by whoever takes it. A group without members, or with one
+        member that processes such records, makes it True. Decided against the members of
+        the moment, as ``send`` is.
+        """
+        views = self._by_topic.get(topic)
+        if not views:
+            return False
+        for view in views:
+            members = view.members
+            if not members:
+                return True
+            for member in members:
+                if topic not in member.drops_handled_locally:
+                    return True
+        return False
+
     def backlog(self, group: str, topic: str) -> int:
         """Records of ``topic`` that ``group`` has not acknowledged (queued or in flight)."""
         view = self._groups.get((group, topic))
@@ -224,6 +246,19 @@ class InMemoryTransportReceiver:
         self._opened = False
         self._closed = False
         self._views: list[_GroupTopic] = []
+        self.drops_handled_locally: frozenset[str] = frozenset()
+        """The topics of which this member acknowledges and drops, unprocessed, every record
+        marked ``local_first: "true"`` (see :meth:`drop_handled_locally`)."""
+
+    def drop_handled_locally(self, topics: Sequence[str]) -> None:
+        """Declare that this member drops the records of ``topics`` marked handled locally.
+
+        A local-first receiver says so for the topics of the aggregates its service owns;
+        when every member of every group of a topic said it,
+        :meth:`InMemoryBroker.takes_handled_locally` is False and a local-first bus does
+        not send such copies at all (nobody would process them).
+        """
+        self.drops_handled_locally = frozenset(topic for topic in topics if topic in self.topics)
 
     def _join(self, broker: InMemoryBroker) -> None:
         for topic in self.topics:
@@ -364,6 +399,11 @@ class InMemoryTransport(TransportBase["InMemoryTransportReceiver"]):
         if self._closed:
             raise self._closed_error(message.topic)
         self.broker.publish(message)
+
+    def takes_handled_locally(self, topic: str) -> bool:
+        """Whether a record of ``topic`` marked handled locally could be processed by a
+        member of this broker (:meth:`InMemoryBroker.takes_handled_locally`)."""
+        return self.broker.takes_handled_locally(topic)
 
     def open(self, group: str, topics: Sequence[str]) -> InMemoryTransportReceiver:
         self._check_open()

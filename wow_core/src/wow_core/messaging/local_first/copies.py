@@ -34,7 +34,7 @@ import contextlib
 import contextvars
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Generic, TypeVar
@@ -232,6 +232,11 @@ class LocalFirstDistributedCopies(Generic[M]):
         if hand_off_timeout <= 0:
             raise ValueError("hand_off_timeout must be > 0")
         self._distributed = distributed
+        # Whether a copy marked handled locally could be processed by any receiver; the
+        # transport bus answers for the transports that see their receivers.
+        self._delivers_handled_locally: Callable[[M], bool] | None = getattr(
+            distributed, "delivers_handled_locally", None
+        )
         self.bus_name = bus_name
         self._settings_key = settings_key or f"WOW_{bus_name.upper()}__BUS__LOCAL_FIRST"
         self._observer = observer
@@ -420,6 +425,13 @@ class LocalFirstDistributedCopies(Generic[M]):
         local_first = self._decide(entry)
         message = entry.message
         message.header[Header.LOCAL_FIRST] = "true" if local_first else "false"
+        delivers = self._delivers_handled_locally
+        if local_first and delivers is not None and not delivers(message):
+            # Every receiver of its topic would acknowledge and drop it unprocessed (the
+            # in-memory transport knows its receivers): not encoded, not sent, not counted
+            # as sent.
+            entry._resolve(None)
+            return
         try:
             with entry.context.restored():
                 await self._distributed.send(message)
