@@ -156,17 +156,20 @@ class TransportMessageBus(Generic[M, E]):
             topic = self._topics[named_aggregate] = self.naming.topic(named_aggregate, self.topic_kind)
         return topic
 
-    def delivers_handled_locally(self, message: M) -> bool:
-        """Whether a copy of ``message`` marked ``local_first: "true"`` could be processed.
+    def delivers(self, message: M, *, handled_locally: bool) -> bool:
+        """Whether a copy of ``message`` sent now (marked ``local_first: "true"`` when
+        ``handled_locally``) could be processed by any receiver.
 
-        True unless the transport can tell that every receiver of the topic would drop it
-        (the in-memory transport's ``takes_handled_locally``; other transports cannot see
-        their receivers, so a local-first bus always sends its copies over them).
+        True unless the transport can tell otherwise (the in-memory transport's ``takes``:
+        no group on the topic, or every receiver would drop a copy handled locally); other
+        transports cannot see their receivers, so a local-first bus always sends its copies
+        over them.
         """
-        probe = getattr(self.transport, "takes_handled_locally", None)
-        if probe is None:
+        takes = getattr(self.transport, "takes", None)
+        if takes is None:
             return True
-        return bool(probe(self.topic(message.aggregate_id.named_aggregate)))
+        topic = self.topic(message.aggregate_id.named_aggregate)
+        return bool(takes(topic, handled_locally=handled_locally))
 
     def encode(self, message: M) -> TransportMessage:
         """The record of ``message``: marked read-only first, keyed by aggregate id."""

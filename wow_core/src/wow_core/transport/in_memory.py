@@ -202,19 +202,23 @@ class InMemoryBroker:
         for view in self._by_topic.get(message.topic, ()):
             view.publish(message, offset)
 
-    def takes_handled_locally(self, topic: str) -> bool:
-        """Whether a record of ``topic`` marked ``local_first: "true"`` could be processed.
+    def takes(self, topic: str, *, handled_locally: bool = False) -> bool:
+        """Whether a record of ``topic`` sent now could be processed by anyone.
 
-        False only when ``topic`` has groups and every member of every group said it drops
-        such records (a local-first receiver of a service owning the topic's aggregate,
-        :meth:`InMemoryTransportReceiver.drop_handled_locally`): then the record would be
-        acknowledged and dropped by whoever takes it. A group without members, or with one
-        member that processes such records, makes it True. Decided against the members of
-        the moment, as ``send`` is.
+        A record reaches the groups of its topic that exist when it is sent, so with no
+        group it reaches nobody: False. A record marked ``local_first: "true"``
+        (``handled_locally``) is also False when every member of every group said it drops
+        such records unprocessed (a local-first receiver of a service owning the topic's
+        aggregate, :meth:`InMemoryTransportReceiver.drop_handled_locally`). A group without
+        members (its records wait for one), or with a member that processes such records,
+        makes it True. Decided against the groups and members of the moment, as ``send``
+        delivers.
         """
         views = self._by_topic.get(topic)
         if not views:
             return False
+        if not handled_locally:
+            return True
         for view in views:
             members = view.members
             if not members:
@@ -255,7 +259,7 @@ class InMemoryTransportReceiver:
 
         A local-first receiver says so for the topics of the aggregates its service owns;
         when every member of every group of a topic said it,
-        :meth:`InMemoryBroker.takes_handled_locally` is False and a local-first bus does
+        :meth:`InMemoryBroker.takes` is False for such records and a local-first bus does
         not send such copies at all (nobody would process them).
         """
         self.drops_handled_locally = frozenset(topic for topic in topics if topic in self.topics)
@@ -400,10 +404,10 @@ class InMemoryTransport(TransportBase["InMemoryTransportReceiver"]):
             raise self._closed_error(message.topic)
         self.broker.publish(message)
 
-    def takes_handled_locally(self, topic: str) -> bool:
-        """Whether a record of ``topic`` marked handled locally could be processed by a
-        member of this broker (:meth:`InMemoryBroker.takes_handled_locally`)."""
-        return self.broker.takes_handled_locally(topic)
+    def takes(self, topic: str, *, handled_locally: bool = False) -> bool:
+        """Whether a record of ``topic`` sent now could be processed by a member of this
+        client's broker (:meth:`InMemoryBroker.takes`)."""
+        return self.broker.takes(topic, handled_locally=handled_locally)
 
     def open(self, group: str, topics: Sequence[str]) -> InMemoryTransportReceiver:
         self._check_open()

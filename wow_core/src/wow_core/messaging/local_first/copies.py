@@ -232,11 +232,9 @@ class LocalFirstDistributedCopies(Generic[M]):
         if hand_off_timeout <= 0:
             raise ValueError("hand_off_timeout must be > 0")
         self._distributed = distributed
-        # Whether a copy marked handled locally could be processed by any receiver; the
-        # transport bus answers for the transports that see their receivers.
-        self._delivers_handled_locally: Callable[[M], bool] | None = getattr(
-            distributed, "delivers_handled_locally", None
-        )
+        # Whether a copy could be processed by any receiver; the transport bus answers for
+        # the transports that see their receivers (the in-memory one).
+        self._delivers: Callable[..., bool] | None = getattr(distributed, "delivers", None)
         self.bus_name = bus_name
         self._settings_key = settings_key or f"WOW_{bus_name.upper()}__BUS__LOCAL_FIRST"
         self._observer = observer
@@ -425,11 +423,12 @@ class LocalFirstDistributedCopies(Generic[M]):
         local_first = self._decide(entry)
         message = entry.message
         message.header[Header.LOCAL_FIRST] = "true" if local_first else "false"
-        delivers = self._delivers_handled_locally
-        if local_first and delivers is not None and not delivers(message):
-            # Every receiver of its topic would acknowledge and drop it unprocessed (the
-            # in-memory transport knows its receivers): not encoded, not sent, not counted
-            # as sent.
+        delivers = self._delivers
+        if delivers is not None and not delivers(message, handled_locally=local_first):
+            # Nobody could process it: its topic has no receiver at all, or every receiver
+            # would acknowledge and drop it unprocessed as handled locally (the in-memory
+            # transport knows its receivers). Not encoded, not sent, not counted as sent;
+            # a send waiting for it completes (a send to nobody proves nothing more).
             entry._resolve(None)
             return
         try:
