@@ -322,6 +322,16 @@ class LocalFirstDistributedCopies(Generic[M]):
         self._active += 1
         self._quiet.clear()
         admission = entry.admission
+        if admission is None and self._reaches_nobody(entry):
+            # Refused, nothing ahead of it, and its topic has no receiver at all: its turn
+            # is now and there is nothing to send (see _send_in_turn), so no task either.
+            lane.state = _RUNNING
+            lane.copies.popleft()
+            self._add_backlog(lane.key.named_aggregate, -1)
+            entry._resolve(None)
+            if self._advance(lane):
+                self._pool.ready(lane)
+            return
         if admission is None or admission.done():
             # It can go out now and nothing is ahead of it: send it in a task whose first
             # step runs inside this call, so a send that does not wait completes before
@@ -331,6 +341,11 @@ class LocalFirstDistributedCopies(Generic[M]):
             return
         if self._arm(lane):
             self._pool.ready(lane)
+
+    def _reaches_nobody(self, entry: QueuedCopy[M]) -> bool:
+        """A copy not handed off (marked ``"false"``) that no receiver could get now."""
+        delivers = self._delivers
+        return delivers is not None and not delivers(entry.message, handled_locally=False)
 
     def backlog(self, named_aggregate: NamedAggregate | None = None) -> int:
         """Copies waiting to be sent, for one aggregate type or in total."""
