@@ -446,7 +446,10 @@ def main() -> None:
     path = Harness.write(BENCHMARK, figures, report)
     print(f"load average per repeat: {report['load_average']}")
     for figure in figures:
-        print(figure.line())
+        line = f"{figure.name}: {figure.value:,.0f} {figure.unit}"
+        if figure.ratio is not None:
+            line += f", {figure.ratio:.2f}x {BASELINE}"
+        print(line)
     print(f"wrote {path}", file=sys.stderr)
 
 
