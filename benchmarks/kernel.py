@@ -4,8 +4,8 @@
 the accounts and wait for PROCESSED. Three configurations: the command side alone over
 the in-memory buses (gateway, command dispatcher, kernel, in-memory store: the kernel's
 own cost), the same with the snapshot dispatcher the embedded runtime runs, and the
-embedded default (local-first buses whose distributed copies go through the in-memory
-transport as JSON). Figures: processed commands per
+embedded default (local-first buses over the in-memory transport, whose copies nobody
+could process are not sent). Figures: processed commands per
 second, p50/p99 latency of one ``send_and_wait``, and the asyncio-queue hop rate measured
 in the same run as the machine's yardstick (goal: a processed command for every 50 hops
 or fewer, i.e. >= 20,000/s where a hop costs ~1 µs).

@@ -4,8 +4,10 @@ The same embedded runtime and workload twice in one run, the distributed bus bei
 in-memory transport both times:
 
 - **local-first on** (the default): commands, domain events and state events are handed
-  to the in-process receivers; their distributed copies go through the in-memory
-  transport, marked, and are filtered by the merged receivers;
+  to the in-process receivers; their distributed copies are queued in turn and, since
+  nobody in this process could process them (every receiver would drop a copy handled
+  locally; the domain events have no receiver), not sent (see "Copies nobody could
+  process" in docs/messaging/local-first.md);
 - **local-first off** (``WOW_COMMAND__BUS__LOCAL_FIRST__ENABLED=false`` and the event and
   state equivalents): every message goes through the in-memory transport (JSON encoding,
   partition queues, decoding) before a dispatcher sees it.

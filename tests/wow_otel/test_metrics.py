@@ -16,6 +16,7 @@ import pytest
 from dependency_injector import providers
 
 from tests.accounts import Account, Deposit, Open, Withdraw
+from tests.wow_core.middleware.copies import keep_every_copy
 from tests.wow_core.middleware.test_metric_counts import ConflictOnce
 from tests.wow_otel.apps import Balances
 from wow_core.command import CommandWait
@@ -50,6 +51,7 @@ async def test_ten_thousand_aggregate_ids_make_a_bounded_set_of_series(otel: Ote
     """Void commands (sent through the transport, received, dropped before the kernel)
     to 10,000 accounts, and 200 processed ones: the series stay a handful."""
     runtime = WowApp("bank", aggregates=[Account]).runtime(WowSettings(metrics="otel"))
+    keep_every_copy(runtime)  # the copies go out and come back, as over a broker
     ids = [f"acc-{n}" for n in range(10_000)]
     async with runtime:
         for start in range(0, len(ids), 1000):

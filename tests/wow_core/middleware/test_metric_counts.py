@@ -21,6 +21,7 @@ from typing import Any
 from dependency_injector import providers
 
 from tests.accounts import Account, Deposit, Deposited, Open, Withdraw
+from tests.wow_core.middleware.copies import keep_every_copy
 from wow_core.event import event_processor, on_event
 from wow_core.eventsourcing import InMemoryEventStore
 from wow_core.eventsourcing.store import EventVersionConflictError
@@ -103,6 +104,7 @@ async def test_every_core_counter_counts_as_before_the_move() -> None:
     container = create_container(WowSettings(metrics="in_memory"))
     container.event_store.override(providers.Object(ConflictOnce(version=3)))
     runtime = build_runtime(WowApp("bank", aggregates=[Account]), container=container)
+    keep_every_copy(runtime)  # the copies go out and come back, as over a broker
     metrics = container.metrics()
     assert isinstance(metrics, InMemoryMetrics)
     gateway = runtime.gateway
@@ -219,6 +221,7 @@ async def test_local_first_and_processing_series_count_as_before_the_move() -> N
     container = create_container(settings)
     auditor = Auditor()
     runtime = build_runtime(WowApp("bank", aggregates=[Account], components=[auditor]), container=container)
+    keep_every_copy(runtime)  # the copies go out and come back, as over a broker
     metrics = container.metrics()
     assert isinstance(metrics, InMemoryMetrics)
     gateway = runtime.gateway

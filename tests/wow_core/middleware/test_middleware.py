@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.accounts import Account, Deposit, Open
+from tests.wow_core.middleware.copies import keep_every_copy
 from wow_core.command import CommandGateway, CommandStage, CommandWait
 from wow_core.command.stages import CommandResult, WaitPlan
 from wow_core.eventsourcing.store import EventStore
@@ -178,6 +179,7 @@ async def test_a_plugin_middleware_sees_every_hook_in_order_on_the_embedded_runt
     names = [type(item).__name__ for item in container.middleware()]
     assert names == ["MetricsMiddleware", "Seeing"], "by registered name: metrics outermost"
     runtime = build_runtime(WowApp("bank", aggregates=[Account]), container=container)
+    keep_every_copy(runtime)  # the copies go out and come back, as over a broker
     seen = plugin.seen
     metrics = container.metrics()
     assert isinstance(metrics, InMemoryMetrics)

@@ -9,6 +9,7 @@ from typing import Any
 from dependency_injector import providers
 
 from tests.accounts import Account, Deposit, Deposited, Open
+from tests.wow_core.middleware.copies import keep_every_copy
 from wow_core.event import event_processor, on_event
 from wow_core.event.exchange import FunctionExchange
 from wow_core.event.failure import ProcessingOutcome
@@ -115,6 +116,7 @@ async def test_a_plugin_middleware_observes_local_first_and_event_processing() -
     container = create_container(WowSettings(), plugins=load_plugins(extra=[("observing", plugin)]))
     ledger = Ledger()
     runtime = build_runtime(WowApp("bank", aggregates=[Account], components=[ledger]), container=container)
+    keep_every_copy(runtime)  # the copies go out and come back, as over a broker
     seen = plugin.middleware.local_first
     async with runtime:
         opened = await runtime.gateway.send_and_wait(runtime.aggregates.command(Open("ada", 1)), timeout=5)

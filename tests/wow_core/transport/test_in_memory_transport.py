@@ -187,3 +187,29 @@ async def test_a_second_concurrent_pull_is_a_clear_error(rig: Rig) -> None:
     await transport.send(record("k", "x"))
     got = await asyncio.wait_for(first, TIMEOUT)
     assert got.payload == "x"
+
+
+async def test_takes_only_when_a_member_could_process_the_record() -> None:
+    broker = InMemoryBroker(partitions=2)
+    transport = InMemoryTransport(broker=broker)
+    other = "wow.test.other.command"
+    # no group: a record reaches nobody, marked or not
+    assert not transport.takes(TOPIC)
+    assert not transport.takes(TOPIC, handled_locally=True)
+    dropping = transport.open("service", [TOPIC, other])
+    assert transport.takes(TOPIC)
+    assert transport.takes(TOPIC, handled_locally=True)  # it did not say it drops them
+    dropping.drop_handled_locally([TOPIC, "wow.test.unsubscribed.command"])
+    assert dropping.drops_handled_locally == frozenset({TOPIC})
+    assert not transport.takes(TOPIC, handled_locally=True)
+    assert transport.takes(TOPIC)  # a record not handled locally is processed
+    assert transport.takes(other, handled_locally=True)  # it processes the other topic's
+    replica = InMemoryTransport(broker=broker).open("service", [TOPIC])
+    replica.drop_handled_locally([TOPIC])
+    assert not transport.takes(TOPIC, handled_locally=True)
+    audit = InMemoryTransport(broker=broker).open("audit", [TOPIC])
+    assert transport.takes(TOPIC, handled_locally=True)  # another group's plain member
+    await audit.close()
+    # the group stays, without members: its records wait for a member to come
+    assert transport.takes(TOPIC, handled_locally=True)
+    await transport.close()

@@ -111,16 +111,50 @@ def test_wrong_local_first_settings_name_the_variable(
         WowSettings.load()
 
 
-async def test_a_command_is_processed_locally_and_its_copy_goes_out_marked() -> None:
+async def test_a_copy_every_receiver_would_drop_is_not_sent() -> None:
+    """The default runtime over its own in-memory transport: every receiver of the command
+    topic is a merged local-first receiver of this service, which would drop the copy
+    marked handled locally; it is neither encoded nor sent (nor counted as sent)."""
     metrics = InMemoryMetrics()
     container = create_container(WowSettings.load())
     container.metrics.override(providers.Object(metrics))
     runtime = build_runtime(WowApp("bank", aggregates=[Account]), container=container)
     async with runtime:
+        assert isinstance(runtime.transport, InMemoryTransport)
+        bus = runtime.command_bus.distributed_bus
+        topic = bus.topic(runtime.aggregates.command(Open("ada", 10)).aggregate_id.named_aggregate)
+        assert not runtime.transport.takes(topic, handled_locally=True)
         result = await runtime.gateway.send_and_wait(
             runtime.aggregates.command(Open("ada", 10)), CommandWait.processed(), timeout=5
         )
         assert result.succeeded
+    for kind in ("command", "event", "state"):
+        # the domain events have no receiver at all (their refused copies reach nobody),
+        # the state events only the snapshot dispatcher's merged receiver
+        assert metrics.counter_value(COPIES_SENT, bus=kind, local_first="true") == 0
+        assert metrics.counter_value(COPIES_SENT, bus=kind, local_first="false") == 0
+        assert metrics.counter_value(SENT_COUNTER, kind=kind) == 0
+
+
+async def test_a_copy_goes_out_marked_when_a_receiver_could_process_it() -> None:
+    """A plain receiver of the topic (here a raw transport receiver of another group)
+    processes copies marked handled locally: the copy is sent, marked true, exactly as
+    over a broker."""
+    metrics = InMemoryMetrics()
+    container = create_container(WowSettings.load())
+    container.metrics.override(providers.Object(metrics))
+    runtime = build_runtime(WowApp("bank", aggregates=[Account]), container=container)
+    async with runtime:
+        command = runtime.aggregates.command(Open("ada", 10))
+        topic = runtime.command_bus.distributed_bus.topic(command.aggregate_id.named_aggregate)
+        assert isinstance(runtime.transport, InMemoryTransport)
+        plain = runtime.transport.open("audit", [topic])
+        plain.open_processing()
+        assert runtime.transport.takes(topic, handled_locally=True)
+        result = await runtime.gateway.send_and_wait(command, CommandWait.processed(), timeout=5)
+        assert result.succeeded
+        record = await asyncio.wait_for(plain.__anext__(), 5)
+        assert '"local_first":"true"' in record.payload.replace(" ", "")
     assert metrics.counter_value(COPIES_SENT, bus="command", local_first="true") == 1
     assert metrics.counter_value(COPIES_SENT, bus="command", local_first="false") == 0
 
@@ -148,6 +182,9 @@ async def runtime_with(transport: GatedTransport, metrics: InMemoryMetrics, shut
     container = create_container(WowSettings.load(runtime={"shutdown_timeout": shutdown_timeout}))
     container.transport.override(providers.Object(transport))
     container.metrics.override(providers.Object(metrics))
+    # a group on the command topic, so that the copies reach someone (a copy to a topic
+    # without any group is not sent at all over the in-memory transport)
+    transport.open("audit", ["wow.bank.account.command"])
     return build_runtime(WowApp("bank", aggregates=[Account]), container=container)
 
 
@@ -216,9 +253,13 @@ async def test_copies_sent_later_keep_the_senders_metrics_source_through_the_plu
     container.metrics.override(providers.Object(metrics))
     runtime = build_runtime(WowApp("bank", aggregates=[Account]), container=container)
     async with runtime:
+        command = runtime.aggregates.command(Open("ada"))
+        # a receiver that processes copies marked handled locally, so the copy is sent
+        topic = runtime.command_bus.distributed_bus.topic(command.aggregate_id.named_aggregate)
+        runtime.transport.open("audit", [topic])
         token = metrics_source.set("saga:welcome")
         try:
-            await runtime.command_bus.send(runtime.aggregates.command(Open("ada")))  # handed off
+            await runtime.command_bus.send(command)  # handed off
         finally:
             metrics_source.reset(token)
         await runtime.command_bus.copies.join()

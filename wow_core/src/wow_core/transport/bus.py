@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, ClassVar, Generic, TypeVar
 
 from wow_core.messaging.contract import (
@@ -156,6 +156,21 @@ class TransportMessageBus(Generic[M, E]):
             topic = self._topics[named_aggregate] = self.naming.topic(named_aggregate, self.topic_kind)
         return topic
 
+    def delivers(self, message: M, *, handled_locally: bool) -> bool:
+        """Whether a copy of ``message`` sent now (marked ``local_first: "true"`` when
+        ``handled_locally``) could be processed by any receiver.
+
+        True unless the transport can tell otherwise (the in-memory transport's ``takes``:
+        no group on the topic, or every receiver would drop a copy handled locally); other
+        transports cannot see their receivers, so a local-first bus always sends its copies
+        over them.
+        """
+        takes = getattr(self.transport, "takes", None)
+        if takes is None:
+            return True
+        topic = self.topic(message.aggregate_id.named_aggregate)
+        return bool(takes(topic, handled_locally=handled_locally))
+
     def encode(self, message: M) -> TransportMessage:
         """The record of ``message``: marked read-only first, keyed by aggregate id."""
         if not self.keeps_local_first_marker and message.header.local_first:
@@ -237,6 +252,14 @@ class TransportBusReceiver(Generic[E]):
     delivered again); :meth:`close` closes the transport receiver, whose unacknowledged
     records are delivered again to the group.
     """
+
+    def drop_handled_locally(self, is_local: Callable[[NamedAggregate], bool]) -> None:
+        """This receiver's consumer drops the records marked handled locally of the
+        aggregates ``is_local`` owns (a local-first receiver): told to the transport
+        receiver when it can use it (the in-memory transport's ``drop_handled_locally``)."""
+        declare = getattr(self._receiver, "drop_handled_locally", None)
+        if declare is not None:
+            declare([topic for topic, named in self.topics.items() if is_local(named)])
 
     def __init__(self, bus: TransportMessageBus[Any, E], subscription: MessageSubscription) -> None:
         self.bus = bus

@@ -202,6 +202,32 @@ class InMemoryBroker:
         for view in self._by_topic.get(message.topic, ()):
             view.publish(message, offset)
 
+    def takes(self, topic: str, *, handled_locally: bool = False) -> bool:
+        """Whether a record of ``topic`` sent now could be processed by anyone.
+
+        A record reaches the groups of its topic that exist when it is sent, so with no
+        group it reaches nobody: False. A record marked ``local_first: "true"``
+        (``handled_locally``) is also False when every member of every group said it drops
+        such records unprocessed (a local-first receiver of a service owning the topic's
+        aggregate, :meth:`InMemoryTransportReceiver.drop_handled_locally`). A group without
+        members (its records wait for one), or with a member that processes such records,
+        makes it True. Decided against the groups and members of the moment, as ``send``
+        delivers.
+        """
+        views = self._by_topic.get(topic)
+        if not views:
+            return False
+        if not handled_locally:
+            return True
+        for view in views:
+            members = view.members
+            if not members:
+                return True
+            for member in members:
+                if topic not in member.drops_handled_locally:
+                    return True
+        return False
+
     def backlog(self, group: str, topic: str) -> int:
         """Records of ``topic`` that ``group`` has not acknowledged (queued or in flight)."""
         view = self._groups.get((group, topic))
@@ -224,6 +250,19 @@ class InMemoryTransportReceiver:
         self._opened = False
         self._closed = False
         self._views: list[_GroupTopic] = []
+        self.drops_handled_locally: frozenset[str] = frozenset()
+        """The topics of which this member acknowledges and drops, unprocessed, every record
+        marked ``local_first: "true"`` (see :meth:`drop_handled_locally`)."""
+
+    def drop_handled_locally(self, topics: Sequence[str]) -> None:
+        """Declare that this member drops the records of ``topics`` marked handled locally.
+
+        A local-first receiver says so for the topics of the aggregates its service owns;
+        when every member of every group of a topic said it,
+        :meth:`InMemoryBroker.takes` is False for such records and a local-first bus does
+        not send such copies at all (nobody would process them).
+        """
+        self.drops_handled_locally = frozenset(topic for topic in topics if topic in self.topics)
 
     def _join(self, broker: InMemoryBroker) -> None:
         for topic in self.topics:
@@ -364,6 +403,11 @@ class InMemoryTransport(TransportBase["InMemoryTransportReceiver"]):
         if self._closed:
             raise self._closed_error(message.topic)
         self.broker.publish(message)
+
+    def takes(self, topic: str, *, handled_locally: bool = False) -> bool:
+        """Whether a record of ``topic`` sent now could be processed by a member of this
+        client's broker (:meth:`InMemoryBroker.takes`)."""
+        return self.broker.takes(topic, handled_locally=handled_locally)
 
     def open(self, group: str, topics: Sequence[str]) -> InMemoryTransportReceiver:
         self._check_open()

@@ -263,9 +263,16 @@ class LocalFirstMessageBus(Generic[M, E]):
             if local_aggregates
             else None
         )
+        distributed = self._distributed.receiver(subscription)
+        # The merged receiver drops the copies of local aggregates marked handled locally:
+        # a transport that sees its receivers (the in-memory one) learns it, so that a copy
+        # every receiver would drop is not sent at all (LocalFirstDistributedCopies).
+        declare = getattr(distributed, "drop_handled_locally", None)
+        if declare is not None:
+            declare(self._is_local)
         return LocalFirstReceiver(
             local_receiver,
-            self._distributed.receiver(subscription),
+            distributed,
             is_local=self._is_local,
             observer=self._observer,
         )

@@ -34,7 +34,7 @@ import contextlib
 import contextvars
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Generic, TypeVar
@@ -232,6 +232,9 @@ class LocalFirstDistributedCopies(Generic[M]):
         if hand_off_timeout <= 0:
             raise ValueError("hand_off_timeout must be > 0")
         self._distributed = distributed
+        # Whether a copy could be processed by any receiver; the transport bus answers for
+        # the transports that see their receivers (the in-memory one).
+        self._delivers: Callable[..., bool] | None = getattr(distributed, "delivers", None)
         self.bus_name = bus_name
         self._settings_key = settings_key or f"WOW_{bus_name.upper()}__BUS__LOCAL_FIRST"
         self._observer = observer
@@ -319,6 +322,16 @@ class LocalFirstDistributedCopies(Generic[M]):
         self._active += 1
         self._quiet.clear()
         admission = entry.admission
+        if admission is None and self._reaches_nobody(entry):
+            # Refused, nothing ahead of it, and its topic has no receiver at all: its turn
+            # is now and there is nothing to send (see _send_in_turn), so no task either.
+            lane.state = _RUNNING
+            lane.copies.popleft()
+            self._add_backlog(lane.key.named_aggregate, -1)
+            entry._resolve(None)
+            if self._advance(lane):
+                self._pool.ready(lane)
+            return
         if admission is None or admission.done():
             # It can go out now and nothing is ahead of it: send it in a task whose first
             # step runs inside this call, so a send that does not wait completes before
@@ -328,6 +341,11 @@ class LocalFirstDistributedCopies(Generic[M]):
             return
         if self._arm(lane):
             self._pool.ready(lane)
+
+    def _reaches_nobody(self, entry: QueuedCopy[M]) -> bool:
+        """A copy not handed off (marked ``"false"``) that no receiver could get now."""
+        delivers = self._delivers
+        return delivers is not None and not delivers(entry.message, handled_locally=False)
 
     def backlog(self, named_aggregate: NamedAggregate | None = None) -> int:
         """Copies waiting to be sent, for one aggregate type or in total."""
@@ -420,6 +438,14 @@ class LocalFirstDistributedCopies(Generic[M]):
         local_first = self._decide(entry)
         message = entry.message
         message.header[Header.LOCAL_FIRST] = "true" if local_first else "false"
+        delivers = self._delivers
+        if delivers is not None and not delivers(message, handled_locally=local_first):
+            # Nobody could process it: its topic has no receiver at all, or every receiver
+            # would acknowledge and drop it unprocessed as handled locally (the in-memory
+            # transport knows its receivers). Not encoded, not sent, not counted as sent;
+            # a send waiting for it completes (a send to nobody proves nothing more).
+            entry._resolve(None)
+            return
         try:
             with entry.context.restored():
                 await self._distributed.send(message)

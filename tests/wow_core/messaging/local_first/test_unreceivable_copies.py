@@ -1,0 +1,92 @@
+"""Copies nobody could process are not sent, in their turn (the distributed bus's ``delivers``)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tests.wow_core.messaging.local_first.local_first_doubles import RecordingDistributedBus, command
+from wow_core.messaging.local_first import LocalFirstDistributedCopies
+from wow_core.model import CommandMessage
+
+
+class Deaf(RecordingDistributedBus):
+    """A distributed bus that says who could process a copy: nobody for ``deaf`` ids,
+    and nobody for a copy handled locally when ``drops_handled_locally``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deaf: set[str] = set()
+        self.drops_handled_locally = False
+        self.asked: list[tuple[str, bool]] = []
+
+    def delivers(self, message: CommandMessage[Any], *, handled_locally: bool) -> bool:
+        self.asked.append((message.aggregate_id.id, handled_locally))
+        if message.aggregate_id.id in self.deaf:
+            return False
+        return not (handled_locally and self.drops_handled_locally)
+
+
+def copies_over(bus: Deaf) -> LocalFirstDistributedCopies[Any]:
+    return LocalFirstDistributedCopies(bus, bus_name="command")  # type: ignore[arg-type]
+
+
+async def test_a_refused_copy_nobody_could_get_completes_at_once_without_a_send() -> None:
+    bus = Deaf()
+    bus.deaf.add("a1")
+    copies = copies_over(bus)
+    entry = copies.queue(command("a1"), start=False)
+    done = entry.completion()
+    tasks = len(asyncio.all_tasks())
+    copies.start(entry)
+    assert done is not None
+    assert done.done(), "its turn was now, and there was nothing to send"
+    assert len(asyncio.all_tasks()) == tasks, "and no task to send it"
+    assert copies.backlog() == 0
+    await copies.join()
+    assert bus.arrivals == []
+    await copies.flush(1)
+
+
+async def test_a_refused_copy_nobody_could_get_still_waits_for_the_earlier_copies() -> None:
+    bus = Deaf()
+    copies = copies_over(bus)
+    loop = asyncio.get_running_loop()
+    admission: asyncio.Future[bool] = loop.create_future()
+    first = copies.queue(command("a1", n=1), start=False)
+    first.handed_off_with(admission, loop.time() + 60)
+    copies.start(first)
+    bus.deaf.add("a1")  # the topic loses its last group while the first copy waits
+    behind = copies.queue(command("a1", n=2), start=False)
+    done = behind.completion()
+    copies.start(behind)
+    assert done is not None
+    assert not done.done(), "in its turn, behind the first"
+    assert copies.backlog() == 2
+    admission.set_result(False)
+    await asyncio.wait_for(done, 5)
+    await copies.join()
+    assert bus.arrivals == [], "both decided when their turn came: nobody could get them"
+    await copies.flush(1)
+
+
+async def test_a_copy_handled_locally_that_every_receiver_would_drop_is_not_sent() -> None:
+    bus = Deaf()
+    bus.drops_handled_locally = True
+    copies = copies_over(bus)
+    loop = asyncio.get_running_loop()
+    admitted: asyncio.Future[bool] = loop.create_future()
+    rejected: asyncio.Future[bool] = loop.create_future()
+    for aggregate, admission in (("a1", admitted), ("a2", rejected)):
+        entry = copies.queue(command(aggregate), start=False)
+        entry.handed_off_with(admission, loop.time() + 60)
+        copies.start(entry)
+    admitted.set_result(True)
+    rejected.set_result(False)
+    await asyncio.wait_for(copies.join(), 5)
+    # the rejected one goes out marked false: the transport delivers it again
+    assert [(a.message.aggregate_id.id, a.message.header.local_first) for a in bus.arrivals] == [
+        ("a2", False)
+    ]
+    assert ("a1", True) in bus.asked
+    await copies.flush(1)
