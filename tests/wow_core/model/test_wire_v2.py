@@ -159,9 +159,11 @@ def test_non_default_fields_are_written() -> None:
     stream = json.loads(CODEC.encode(full_stream()))
     first, second = stream["e"]
     assert (first["ver"], first["l"], first["ts"], first["h"]) == (4, False, 10, {"h": "1"})
-    assert "ci" not in first and "s" not in first
+    assert "ci" not in first
+    assert "s" not in first
     assert (second["s"], second["ci"], second["rev"], second["ts"]) == (2, "other", "2.0", 11)
-    assert "ver" not in second and "l" not in second
+    assert "ver" not in second
+    assert "l" not in second
 
 
 @pytest.mark.parametrize(
