@@ -48,7 +48,15 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal, NotRequired
 
 from annotated_types import Ge, Le, MaxLen, MinLen
-from pydantic import BaseModel, ConfigDict, Strict, StringConstraints, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Strict,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    WithJsonSchema,
+)
 from pydantic_core import SchemaValidator, from_json, to_json
 from typing_extensions import TypedDict
 
@@ -533,7 +541,8 @@ def _envelope(kind: TopicKind) -> SchemaValidator:
 # Version 2: short keys, defaults left out (NotRequired), the aggregate as an array.
 
 _AggregateV2 = Annotated[list[_Text], MinLen(3), MaxLen(4)]
-_Version = Annotated[int, Strict(), Ge(2), Le(2)]  # a JSON integer 2: not 2.0, not true
+# a JSON integer 2: not 2.0, not true (a Literal[2] takes 2.0); its schema says const 2
+_Version = Annotated[int, Strict(), Ge(2), Le(2), WithJsonSchema({"type": "integer", "const": 2})]
 
 
 class _CommandV2(TypedDict):
