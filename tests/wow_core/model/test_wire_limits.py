@@ -110,7 +110,7 @@ def test_a_body_is_encoded_exactly_when_a_receiver_can_decode_it(levels: int) ->
 
 def test_what_the_encoder_refuses_for_depth_the_decoder_refuses_too() -> None:
     data = json.loads(STRICT.encode(command(Upload(nested(DEEPEST_PAYLOAD)))))
-    data["body"]["payload"] = [data["body"]["payload"]]  # one level more
+    data["b"]["payload"] = [data["b"]["payload"]]  # one level more
     with pytest.raises(DecodeError, match="recursion limit"):
         STRICT.decode(json.dumps(data), TopicKind.COMMAND)
 
@@ -157,8 +157,8 @@ async def test_a_body_beyond_the_limits_is_refused_by_send_and_nothing_is_sent()
 
 def wire(body_type: type[Any], body: dict[str, Any]) -> str:
     data = json.loads(STRICT.encode(command(Deposit(1))))
-    data["body_type"] = REGISTRY.name_of(body_type)
-    data["body"] = body
+    data["t"] = REGISTRY.name_of(body_type)
+    data["b"] = body
     return json.dumps(data)
 
 
@@ -223,7 +223,7 @@ def test_the_sender_refuses_a_command_body_a_strict_receiver_would_refuse() -> N
 
 def test_events_are_history_and_stay_readable_when_their_class_lost_a_field() -> None:
     data = json.loads(STRICT.encode(stream(Deposit(3))))
-    data["events"][0]["body"]["removed_since"] = "v1"
+    data["e"][0]["b"]["removed_since"] = "v1"
     decoded = STRICT.decode(json.dumps(data), TopicKind.EVENT)
     assert decoded.events[0].body == Deposit(3)  # type: ignore[attr-defined]
 
@@ -236,7 +236,7 @@ def test_pydantic_dataclass_bodies_are_strict_too() -> None:
     registry = BodyTypeRegistry([Refund])
     codec = MessageCodec(registry)
     data = json.loads(codec.encode(command(Refund(2))))
-    data["body"] = {"amount": 2, "why": "x"}
+    data["b"] = {"amount": 2, "why": "x"}
     with pytest.raises(DecodeError, match=r"body\.why: Unexpected keyword argument"):
         codec.decode(json.dumps(data), TopicKind.COMMAND)
 

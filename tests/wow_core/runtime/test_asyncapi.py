@@ -119,7 +119,7 @@ def test_a_wrong_body_does_not_match(document: dict[str, Any]) -> None:
     codec = _codec()
     command = AggregateRegistry([Account]).command(OpenAccount("ann"))
     wire = json.loads(codec.encode(command))
-    wire["body"]["owner"] = ""  # min_length 1
+    wire["b"]["owner"] = ""  # min_length 1
     with pytest.raises(jsonschema.ValidationError):
         _validate(document, "bank.account.OpenAccount", json.dumps(wire))
     wire = json.loads(codec.encode(command))

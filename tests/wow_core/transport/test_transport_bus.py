@@ -78,7 +78,7 @@ def test_encode_marks_read_only_and_keys_by_aggregate_id() -> None:
         "a-7",
         message.create_time,
     )
-    assert json.loads(record.payload)["id"] == message.id
+    assert json.loads(record.payload)["i"] == message.id
 
 
 async def test_each_kind_has_its_exchange_whose_ack_acks_the_record(rig: Rig) -> None:

@@ -12,6 +12,14 @@ class's compiled validator. Every payload that is not a message of the asked kin
 :class:`DecodeError` with its :class:`DecodeFailureKind`, never another exception.
 The form and its decoding rules are documented in ``docs/transports/spi.md``.
 
+**Wire versions.** ``encode`` writes version 2, the compact form (short keys, the
+aggregate as an array, defaults and empty fields left out, ``"v":2`` as its first
+member); ``decode`` reads version 2 and the unversioned version 1 (long keys, every
+field written: what releases before the compact form sent, and what
+:func:`to_wire` still builds for the cluster intake's envelope). A payload naming a
+version this decoder does not know is ``WRONG_SHAPE`` with a message saying which
+versions it reads, never a guess.
+
 What the encoder writes, the decoder reads: ``encode`` refuses (:class:`EncodeError`,
 naming the field) a message the decoder would refuse, so a bad body fails at the sender
 instead of being dead-lettered by every receiver: JSON nested deeper than
@@ -39,12 +47,20 @@ from collections.abc import Callable, Iterable, Iterator
 from enum import StrEnum
 from typing import Annotated, Any, Literal, NotRequired
 
-from annotated_types import Ge, MinLen
-from pydantic import BaseModel, ConfigDict, Strict, StringConstraints, TypeAdapter, ValidationError
+from annotated_types import Ge, Le, MaxLen, MinLen
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Strict,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    WithJsonSchema,
+)
 from pydantic_core import SchemaValidator, from_json, to_json
 from typing_extensions import TypedDict
 
-from wow_core.model.aggregate import AggregateId, NamedAggregate
+from wow_core.model.aggregate import DEFAULT_TENANT_ID, AggregateId, NamedAggregate
 from wow_core.model.header import Header
 from wow_core.model.messages import (
     CommandMessage,
@@ -313,6 +329,116 @@ def to_wire(registry: BodyTypeRegistry, message: Message) -> dict[str, Any]:
     raise TypeError(f"not a message: {type(message).__name__}")
 
 
+WIRE_VERSION = 2
+"""The wire version :meth:`MessageCodec.encode` writes (``"v"``); 1 is read too."""
+
+READ_VERSIONS = (1, 2)
+"""The wire versions :meth:`MessageCodec.decode` reads (1: unversioned, long keys)."""
+
+_KIND_LETTERS = {TopicKind.COMMAND: "c", TopicKind.EVENT: "e", TopicKind.STATE: "s"}
+_LETTER_KINDS = {letter: kind.value for kind, letter in _KIND_LETTERS.items()}
+
+DEFAULT_REVISION = "0.0.1"
+"""An event's revision when the wire form leaves it out (``DomainEvent``'s default)."""
+
+
+def _aggregate_compact(aggregate_id: AggregateId) -> list[str]:
+    named = aggregate_id.named_aggregate
+    if aggregate_id.tenant_id == DEFAULT_TENANT_ID:
+        return [named.context_name, named.aggregate_name, aggregate_id.id]
+    return [named.context_name, named.aggregate_name, aggregate_id.id, aggregate_id.tenant_id]
+
+
+def _event_compact(
+    registry: BodyTypeRegistry, event: DomainEvent[Any], stream: DomainEventStream
+) -> dict[str, Any]:
+    body_type, body = registry.dump(event.body)
+    data: dict[str, Any] = {"i": event.id, "n": event.name, "t": body_type, "b": body}
+    if event.version != stream.version:
+        data["ver"] = event.version
+    if event.sequence != 1:
+        data["s"] = event.sequence
+    if not event.is_last:
+        data["l"] = False
+    if event.command_id != stream.command_id:
+        data["ci"] = event.command_id
+    if event.revision != DEFAULT_REVISION:
+        data["rev"] = event.revision
+    if event.header:
+        data["h"] = event.header.to_dict()
+    if event.create_time != stream.create_time:
+        data["ts"] = event.create_time
+    return data
+
+
+def _stream_compact(registry: BodyTypeRegistry, stream: DomainEventStream) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "i": stream.id,
+        "a": _aggregate_compact(stream.aggregate_id),
+        "ver": stream.version,
+        "ci": stream.command_id,
+    }
+    if stream.request_id != stream.command_id:
+        data["r"] = stream.request_id
+    if stream.header:
+        data["h"] = stream.header.to_dict()
+    data["ts"] = stream.create_time
+    data["e"] = [_event_compact(registry, event, stream) for event in stream.events]
+    return data
+
+
+def compact_wire(registry: BodyTypeRegistry, message: Message) -> dict[str, Any]:
+    """The JSON-ready dict of a message in wire version 2 (what :meth:`MessageCodec.encode` writes).
+
+    A command: ``v`` (2), ``k`` (``"c"``), ``i`` id, ``a`` ``[context, aggregate, id]``
+    (a fourth item: the tenant, when not the default), ``n`` name, ``t`` body type, ``b``
+    body, ``ts`` create time; only when not their default: ``r`` request id (default: the
+    id), ``h`` header (default: empty), ``cr`` is_create, ``ac`` allow_create, ``vd``
+    is_void (default: false), ``av`` aggregate version (default: any). Event streams
+    (``"e"``) and state events (``"s"``) likewise; see ``docs/transports/spi.md``.
+    """
+    if isinstance(message, CommandMessage):
+        body_type, body = registry.dump(message.body)
+        data: dict[str, Any] = {
+            "v": WIRE_VERSION,
+            "k": "c",
+            "i": message.id,
+            "a": _aggregate_compact(message.aggregate_id),
+            "n": message.name,
+            "t": body_type,
+            "b": body,
+        }
+        if message.request_id != message.id:
+            data["r"] = message.request_id
+        if message.header:
+            data["h"] = message.header.to_dict()
+        if message.is_create:
+            data["cr"] = True
+        if message.allow_create:
+            data["ac"] = True
+        if message.is_void:
+            data["vd"] = True
+        if message.aggregate_version is not None:
+            data["av"] = message.aggregate_version
+        data["ts"] = message.create_time
+        return data
+    if isinstance(message, DomainEventStream):
+        return {"v": WIRE_VERSION, "k": "e", **_stream_compact(registry, message)}
+    if isinstance(message, StateEvent):
+        state_type, state = registry.dump(message.state)
+        data = {"v": WIRE_VERSION, "k": "s", "i": message.id}
+        if message.header:
+            data["h"] = message.header.to_dict()
+        data["ts"] = message.create_time
+        if message.deleted:
+            data["d"] = True
+        data["t"] = state_type
+        data["st"] = state
+        data["es"] = _stream_compact(registry, message.stream)
+        return data
+    raise TypeError(f"not a message: {type(message).__name__}")
+
+
 # -- decoding ---------------------------------------------------------------------------
 #
 # The envelope of every kind is one compiled pydantic-core schema: JSON text is parsed and
@@ -412,6 +538,120 @@ def _envelope(kind: TopicKind) -> SchemaValidator:
     return TypeAdapter(shapes[kind]).validator  # type: ignore[return-value]
 
 
+# Version 2: short keys, defaults left out (NotRequired), the aggregate as an array.
+
+_AggregateV2 = Annotated[list[_Text], MinLen(3), MaxLen(4)]
+# a JSON integer 2: not 2.0, not true (a Literal[2] takes 2.0); its schema says const 2
+_Version = Annotated[int, Strict(), Ge(2), Le(2), WithJsonSchema({"type": "integer", "const": 2})]
+
+
+class _CommandV2(TypedDict):
+    __pydantic_config__ = _PARSING  # type: ignore[misc]
+
+    v: _Version
+    k: Literal["c"]
+    i: _Text
+    a: _AggregateV2
+    n: _Text
+    t: _Text
+    b: Any
+    ts: _Int
+    r: NotRequired[_Text]
+    h: NotRequired[_Header]
+    cr: NotRequired[_Bool]
+    ac: NotRequired[_Bool]
+    vd: NotRequired[_Bool]
+    av: NotRequired[Annotated[int, Strict(), Ge(0)]]
+
+
+class _EventV2(TypedDict):
+    i: _Text
+    n: _Text
+    t: _Text
+    b: Any
+    ver: NotRequired[_Int]
+    s: NotRequired[_Int]
+    l: NotRequired[_Bool]  # noqa: E741 - the wire key of is_last
+    ci: NotRequired[_AnyText]
+    rev: NotRequired[_Text]
+    h: NotRequired[_Header]
+    ts: NotRequired[_Int]
+
+
+class _StreamFieldsV2(TypedDict):
+    i: _Text
+    a: _AggregateV2
+    ver: Annotated[int, Strict(), Ge(1)]
+    ci: _AnyText
+    ts: _Int
+    e: Annotated[list[_EventV2], MinLen(1)]
+    r: NotRequired[_AnyText]
+    h: NotRequired[_Header]
+
+
+class _StreamV2(_StreamFieldsV2):
+    __pydantic_config__ = _PARSING  # type: ignore[misc]
+
+    v: _Version
+    k: Literal["e"]
+
+
+class _StateV2(TypedDict):
+    __pydantic_config__ = _PARSING  # type: ignore[misc]
+
+    v: _Version
+    k: Literal["s"]
+    i: _Text
+    ts: _Int
+    t: _Text
+    st: Any
+    es: _StreamFieldsV2
+    h: NotRequired[_Header]
+    d: NotRequired[_Bool]
+
+
+@functools.cache
+def _envelope_v2(kind: TopicKind) -> SchemaValidator:
+    """The compiled version 2 envelope validator of ``kind`` (built once, on first use)."""
+    shapes: dict[TopicKind, Any] = {
+        TopicKind.COMMAND: _CommandV2,
+        TopicKind.EVENT: _StreamV2,
+        TopicKind.STATE: _StateV2,
+    }
+    return TypeAdapter(shapes[kind]).validator  # type: ignore[return-value]
+
+
+_V2_PREFIX = '{"v":'
+_V2_PREFIX_BYTES = _V2_PREFIX.encode()
+
+V2_FIELDS: dict[str, str] = {
+    "v": "wire version (2)",
+    "k": "kind: c (command), e (event stream), s (state event)",
+    "i": "id",
+    "a": "aggregate: [context, aggregate, id] or [context, aggregate, id, tenant]",
+    "n": "name",
+    "t": "body type (state type in a state event): the name it was registered under",
+    "b": "body",
+    "ts": "create_time (epoch ms); an event without it: the stream's",
+    "r": "request_id (absent: a command's id, a stream's command_id)",
+    "h": "header (absent: empty)",
+    "cr": "is_create (absent: false)",
+    "ac": "allow_create (absent: false)",
+    "vd": "is_void (absent: false)",
+    "av": "aggregate_version expected (absent: any)",
+    "ver": "version (an event without it: the stream's)",
+    "s": "sequence (absent: 1)",
+    "l": "is_last (absent: true)",
+    "ci": "command_id (an event without it: the stream's)",
+    "rev": "revision (absent: 0.0.1)",
+    "e": "events",
+    "st": "state",
+    "es": "event stream",
+    "d": "deleted (absent: false)",
+}
+"""What each key of a version 2 envelope holds (the wire page and the AsyncAPI schema say it)."""
+
+
 _CACHE_SIZE = 4096
 _named_aggregates: dict[tuple[str, str], NamedAggregate] = {}
 _aggregate_ids: dict[tuple[str, str, str, str], AggregateId] = {}
@@ -503,6 +743,161 @@ def _build(registry: BodyTypeRegistry, data: Any, kind: TopicKind, strict: bool)
         raise DecodeError(DecodeFailureKind.WRONG_SHAPE, f"{kind.value}: {error}") from None
 
 
+def _aggregate_id_v2(parts: list[str]) -> AggregateId:
+    return _aggregate_id(
+        {
+            "context": parts[0],
+            "aggregate": parts[1],
+            "id": parts[2],
+            "tenant": parts[3] if len(parts) == 4 else DEFAULT_TENANT_ID,
+        }
+    )
+
+
+_NO_HEADER: dict[str, str] = {}
+
+
+def _stream_v2(registry: BodyTypeRegistry, data: _StreamFieldsV2) -> DomainEventStream:
+    aggregate_id = _aggregate_id_v2(data["a"])
+    load = registry.load
+    version = data["ver"]
+    command_id = data["ci"]
+    create_time = data["ts"]
+    return DomainEventStream(
+        aggregate_id=aggregate_id,
+        version=version,
+        events=tuple(
+            [
+                DomainEvent(
+                    aggregate_id=aggregate_id,
+                    body=load(event["t"], event["b"]),
+                    name=event["n"],
+                    version=event.get("ver", version),
+                    sequence=event.get("s", 1),
+                    is_last=event.get("l", True),
+                    id=event["i"],
+                    command_id=event.get("ci", command_id),
+                    revision=event.get("rev", DEFAULT_REVISION),
+                    header=Header(event.get("h", _NO_HEADER)),
+                    create_time=event.get("ts", create_time),
+                )
+                for event in data["e"]
+            ]
+        ),
+        command_id=command_id,
+        request_id=data.get("r", command_id),
+        id=data["i"],
+        header=Header(data.get("h", _NO_HEADER)),
+        create_time=create_time,
+    )
+
+
+def _build_v2(registry: BodyTypeRegistry, data: Any, kind: TopicKind, strict: bool) -> Message:
+    """The message of a version 2 envelope that passed its validator."""
+    try:
+        if kind is TopicKind.COMMAND:
+            return CommandMessage(
+                aggregate_id=_aggregate_id_v2(data["a"]),
+                body=registry.load(data["t"], data["b"], strict=strict),
+                name=data["n"],
+                id=data["i"],
+                request_id=data.get("r", ""),
+                header=Header(data.get("h", _NO_HEADER)),
+                is_create=data.get("cr", False),
+                allow_create=data.get("ac", False),
+                is_void=data.get("vd", False),
+                aggregate_version=data.get("av"),
+                create_time=data["ts"],
+            )
+        if kind is TopicKind.EVENT:
+            return _stream_v2(registry, data)
+        return StateEvent(
+            stream=_stream_v2(registry, data["es"]),
+            state=registry.load(data["t"], data["st"]),
+            deleted=data.get("d", False),
+            id=data["i"],
+            header=Header(data.get("h", _NO_HEADER)),
+            create_time=data["ts"],
+        )
+    except DecodeError:
+        raise
+    except ValueError as error:  # a rule of the model objects (a bad aggregate name...)
+        raise DecodeError(DecodeFailureKind.WRONG_SHAPE, f"{kind.value}: {error}") from None
+
+
+_V2_LONG = {
+    "v": "wire version",
+    "k": "kind",
+    "i": "id",
+    "a": "aggregate",
+    "n": "name",
+    "t": "body type",
+    "b": "body",
+    "ts": "create_time",
+    "r": "request_id",
+    "h": "header",
+    "cr": "is_create",
+    "ac": "allow_create",
+    "vd": "is_void",
+    "av": "aggregate_version",
+    "ver": "version",
+    "s": "sequence",
+    "l": "is_last",
+    "ci": "command_id",
+    "rev": "revision",
+    "e": "events",
+    "st": "state",
+    "es": "stream",
+    "d": "deleted",
+}
+
+
+def _is_v2(payload: object) -> bool:
+    if isinstance(payload, str):
+        return payload.startswith(_V2_PREFIX)
+    return isinstance(payload, bytes | bytearray) and payload.startswith(_V2_PREFIX_BYTES)
+
+
+def _where_v2(loc: tuple[int | str, ...]) -> str:
+    """``message.ts (create_time)``: envelope keys with the field they hold; a body's own
+    fields (below ``b`` or ``st``) as they are."""
+    where = "message"
+    envelope = True
+    for part in loc:
+        if isinstance(part, int):
+            where += f"[{part}]"
+            continue
+        long = _V2_LONG.get(part) if envelope else None
+        where += f".{part} ({long})" if long else f".{part}"
+        if part in ("b", "st"):
+            envelope = False
+    return where
+
+
+def _envelope_v2_error(error: ValidationError, kind: TopicKind) -> DecodeError:
+    """The :class:`DecodeError` of a version 2 envelope that failed its validator."""
+    details = error.errors(include_url=False, include_context=False)
+    for detail in details:
+        if detail["type"] in ("json_type", "string_unicode", "json_invalid"):
+            return _envelope_error(error, kind)
+        if detail["loc"] == ("v",):
+            found = reprlib.repr(detail["input"])
+            versions = " and ".join(str(v) for v in READ_VERSIONS)
+            return DecodeError(
+                DecodeFailureKind.WRONG_SHAPE,
+                f"wire version {found} is not one this decoder reads (it reads {versions}): "
+                "upgrade the receiver",
+            )
+        if detail["loc"] == ("k",) and detail["type"] == "literal_error":
+            value = detail["input"]
+            found = repr(_LETTER_KINDS[value]) if value in _LETTER_KINDS else reprlib.repr(value)
+            return DecodeError(DecodeFailureKind.WRONG_SHAPE, f"expected a {kind.value} message, got {found}")
+    shown = "; ".join(f"{_where_v2(d['loc'])}: {d['msg']}" for d in details[:_SHOWN_ERRORS])
+    if len(details) > _SHOWN_ERRORS:
+        shown += f" (and {len(details) - _SHOWN_ERRORS} more)"
+    return DecodeError(DecodeFailureKind.WRONG_SHAPE, shown)
+
+
 def _where(loc: tuple[int | str, ...]) -> str:
     return "message" + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)
 
@@ -535,7 +930,15 @@ def from_wire(
 ) -> Message:
     """Rebuild a message of ``kind`` from its JSON-ready dict; raises :class:`DecodeError`.
 
-    ``strict_commands``: a command body is validated strictly (see the module docstring)."""
+    ``strict_commands``: a command body is validated strictly (see the module docstring).
+    Both wire versions are read: a dict with a ``"v"`` member is version 2 (a version
+    not in :data:`READ_VERSIONS` is refused), one without is version 1."""
+    if isinstance(data, dict) and "v" in data:
+        try:
+            envelope = _envelope_v2(kind).validate_python(data, strict=True)
+        except ValidationError as error:
+            raise _envelope_v2_error(error, kind) from None
+        return _build_v2(registry, envelope, kind, strict_commands)
     try:
         envelope = _envelope(kind).validate_python(data, strict=True)
     except ValidationError as error:
@@ -547,9 +950,11 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"out of range float values are not JSON compliant: {name}")
 
 
-def _to_json(data: dict[str, Any]) -> str:
+def _to_json(data: dict[str, Any], source: object) -> str:
     """Compact JSON text (UTF-8, no ASCII escaping) of a JSON-ready dict, in one Rust pass.
 
+    A field beyond the decoder's limits is named by its place in ``source`` (the message
+    object: ``message.body.items[3]``, not the wire's short keys).
     Non-finite floats are refused like the standard library's ``allow_nan=False``: they
     are written as constants first, and only a text holding such a token (a rare string
     may too) is parsed again to tell which.
@@ -557,7 +962,7 @@ def _to_json(data: dict[str, Any]) -> str:
     try:
         text = to_json(data, inf_nan_mode="constants")
     except ValueError as error:  # nested too deeply for the serializer
-        field, reason = _beyond_limits(data, "message") or ("message", str(error))
+        field, reason = _beyond_limits(source, "message") or ("message", str(error))
         raise EncodeError(field, reason) from None
     if b"NaN" in text or b"Infinity" in text:
         json.loads(text, parse_constant=_refuse_constant)
@@ -569,7 +974,7 @@ def _to_json(data: dict[str, Any]) -> str:
         try:
             from_json(text)  # the decoder's own parser and limits
         except ValueError as error:
-            field, reason = _beyond_limits(data, "message") or ("message", str(error))
+            field, reason = _beyond_limits(source, "message") or ("message", str(error))
             raise EncodeError(field, reason) from None
     return text.decode()
 
@@ -641,17 +1046,28 @@ class MessageCodec:
         strictly; ``ValueError`` for a non-finite float.
         """
         try:
-            data = to_wire(self.registry, message)
+            data = compact_wire(self.registry, message)
         except ValueError as error:  # a body nested too deeply for the serializer, among others
             # The message objects name their parts as the wire form does (body, events[0]).
             field, reason = _beyond_limits(message, "message") or ("message", str(error))
             raise EncodeError(field, reason) from None
-        text = _to_json(data)
+        text = _to_json(data, message)
         if self.strict_commands and isinstance(message, CommandMessage):
-            self.registry.check_strict(data["body_type"], data["body"])
+            self.registry.check_strict(data["t"], data["b"])
         return text
 
     def decode(self, payload: str | bytes, kind: TopicKind) -> Message:
+        """The message of ``payload`` (wire version 2, or the unversioned version 1).
+
+        Version 2 is told by its first member, ``{"v":`` exactly as the encoder writes
+        it; anything else is read as version 1 (whose validator refuses what is neither).
+        """
+        if _is_v2(payload):
+            try:
+                envelope = _envelope_v2(kind).validate_json(payload, strict=True)
+            except ValidationError as error:
+                raise _envelope_v2_error(error, kind) from None
+            return _build_v2(self.registry, envelope, kind, self.strict_commands)
         try:
             envelope = _envelope(kind).validate_json(payload)
         except ValidationError as error:

@@ -8,9 +8,9 @@ app registers and the transport the settings select:
   command topic of each hosted aggregate, its event and state topics, and the event and
   state topics that the service's processors, sagas and projections read;
 - a **message** per body type on it, whose payload is the wire envelope (``docs/
-  transports/spi.md``) with the body's own JSON schema in place of ``body`` and its
-  registered type name as ``body_type`` (a stream's events: one of the aggregate's event
-  types each);
+  transports/spi.md``, wire version 2: short keys, each described in the schema) with
+  the body's own JSON schema in place of ``b`` and its registered type name as ``t`` (a
+  stream's events ``e``: one of the aggregate's event types each);
 - **operations**: ``receive`` of the commands of each hosted aggregate, ``send`` of its
   event streams and states, ``receive`` of the streams and states each event function
   reads. A saga's commands are sent to the topics of the aggregates that handle them,
@@ -31,7 +31,7 @@ from pydantic import TypeAdapter
 
 from wow_core.event.function import ComponentKind, FunctionKind
 from wow_core.model import CommandMessage, NamedAggregate, TopicKind
-from wow_core.model.wire import BodyTypeRegistry, _CommandWire, _StateWire, _StreamWire
+from wow_core.model.wire import V2_FIELDS, BodyTypeRegistry, _CommandV2, _StateV2, _StreamV2
 from wow_core.transport.defaults import DefaultTopicNaming, TopicNaming, naming_of
 
 ASYNCAPI_VERSION = "3.0.0"
@@ -39,10 +39,23 @@ _REF = "#/components/schemas/{model}"
 _KEY = re.compile(r"[^A-Za-z0-9_.\-]")
 
 _ENVELOPES: dict[TopicKind, Any] = {
-    TopicKind.COMMAND: _CommandWire,
-    TopicKind.EVENT: _StreamWire,
-    TopicKind.STATE: _StateWire,
+    TopicKind.COMMAND: _CommandV2,
+    TopicKind.EVENT: _StreamV2,
+    TopicKind.STATE: _StateV2,
 }
+
+
+def _describe_keys(schema: Any) -> None:
+    """Each short key of a version 2 envelope schema described by the field it holds."""
+    if isinstance(schema, dict):
+        for key, prop in schema.get("properties", {}).items():
+            if key in V2_FIELDS and isinstance(prop, dict):
+                prop.setdefault("description", V2_FIELDS[key])
+        for value in schema.values():
+            _describe_keys(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            _describe_keys(value)
 
 
 def _key(text: str) -> str:
@@ -62,8 +75,10 @@ class _Document:
 
     # -- schemas ---------------------------------------------------------------------------
 
-    def _schema(self, tp: Any) -> dict[str, Any]:
+    def _schema(self, tp: Any, *, envelope: bool = False) -> dict[str, Any]:
         schema = TypeAdapter(tp).json_schema(ref_template=_REF)
+        if envelope:
+            _describe_keys(schema)
         for name, definition in schema.pop("$defs", {}).items():
             self.schemas.setdefault(name, definition)
         return schema
@@ -82,29 +97,29 @@ class _Document:
     def _envelope(self, kind: TopicKind) -> dict[str, Any]:
         key = f"wow.{kind.value}.envelope"
         if key not in self.schemas:
-            self.schemas[key] = self._schema(_ENVELOPES[kind])
+            self.schemas[key] = self._schema(_ENVELOPES[kind], envelope=True)
         return {"$ref": _REF.format(model=key)}
 
     def _payload(
         self, kind: TopicKind, body_types: list[type[Any]], state: type[Any] | None
     ) -> dict[str, Any]:
         """The envelope with the bodies of this message in place: each body schema paired
-        with its type name (bodies of the same shape stay told apart by ``body_type``)."""
+        with its type name (bodies of the same shape stay told apart by ``t``)."""
         pairs = [
-            {"properties": {"body_type": {"const": self.registry.name_of(cls)}, "body": self._body(cls)}}
+            {"properties": {"t": {"const": self.registry.name_of(cls)}, "b": self._body(cls)}}
             for cls in body_types
         ]
         if kind is TopicKind.COMMAND:
             detail = pairs[0]
         else:
             item = pairs[0] if len(pairs) == 1 else {"oneOf": pairs}
-            detail = {"properties": {"events": {"items": item}}}
+            detail = {"properties": {"e": {"items": item}}}
             if kind is TopicKind.STATE and state is not None:
                 detail = {
                     "properties": {
-                        "state_type": {"const": self.registry.name_of(state)},
-                        "state": self._body(state),
-                        "stream": detail,
+                        "t": {"const": self.registry.name_of(state)},
+                        "st": self._body(state),
+                        "es": detail,
                     }
                 }
         return {"allOf": [self._envelope(kind), detail]}

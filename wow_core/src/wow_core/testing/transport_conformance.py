@@ -454,12 +454,16 @@ class TransportConformance:
         receiver = await wow_rig.subscribe(bus, subscription)
 
         valid = json.loads(bus.encode(command(account, "a-1", 0)).payload)
-        unknown = {**valid, "body_type": "no.such.Type"}
-        invalid = {**valid, "body": {"text": 5, "n": "not a number"}}
+        unknown = {**valid, "t": "no.such.Type"}
+        invalid = {**valid, "b": {"text": 5, "n": "not a number"}}
+        future = {**valid, "v": 3}  # a wire version this decoder does not read
+        short = {**valid, "a": valid["a"][:2]}  # an aggregate without its id
         garbage = [
             (DecodeFailureKind.NOT_JSON, topic, "a-1", "this is { not json"),
             (DecodeFailureKind.WRONG_SHAPE, topic, "a-1", '{"kind": "command"}'),
             (DecodeFailureKind.WRONG_SHAPE, topic, "a-1", "[" * 20000 + "]" * 20000),
+            (DecodeFailureKind.WRONG_SHAPE, topic, "a-1", json.dumps(future)),
+            (DecodeFailureKind.WRONG_SHAPE, topic, "a-1", json.dumps(short)),
             (DecodeFailureKind.UNKNOWN_BODY_TYPE, topic, "a-1", json.dumps(unknown)),
             (DecodeFailureKind.INVALID_BODY, topic, "a-1", json.dumps(invalid)),
             (DecodeFailureKind.KEY_MISMATCH, topic, "someone-else", json.dumps(valid)),
