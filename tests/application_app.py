@@ -3,7 +3,8 @@
 ``ChargeCard`` is queued on the named transport ``payments``. Its handler does a little
 work, then applies its effect in Redis at most once per producer's operation id (one
 atomic script): a delivery repeated after a crash is counted in ``deliveries`` and has no
-second effect. Keys live under ``$WOW_TEST_APP_PREFIX``, on ``$WOW_TEST_REDIS_URL``.
+second effect; ``started:<worker>`` names the operations each worker started. Keys live
+under ``$WOW_TEST_APP_PREFIX``, on ``$WOW_TEST_REDIS_URL``.
 """
 
 from __future__ import annotations
@@ -52,7 +53,13 @@ async def charge(command: ChargeCard, operation: Operation) -> None:
     prefix = os.environ["WOW_TEST_APP_PREFIX"]
     operation_id = operation.attributes[CommandWorker.ATTR_ORIGINAL_OPERATION_ID]
     redis = _redis()
-    await redis.hincrby(f"{prefix}deliveries", operation_id, 1)
+    # One transaction: a delivery is counted and named by the worker that started it, so
+    # the test reads who started what once every write has landed (a write sent just
+    # before a SIGKILL can reach Redis after a read the test makes right after the kill).
+    async with redis.pipeline(transaction=True) as started:
+        started.hincrby(f"{prefix}deliveries", operation_id, 1)
+        started.sadd(f"{prefix}started:{os.environ['WOW_TEST_WORKER_NAME']}", operation_id)
+        await started.execute()
     await asyncio.sleep(WORK_SECONDS)  # the work of the command
     tenant = str(operation.attributes.get("tenant_id"))
     keys = [f"{prefix}effects", f"{prefix}tenants", f"{prefix}applied"]

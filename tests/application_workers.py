@@ -43,7 +43,7 @@ class Worker(Member):
         self.process = subprocess.Popen(
             [str(Path(sys.executable).parent / "wow"), "worker", APP, "--transport", "payments"],
             cwd=ROOT,
-            env=dict(env),
+            env={**env, "WOW_TEST_WORKER_NAME": name},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -111,7 +111,6 @@ async def killed_mid_stream(
         doomed.kill()
         effects_at_kill = int(await redis.scard(f"{prefix}effects"))
         assert effects_at_kill < total, "the worker was killed mid-stream"
-        started = {key.decode() for key in await redis.hkeys(f"{prefix}deliveries")}
         acknowledged = await after_kill() if after_kill is not None else 0
 
         survivor = Worker("survivor", env)
@@ -130,6 +129,8 @@ async def killed_mid_stream(
         doomed.kill()
         if survivor is not None:
             survivor.kill()
+    # Read at the end: by now every write the killed worker sent before it died has landed.
+    started = {member.decode() for member in await redis.smembers(f"{prefix}started:{doomed.name}")}
     effects = {member.decode() for member in await redis.smembers(f"{prefix}effects")}
     assert effects == set(ids), (sorted(effects - set(ids))[:3], sorted(set(ids) - effects)[:3])
     assert int(await redis.get(f"{prefix}applied") or 0) == total, "no command had its effect twice"

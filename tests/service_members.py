@@ -84,6 +84,11 @@ class Member:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)
+                # shown with the failing test: what the member was doing when it hung
+                sys.stderr.write(
+                    f"{self.name} did not stop within 30 s of SIGTERM; its last lines:\n"
+                    + "".join(self.lines[-40:])
+                )
                 return -9
         return self.process.returncode
 

@@ -39,7 +39,7 @@ def examples() -> list[tuple[str, str, str]]:
 def accounts_module() -> str:
     """``accounts.py`` as Getting started has the reader write it."""
     page = (ROOT / "docs" / "domain" / "aggregates.md").read_text()
-    aggregate = re.search(r"```python\n(.*?)```", page, re.S)
+    aggregate = re.search(r"```python[^\n]*\n(.*?)```", page, re.S)
     assert aggregate is not None
     return (
         aggregate.group(1) + '\nfrom wow_core import WowApp\n\napp = WowApp("bank", aggregates=[Account])\n'
