@@ -57,6 +57,7 @@ from wow_postgres.settings import SECTION, PostgresSettings
 
 if TYPE_CHECKING:
     from wow_core.transport.settings import ProcessSettings
+    from wow_postgres.outbox import PostgresOutbox
 
 
 class EventStoreDataError(EventStoreError):
@@ -194,6 +195,15 @@ class PostgresEventStore(_PostgresStore):
 
     async def append(self, stream: DomainEventStream) -> None:
         await self.append_in(None, stream)
+
+    def transactional_outbox(self) -> PostgresOutbox | None:
+        """The outbox the command kernel appends through: one over this store with
+        ``outbox_enabled``, else ``None`` (the kernel appends and publishes as usual)."""
+        if not self.settings.outbox_enabled:
+            return None
+        from wow_postgres.outbox import PostgresOutbox
+
+        return PostgresOutbox(self)
 
     async def append_in(
         self, connection: Connection | None, stream: DomainEventStream, *, retried: bool = False

@@ -85,6 +85,12 @@ class PostgresSettings(SettingsSection):
     )
     claim_batch: Count = Field(64, le=10_000, description="Records one claim takes at most.")
     read_ahead: Count = Field(128, le=100_000, description="Records a receiver holds unconsumed at most.")
+    outbox_enabled: bool = Field(
+        False,
+        description="The command kernel appends through the transactional outbox: the event stream and "
+        "state event it publishes are written in the append's transaction and `wow postgres relay` "
+        "publishes them to WOW_TRANSPORT (needs WOW_EVENTSOURCING__STORE=postgres).",
+    )
     outbox_table: Identifier = Field("outbox", description="Table of the transactional outbox.")
     outbox_channel: Identifier = Field(
         "wow_outbox", description="LISTEN/NOTIFY channel that wakes the outbox relay."
