@@ -41,7 +41,7 @@ from wow_core.model import AggregateId, DomainEventStream
 from wow_core.transport import TransportMessage
 from wow_postgres.connection import TRANSIENT, Connection, Retrying
 from wow_postgres.event_store import PostgresEventStore
-from wow_postgres.migrations import Names
+from wow_postgres.migrations import Names, migrate
 from wow_postgres.settings import PostgresSettings
 
 if TYPE_CHECKING:
@@ -125,6 +125,7 @@ class OutboxRelay:
         self.metrics: Metrics = metrics or NoopMetrics()
         self.names = Names.of(settings)
         self._wake = asyncio.Event()
+        self._migrated = False
         outbox = self.names.outbox
         self._lock_key = f"wow-outbox:{settings.schema_name}.{settings.outbox_table}"
         self._batch_sql = f"""
@@ -173,6 +174,9 @@ class OutboxRelay:
     async def _lead(self, stop: asyncio.Event) -> None:
         connection = await self._connect()
         try:
+            if self.settings.migrate_on_start and not self._migrated:
+                await migrate(connection, self.settings)  # a relay may start before any store
+                self._migrated = True
             while not await connection.fetchval("SELECT pg_try_advisory_lock(hashtext($1))", self._lock_key):
                 if await _sleep_unless(stop, self.settings.poll_interval):
                     return  # stopped while standing by

@@ -118,7 +118,9 @@ class OutboxPublisher:
         publication = OutboxedPublication([])
         for kind, route in self._routes:
             message: Message = (
-                stream if kind == "event" else StateEvent(stream=stream, state=state, create_time=stream.create_time)
+                stream
+                if kind == "event"
+                else StateEvent(stream=stream, state=state, create_time=stream.create_time)
             )
             route.prepare(message, publication)
         return publication
