@@ -83,6 +83,12 @@ class PostgresSettings(SettingsSection):
         "deletion is queued (deleted with the others within one round trip; a crash before that "
         "delivers the record again).",
     )
+    max_deliveries: Count = Field(
+        10,
+        le=1_000_000,
+        description="Deliveries of one record to a group without an acknowledgement (handed back, lease "
+        "expired) before it goes to <topic>.dlq as poison, with its deliveries and last error.",
+    )
     claim_batch: Count = Field(64, le=10_000, description="Records one claim takes at most.")
     read_ahead: Count = Field(128, le=100_000, description="Records a receiver holds unconsumed at most.")
     outbox_enabled: bool = Field(
