@@ -159,6 +159,82 @@ class _Refusing(InMemoryTransport):
         raise RuntimeError("refused")
 
 
+class _Gated(InMemoryTransport):
+    """Holds every send until ``together`` sends are in flight at once (or fails a key)."""
+
+    def __init__(self, together: int, failing: str = "") -> None:
+        super().__init__()
+        self.together = together
+        self.failing = failing
+        self.in_flight = 0
+        self.most = 0
+        self.sent: list[TransportMessage] = []
+        self._all_in = asyncio.Event()
+
+    async def send(self, message: TransportMessage) -> None:
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        if self.in_flight >= self.together:
+            self._all_in.set()
+        try:
+            await asyncio.wait_for(self._all_in.wait(), TIMEOUT)
+            if message.key == self.failing:
+                raise RuntimeError("refused")
+            self.sent.append(message)
+        finally:
+            self.in_flight -= 1
+
+
+async def test_the_relay_sends_a_batch_concurrently_across_aggregates_and_in_order_within_one(
+    store: PostgresEventStore,
+) -> None:
+    outbox = PostgresOutbox(store)
+    topic = "wow.batch.account.event"
+    aggregates = [new_aggregate_id() for _ in range(4)]
+    for version in (1, 2):
+        for aggregate_id in aggregates:
+            await outbox.append(make_stream(aggregate_id, version), _messages(aggregate_id, version, topic))
+    gated = _Gated(together=4)
+    connection = await asyncpg.connect(POSTGRES_DSN)
+    try:
+        relay = OutboxRelay(store.settings.model_copy(update={"relay_batch": 100}), gated)
+        assert await asyncio.wait_for(relay.publish_batch(connection), TIMEOUT) == 16
+    finally:
+        await connection.close()
+        await gated.close()
+    assert gated.most == 4, "the aggregates were not sent concurrently"
+    for aggregate_id in aggregates:
+        assert [m.payload for m in gated.sent if m.key == aggregate_id.id] == [
+            f"{aggregate_id.id}|{v}|{n}" for v in (1, 2) for n in (0, 1)
+        ]
+    assert await _unsent(store) == 0
+
+
+async def test_a_failed_send_stops_its_aggregate_and_the_rest_of_the_batch_is_marked_sent(
+    store: PostgresEventStore,
+) -> None:
+    outbox = PostgresOutbox(store)
+    topic = "wow.batchfail.account.event"
+    good, bad = new_aggregate_id(), new_aggregate_id()
+    for version in (1, 2):
+        for aggregate_id in (good, bad):
+            await outbox.append(make_stream(aggregate_id, version), _messages(aggregate_id, version, topic))
+    gated = _Gated(together=2, failing=bad.id)
+    connection = await asyncpg.connect(POSTGRES_DSN)
+    try:
+        relay = OutboxRelay(store.settings, gated)
+        with pytest.raises(RuntimeError, match="refused"):
+            await asyncio.wait_for(relay.publish_batch(connection), TIMEOUT)
+        unsent = await connection.fetch(
+            f"SELECT key, payload FROM {store.names.outbox} WHERE sent_at IS NULL ORDER BY id"
+        )
+    finally:
+        await connection.close()
+        await gated.close()
+    assert [m.key for m in gated.sent] == [good.id] * 4
+    assert [row["payload"] for row in unsent] == [f"{bad.id}|{v}|{n}" for v in (1, 2) for n in (0, 1)]
+
+
 # -- a relay SIGKILLed mid-publish --------------------------------------------------------
 
 

@@ -102,7 +102,13 @@ class PostgresSettings(SettingsSection):
         "wow_outbox", description="LISTEN/NOTIFY channel that wakes the outbox relay."
     )
     relay_batch: Count = Field(
-        100, le=10_000, description="Outbox rows the relay publishes before it marks them sent."
+        100, le=10_000, description="Outbox rows the relay reads, publishes and marks sent at once."
+    )
+    relay_concurrency: Count = Field(
+        16,
+        le=10_000,
+        description="Aggregates whose outbox rows the relay sends at once (one aggregate's rows always in "
+        "order, one after the other); 1 sends the batch one row at a time.",
     )
     outbox_retention: Seconds = Field(
         3600.0, description="Seconds a sent outbox row is kept (for inspection) before the relay deletes it."
