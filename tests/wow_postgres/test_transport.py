@@ -136,7 +136,7 @@ async def test_an_acknowledged_record_is_gone_and_a_held_key_waits_for_its_holde
     holder.open_processing()
     await transport.send(_message(topic, "k", "one"))
     [one] = await _take(holder, 1)
-    other = make_transport(max_deliveries=1).open("g", [topic])
+    other = make_transport(max_deliveries=1, lease_time=0.9).open("g", [topic])
     await other.ready()
     other.open_processing()
     await transport.send(_message(topic, "k", "two"))  # k is held: it goes to the holder too
@@ -233,7 +233,7 @@ async def test_a_record_never_acknowledged_goes_to_the_dead_letter_topic_after_m
     """A receiver that fails every time (takes the record, closes without acknowledging):
     after its third delivery the record goes to ``<topic>.dlq`` with its deliveries and last
     error, the group never gets it again, and the key's next record follows."""
-    transport = make_transport(max_deliveries=3)
+    transport = make_transport(max_deliveries=3, lease_time=0.9)  # renewals (which move it) every 0.3 s
     topic = f"wow.poison{uuid.uuid4().hex[:6]}.note.command"
     dead = transport.open("g", [topic + ".dlq"])
     await dead.ready()
@@ -281,7 +281,7 @@ async def test_a_record_whose_lease_keeps_expiring_is_dead_lettered_with_that_er
     await pool.execute(
         f"UPDATE {transport.names.keys} SET lease_until = clock_timestamp() - interval '1 second'"
     )
-    other = make_transport(max_deliveries=1).open("g", [topic])
+    other = make_transport(max_deliveries=1, lease_time=0.9).open("g", [topic])
     dead = make_transport().open("d", [topic + ".dlq"])
     await dead.ready()
     dead.open_processing()

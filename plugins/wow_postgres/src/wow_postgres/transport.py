@@ -549,7 +549,7 @@ class PostgresReceiver:
 
         attempts = 0
 
-        async def claim(connection: Connection) -> tuple[list[asyncpg.Record], list[asyncpg.Record]]:
+        async def claim(connection: Connection) -> list[asyncpg.Record]:
             nonlocal attempts
             attempts += 1
             async with connection.transaction():
@@ -561,18 +561,20 @@ class PostgresReceiver:
                 await connection.execute(sql.adopt, self.topics, self.group)
                 await connection.execute(sql.add_keys, self.group, self.topics, 4 * limit)
                 await connection.execute(sql.take_keys, self.group, self.topics, self.owner, limit, lease)
-                dead = await connection.fetch(
-                    sql.dead_letter, self.group, self.topics, self.owner, self._settings.max_deliveries
+                return list(
+                    await connection.fetch(
+                        sql.take_rows,
+                        self.group,
+                        self.topics,
+                        self.owner,
+                        limit,
+                        lease,
+                        self._settings.max_deliveries,
+                    )
                 )
-                taken = await connection.fetch(
-                    sql.take_rows, self.group, self.topics, self.owner, limit, lease
-                )
-                return list(dead), list(taken)
 
         async with self._lock:
-            dead, rows = await self._transport.run("claim", claim)
-        if dead:
-            self._dead_lettered(dead)
+            rows = await self._transport.run("claim", claim)
         rows.sort(key=lambda row: row["id"])
         self._held.update(int(row["id"]) for row in rows)
         return [
@@ -621,15 +623,21 @@ class PostgresReceiver:
         sql = self._sql
         lease = self._settings.lease_time
 
-        async def renew(connection: Connection) -> None:
+        async def renew(connection: Connection) -> list[asyncpg.Record]:
             async with connection.transaction():
                 await connection.execute(sql.renew_rows, self.group, self.owner, lease)
                 await connection.execute(sql.renew_keys, self.group, self.owner, lease)
+                dead = await connection.fetch(
+                    sql.dead_letter, self.group, self.topics, self.owner, self._settings.max_deliveries
+                )
                 await connection.execute(sql.release_idle_keys, self.group, self.owner)
                 await connection.execute(sql.forget_keys, self.group)
+                return list(dead)
 
         async with self._lock:
-            await self._transport.run("lease renewal", renew)
+            dead = await self._transport.run("lease renewal", renew)
+        if dead:
+            self._dead_lettered(dead)
 
     async def _release(self) -> None:
         sql = self._sql
@@ -698,7 +706,7 @@ class _ReceiverSql:
                 SELECT r.id FROM {keys} k CROSS JOIN LATERAL (
                     SELECT r.id FROM {queue} r
                     WHERE r.group_name = k.group_name AND r.topic = k.topic AND r.key = k.key
-                      AND r.owner IS DISTINCT FROM $3
+                      AND r.owner IS DISTINCT FROM $3 AND r.delivery_count < $6
                     ORDER BY r.id LIMIT $4
                 ) r
                 WHERE k.group_name = $1 AND k.topic = ANY($2::text[]) AND k.owner = $3
@@ -708,7 +716,9 @@ class _ReceiverSql:
                       q.last_error"""
         # Rows of this owner's keys that were delivered max_deliveries times already (and came
         # back: handed back or their lease expired) move to <topic>.dlq, for the groups that
-        # read it (or the first that will), keeping their deliveries and last error.
+        # read it (or the first that will), keeping their deliveries and last error. A claim
+        # skips them (take_rows: delivery_count < $6), so the key's later records go on at
+        # once; the next lease renewal moves them.
         self.dead_letter = f"""
             WITH poison AS (
                 DELETE FROM {queue} q USING {keys} k
