@@ -679,11 +679,15 @@ class _ReceiverSql:
                 WHERE group_name = $1 AND topic = ANY($2::text[]) AND owner IS NULL
                 ORDER BY id LIMIT $3
             ) pending
+            WHERE NOT EXISTS (  -- an index probe; ON CONFLICT alone costs a speculative insert each
+                SELECT 1 FROM {keys} k
+                WHERE k.group_name = pending.group_name AND k.topic = pending.topic AND k.key = pending.key
+            )
             ON CONFLICT DO NOTHING"""
         # Keys nobody live holds, with rows this owner does not hold yet; never a locked one.
         self.take_keys = f"""
             WITH free AS (
-                SELECT k.topic, k.key FROM {keys} k
+                SELECT k.ctid AS row FROM {keys} k
                 WHERE k.group_name = $1 AND k.topic = ANY($2::text[])
                   AND (k.owner IS NULL OR k.owner <> $3 AND k.lease_until < clock_timestamp())
                   AND EXISTS (
@@ -694,7 +698,7 @@ class _ReceiverSql:
                 FOR UPDATE OF k SKIP LOCKED
             )
             UPDATE {keys} k SET owner = $3, lease_until = clock_timestamp() + make_interval(secs => $5)
-            FROM free WHERE k.group_name = $1 AND k.topic = free.topic AND k.key = free.key"""
+            FROM free WHERE k.ctid = free.row"""  # by ctid: the row is locked, it cannot move
         # The oldest rows of every key this owner holds that it has not been given yet.
         self.take_rows = f"""
             UPDATE {queue} q
