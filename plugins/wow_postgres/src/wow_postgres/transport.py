@@ -29,6 +29,11 @@ are taken again once the lease expired. Receivers sleep on ``LISTEN`` (one conne
 per transport) and look again every ``poll_interval`` whatever happens, so a lost
 notification or a lost listening connection delays a record, never loses it.
 
+A record delivered ``max_deliveries`` times to a group without an acknowledgement is
+poison: claims skip it, and the next lease renewal of the member holding its key moves it
+to ``<topic>.dlq`` (the dead-letter topic of decode failures) with ``failed_deliveries``
+and ``last_error``; records claimed ahead and handed back undelivered are not counted.
+
 Acknowledging deletes the row; acknowledgements arriving while a deletion is under way
 are deleted together by the next one (``ack_confirmed`` makes ``ack()`` wait for it).
 ``NOTIFY`` is sent after the send's commit, coalesced over concurrent sends (see
