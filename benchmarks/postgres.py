@@ -9,6 +9,11 @@
 - consume + ack: a receiver iterated and every record acknowledged (one ``DELETE`` each)
   over a raw loop of ``SELECT ... FOR UPDATE SKIP LOCKED LIMIT 128`` + one ``DELETE`` of
   the batch, in one transaction.
+- outbox relay: ``OutboxRelay.publish_batch`` draining the same outbox rows (4,000 rows
+  over 1,000 aggregates, ``relay_batch`` 100) to Redis Streams one row at a time
+  (``relay_concurrency=1``, the relay before batching) and batched (16 aggregates at a
+  time), beside raw ``RedisStreamTransport.send`` of the same messages, 64 in flight; the
+  median of the rounds;
 - the embedded demo (``wow demo``, in-memory transport, local-first) with the PostgreSQL
   event store and snapshots vs the Redis ones: commands/s and p50 latency as the demo
   reports them.
@@ -25,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -253,6 +259,113 @@ async def transport_figures(h: Harness, admin: asyncpg.Connection[Any]) -> list[
     ]
 
 
+async def _relay_round(h: Harness, schema: str, count: int, order: list[str]) -> dict[str, float]:
+    """One round: the same outbox rows drained by each relay mode, and sent raw."""
+    from redis.asyncio import Redis
+
+    from wow_postgres import OutboxRelay, PostgresOutbox
+    from wow_redis import RedisSettings, RedisStreamTransport
+
+    codec = MessageCodec(BodyTypeRegistry(CONFORMANCE_BODY_TYPES))
+    named = conformance_named_aggregate()
+    store = PostgresEventStore(_settings(schema), codec=codec)
+    await store.start()
+    prefix = f"{schema}:"
+    transport = RedisStreamTransport(RedisSettings(key_prefix=prefix))
+    payload = '{"kind":"event","body":{"amount":5,"note":"benchmark deposit"}}'
+    seconds: dict[str, float] = {}
+    try:
+        outbox = PostgresOutbox(store)
+        ids = [AggregateId(named, f"a{n}", "t0") for n in range(AGGREGATES)]
+        streams = [make_stream(ids[n % AGGREGATES], n // AGGREGATES + 1) for n in range(count)]
+        messages = [
+            TransportMessage("wow.bench.relay.event", s.aggregate_id.id, payload, n)
+            for n, s in enumerate(streams)
+        ]
+
+        async def write(n: int) -> None:
+            await outbox.append(streams[n], [messages[n]])
+
+        for start in range(0, count, AGGREGATES):  # an aggregate's versions in order
+            size = min(AGGREGATES, count - start)
+
+            async def shifted(n: int, start: int = start) -> None:
+                await write(start + n)
+
+            await _bounded(size, shifted)
+        await transport.start()
+        connection = await asyncpg.connect(DSN)
+        try:
+            unsend = f"UPDATE {store.names.outbox} SET sent_at = NULL"
+            for mode in order:
+                await h.hop_once()
+                if mode == "raw":
+
+                    async def send(n: int) -> None:
+                        await transport.send(messages[n])
+
+                    seconds[mode] = await _bounded(count, send)
+                    continue
+                await connection.execute(unsend)
+                concurrency = 1 if mode == "sequential" else 16
+                relay = OutboxRelay(
+                    store.settings.model_copy(update={"relay_batch": 100, "relay_concurrency": concurrency}),
+                    transport,
+                )
+                started = time.perf_counter()
+                published = 0
+                while published < count:
+                    published += await relay.publish_batch(connection)
+                seconds[mode] = time.perf_counter() - started
+        finally:
+            await connection.close()
+    finally:
+        await transport.close()
+        await store.close()
+        client = Redis.from_url("redis://127.0.0.1:6379/0")
+        keys = [key async for key in client.scan_iter(match=f"{prefix}*", count=500)]
+        if keys:
+            await client.delete(*keys)
+        await client.aclose()
+    return seconds
+
+
+async def relay_figures(h: Harness, admin: asyncpg.Connection[Any]) -> list[Figure]:
+    count = h.n(4000)
+    rounds: dict[str, list[float]] = {"sequential": [], "batched": [], "raw": []}
+    for round_no in range(h.repeat):
+        schema = f"wowbench_{uuid.uuid4().hex[:10]}"
+        order = ["sequential", "batched", "raw"]
+        if round_no % 2:
+            order.reverse()
+        try:
+            seconds = await _relay_round(h, schema, count, order)
+        finally:
+            await admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        for name, value in seconds.items():
+            rounds[name].append(count / value)
+    rates = {name: statistics.median(values) for name, values in rounds.items()}
+    return [
+        Figure(
+            "postgres outbox relay to Redis: batched (16 aggregates at a time) over one row at a time",
+            rates["batched"],
+            "rows/s",
+            ratio=rates["batched"] / rates["sequential"],
+            detail={
+                "rows": count,
+                "aggregates": AGGREGATES,
+                "relay_batch": 100,
+                "sequential_per_s": rates["sequential"],
+                "raw_send_per_s": rates["raw"],
+                "batched_over_raw": rates["batched"] / rates["raw"],
+                "rounds": {name: [round(v) for v in values] for name, values in rounds.items()},
+                "baseline": "the same relay with relay_concurrency=1 (ratio); raw: RedisStreamTransport.send "
+                "of the same messages, 64 in flight",
+            },
+        )
+    ]
+
+
 def _demo(store: str, schema: str, accounts: int, transfers: int) -> tuple[float, float]:
     """(commands/s, p50 ms) of one ``wow demo`` run on ``store``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WOW_")}
@@ -323,6 +436,7 @@ async def run(h: Harness) -> list[Figure]:
         return [
             *await append_figures(h, admin),
             *await transport_figures(h, admin),
+            *await relay_figures(h, admin),
             *await demo_figures(h, admin),
         ]
     finally:

@@ -159,6 +159,82 @@ class _Refusing(InMemoryTransport):
         raise RuntimeError("refused")
 
 
+class _Gated(InMemoryTransport):
+    """Holds every send until ``together`` sends are in flight at once (or fails a key)."""
+
+    def __init__(self, together: int, failing: str = "") -> None:
+        super().__init__()
+        self.together = together
+        self.failing = failing
+        self.in_flight = 0
+        self.most = 0
+        self.sent: list[TransportMessage] = []
+        self._all_in = asyncio.Event()
+
+    async def send(self, message: TransportMessage) -> None:
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        if self.in_flight >= self.together:
+            self._all_in.set()
+        try:
+            await asyncio.wait_for(self._all_in.wait(), TIMEOUT)
+            if message.key == self.failing:
+                raise RuntimeError("refused")
+            self.sent.append(message)
+        finally:
+            self.in_flight -= 1
+
+
+async def test_the_relay_sends_a_batch_concurrently_across_aggregates_and_in_order_within_one(
+    store: PostgresEventStore,
+) -> None:
+    outbox = PostgresOutbox(store)
+    topic = "wow.batch.account.event"
+    aggregates = [new_aggregate_id() for _ in range(4)]
+    for version in (1, 2):
+        for aggregate_id in aggregates:
+            await outbox.append(make_stream(aggregate_id, version), _messages(aggregate_id, version, topic))
+    gated = _Gated(together=4)
+    connection = await asyncpg.connect(POSTGRES_DSN)
+    try:
+        relay = OutboxRelay(store.settings.model_copy(update={"relay_batch": 100}), gated)
+        assert await asyncio.wait_for(relay.publish_batch(connection), TIMEOUT) == 16
+    finally:
+        await connection.close()
+        await gated.close()
+    assert gated.most == 4, "the aggregates were not sent concurrently"
+    for aggregate_id in aggregates:
+        assert [m.payload for m in gated.sent if m.key == aggregate_id.id] == [
+            f"{aggregate_id.id}|{v}|{n}" for v in (1, 2) for n in (0, 1)
+        ]
+    assert await _unsent(store) == 0
+
+
+async def test_a_failed_send_stops_its_aggregate_and_the_rest_of_the_batch_is_marked_sent(
+    store: PostgresEventStore,
+) -> None:
+    outbox = PostgresOutbox(store)
+    topic = "wow.batchfail.account.event"
+    good, bad = new_aggregate_id(), new_aggregate_id()
+    for version in (1, 2):
+        for aggregate_id in (good, bad):
+            await outbox.append(make_stream(aggregate_id, version), _messages(aggregate_id, version, topic))
+    gated = _Gated(together=2, failing=bad.id)
+    connection = await asyncpg.connect(POSTGRES_DSN)
+    try:
+        relay = OutboxRelay(store.settings, gated)
+        with pytest.raises(RuntimeError, match="refused"):
+            await asyncio.wait_for(relay.publish_batch(connection), TIMEOUT)
+        unsent = await connection.fetch(
+            f"SELECT key, payload FROM {store.names.outbox} WHERE sent_at IS NULL ORDER BY id"
+        )
+    finally:
+        await connection.close()
+        await gated.close()
+    assert [m.key for m in gated.sent] == [good.id] * 4
+    assert [row["payload"] for row in unsent] == [f"{bad.id}|{v}|{n}" for v in (1, 2) for n in (0, 1)]
+
+
 # -- a relay SIGKILLed mid-publish --------------------------------------------------------
 
 
@@ -276,3 +352,144 @@ async def test_a_relay_killed_mid_publish_loses_nothing_and_repeats_only_its_bat
                 firsts.append(int(number))
         assert firsts == list(range(1, VERSIONS + 1))
     assert await _unsent(store) == 0
+
+
+# -- the kernel's own events through the outbox, the service SIGKILLed after a commit ----
+
+TOTAL_COMMANDS = 40
+CRASH_AT = 30
+
+
+@pytest.mark.slow
+@pytest.mark.redis
+async def test_a_service_killed_after_its_appends_committed_loses_no_event(schema: str) -> None:
+    """``WOW_POSTGRES__OUTBOX_ENABLED=true``: a runtime over the PostgreSQL store and Redis
+    SIGKILLs itself right after its 30th append committed (nothing of it published), while
+    a relay publishes; the relay is SIGKILLed too and another started. Every committed
+    stream and its state event reach the Redis consumers, in version order per aggregate;
+    nothing that was not committed does; what arrived twice is at most the relay's batch
+    in flight (the runtime published nothing itself)."""
+    if not _redis_reachable() and os.environ.get("CI") != "true":
+        pytest.skip("Redis is not reachable on 127.0.0.1:6379")
+    from redis.asyncio import Redis
+
+    from tests.wow_postgres.outbox_app import AGGREGATES as NOTES
+    from tests.wow_postgres.outbox_app import Notebook
+    from wow_core.model import MessageCodec, TopicKind
+    from wow_core.modeling import AggregateRegistry, metadata_of
+    from wow_core.transport.defaults import naming_of
+    from wow_redis import RedisSettings, RedisStreamTransport
+
+    named = metadata_of(Notebook).named_aggregate
+    codec = MessageCodec(AggregateRegistry([Notebook]).register_body_types(BodyTypeRegistry()))
+    prefix = f"wowtest:{uuid.uuid4().hex[:10]}:"
+    redis_settings = RedisSettings(key_prefix=prefix, block_time=0.2)
+    transport = RedisStreamTransport(redis_settings)
+    naming = naming_of(transport)
+    topics = {kind: naming.topic(named, kind) for kind in (TopicKind.EVENT, TopicKind.STATE)}
+    receiver = transport.open("consumers", list(topics.values()))
+    await asyncio.wait_for(receiver.ready(), TIMEOUT)
+    receiver.open_processing()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WOW_")}
+    env |= {
+        "WOW_TRANSPORT": "redis",
+        "WOW_REDIS__KEY_PREFIX": prefix,
+        "WOW_EVENTSOURCING__STORE": "postgres",
+        "WOW_POSTGRES__DSN": POSTGRES_DSN,
+        "WOW_POSTGRES__SCHEMA_NAME": schema,
+        "WOW_POSTGRES__OUTBOX_ENABLED": "true",
+        "WOW_POSTGRES__RELAY_BATCH": "10",
+        "WOW_POSTGRES__POLL_INTERVAL": "0.2",
+    }
+    wow = str(Path(sys.executable).parent / "wow")
+    got: list[tuple[TopicKind, str, int, str]] = []  # (kind, aggregate id, version, stream id)
+
+    def take_record(topic: str, payload: str) -> None:
+        kind = TopicKind.EVENT if topic == topics[TopicKind.EVENT] else TopicKind.STATE
+        message = codec.decode(payload, kind)
+        stream = message if kind is TopicKind.EVENT else message.stream  # type: ignore[attr-defined]
+        got.append((kind, stream.aggregate_id.id, stream.version, stream.id))
+
+    processes: list[asyncio.subprocess.Process] = []
+    try:
+        first_relay = await asyncio.create_subprocess_exec(
+            wow, "postgres", "relay", env=env, cwd=REPO, stdout=subprocess.DEVNULL
+        )
+        processes.append(first_relay)
+        service = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            "from tests.wow_postgres.outbox_app import main; main()",
+            str(TOTAL_COMMANDS),
+            str(CRASH_AT),
+            env=env,
+            cwd=REPO,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        processes.append(service)
+        assert service.stdout is not None
+        output = (await asyncio.wait_for(service.stdout.read(), TIMEOUT * 2)).decode()
+        assert await asyncio.wait_for(service.wait(), TIMEOUT) == -signal.SIGKILL, output
+        assert "crash after" in output, output
+        first_relay.send_signal(signal.SIGKILL)
+        await first_relay.wait()
+        admin = await asyncpg.connect(POSTGRES_DSN)
+        try:
+            rows = await admin.fetch(f'SELECT aggregate_id, version, stream_id FROM "{schema}".event_stream')
+        finally:
+            await admin.close()
+        committed = {(str(r["aggregate_id"]), int(r["version"]), str(r["stream_id"])) for r in rows}
+        assert len(committed) == CRASH_AT
+        second_relay = await asyncio.create_subprocess_exec(
+            wow, "postgres", "relay", env=env, cwd=REPO, stdout=asyncio.subprocess.PIPE
+        )
+        processes.append(second_relay)
+        assert second_relay.stdout is not None
+        started = await asyncio.wait_for(second_relay.stdout.readline(), TIMEOUT)
+        assert started.startswith(b"relaying the outbox"), started  # its SIGTERM handler is in place
+
+        def arrived(kind: TopicKind) -> set[tuple[str, int, str]]:
+            return {(a, v, s) for k, a, v, s in got if k is kind}
+
+        def complete() -> bool:
+            return arrived(TopicKind.EVENT) >= committed and arrived(TopicKind.STATE) >= committed
+
+        async def take_all() -> None:
+            async for record in receiver:
+                take_record(record.topic, record.payload)
+                await record.ack()
+                if complete():
+                    return
+
+        try:
+            await asyncio.wait_for(take_all(), TIMEOUT)
+        except TimeoutError:
+            pytest.fail(
+                f"after the restarted relay: {len(arrived(TopicKind.EVENT))} streams and "
+                f"{len(arrived(TopicKind.STATE))} state events of {len(committed)} committed arrived"
+            )
+        second_relay.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(second_relay.wait(), TIMEOUT) == 0
+    finally:
+        for process in processes:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+        await receiver.close()
+        await transport.close()
+        client = Redis.from_url(redis_settings.url)
+        keys = [key async for key in client.scan_iter(match=f"{prefix}*", count=500)]
+        if keys:
+            await client.delete(*keys)
+        await client.aclose()
+    for kind in (TopicKind.EVENT, TopicKind.STATE):
+        assert arrived(kind) == committed, f"{kind}: not exactly the committed streams"
+    duplicates = len(got) - 2 * len(committed)
+    assert duplicates <= 10, f"{duplicates} messages arrived twice: more than the relay's batch in flight"
+    for n in range(NOTES):
+        for kind in (TopicKind.EVENT, TopicKind.STATE):
+            firsts: list[int] = []
+            for k, aggregate_id, version, _ in got:
+                if k is kind and aggregate_id == f"note{n}" and version not in firsts:
+                    firsts.append(version)
+            assert firsts == sorted(firsts), f"note{n} {kind}: {firsts}"

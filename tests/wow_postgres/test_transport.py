@@ -136,7 +136,7 @@ async def test_an_acknowledged_record_is_gone_and_a_held_key_waits_for_its_holde
     holder.open_processing()
     await transport.send(_message(topic, "k", "one"))
     [one] = await _take(holder, 1)
-    other = make_transport().open("g", [topic])
+    other = make_transport(max_deliveries=1, lease_time=0.9).open("g", [topic])
     await other.ready()
     other.open_processing()
     await transport.send(_message(topic, "k", "two"))  # k is held: it goes to the holder too
@@ -225,3 +225,69 @@ async def test_key_rows_are_let_go_and_forgotten_once_their_records_are_acknowle
     await transport.send(_message(topic, "k0", "again"))  # a forgotten key is taken again
     [again] = await _take(receiver, 1)
     assert (again.payload, again.delivery_count) == ("again", 1)
+
+
+async def test_a_record_never_acknowledged_goes_to_the_dead_letter_topic_after_max_deliveries(
+    make_transport: Callable[..., PostgresTransport],
+) -> None:
+    """A receiver that fails every time (takes the record, closes without acknowledging):
+    after its third delivery the record goes to ``<topic>.dlq`` with its deliveries and last
+    error, the group never gets it again, and the key's next record follows."""
+    transport = make_transport(max_deliveries=3, lease_time=0.9)  # renewals (which move it) every 0.3 s
+    topic = f"wow.poison{uuid.uuid4().hex[:6]}.note.command"
+    dead = transport.open("g", [topic + ".dlq"])
+    await dead.ready()
+    dead.open_processing()
+    first = transport.open("g", [topic])
+    await first.ready()
+    await transport.send(_message(topic, "k", "poison"))
+    await transport.send(_message(topic, "k", "next"))
+    failing = first
+    for delivery in (1, 2, 3):
+        failing.open_processing()
+        [record] = await _take(failing, 1)
+        assert (record.payload, record.delivery_count) == ("poison", delivery)
+        await failing.close()  # hands it back unacknowledged
+        failing = transport.open("g", [topic])
+        await failing.ready()
+    failing.open_processing()
+    [following] = await _take(failing, 1)
+    assert (following.payload, following.delivery_count) == ("next", 1)
+    [letter] = await _take(dead, 1)
+    assert (letter.topic, letter.key, letter.payload) == (topic + ".dlq", "k", "poison")
+    assert letter.failed_deliveries == 3
+    assert letter.last_error == "handed back unacknowledged by a closing receiver"
+    assert letter.delivery_count == 1
+    await letter.ack()
+    await following.ack()
+
+
+async def test_a_record_whose_lease_keeps_expiring_is_dead_lettered_with_that_error(
+    make_transport: Callable[..., PostgresTransport],
+) -> None:
+    transport = make_transport(max_deliveries=1, lease_time=0.6)
+    topic = f"wow.expiring{uuid.uuid4().hex[:6]}.note.command"
+    holder = transport.open("g", [topic])
+    await holder.ready()
+    await transport.send(_message(topic, "k", "stuck"))
+    holder.open_processing()
+    [held] = await _take(holder, 1)
+    pool = await transport.pool()
+    # the holder stops renewing (as if it hung): its lease is made to expire
+    holder._tasks[1].cancel()
+    await pool.execute(
+        f"UPDATE {transport.names.queue} SET lease_until = clock_timestamp() - interval '1 second'"
+    )
+    await pool.execute(
+        f"UPDATE {transport.names.keys} SET lease_until = clock_timestamp() - interval '1 second'"
+    )
+    other = make_transport(max_deliveries=1, lease_time=0.9).open("g", [topic])
+    dead = make_transport().open("d", [topic + ".dlq"])
+    await dead.ready()
+    dead.open_processing()
+    await other.ready()
+    other.open_processing()
+    [letter] = await _take(dead, 1)
+    assert (letter.payload, letter.failed_deliveries) == ("stuck", 1)
+    assert letter.last_error == "the lease of a receiver expired"
+    assert held.delivery_count == 1

@@ -57,6 +57,7 @@ from wow_postgres.settings import SECTION, PostgresSettings
 
 if TYPE_CHECKING:
     from wow_core.transport.settings import ProcessSettings
+    from wow_postgres.outbox import PostgresOutbox
 
 
 class EventStoreDataError(EventStoreError):
@@ -194,6 +195,15 @@ class PostgresEventStore(_PostgresStore):
 
     async def append(self, stream: DomainEventStream) -> None:
         await self.append_in(None, stream)
+
+    def transactional_outbox(self) -> PostgresOutbox | None:
+        """The outbox the command kernel appends through: one over this store with
+        ``outbox_enabled``, else ``None`` (the kernel appends and publishes as usual)."""
+        if not self.settings.outbox_enabled:
+            return None
+        from wow_postgres.outbox import PostgresOutbox
+
+        return PostgresOutbox(self)
 
     async def append_in(
         self, connection: Connection | None, stream: DomainEventStream, *, retried: bool = False
@@ -352,11 +362,26 @@ class PostgresEventStore(_PostgresStore):
         return AppendedRequest(request_id, aggregate_id, int(row["version"])), str(row["stream_id"])
 
     def _stream(self, row: asyncpg.Record) -> DomainEventStream:
-        stream = self.codec.decode(row["payload"], TopicKind.EVENT)
+        stream = self.codec.decode(_wire_text(row["payload"]), TopicKind.EVENT)
         if not isinstance(stream, DomainEventStream):
             raise EventStoreDataError(f"the row at version {row['version']} holds no event stream")
         stream.header.with_read_only()
         return stream
+
+
+def _wire_text(payload: str) -> str:
+    """The wire text of a ``jsonb`` payload.
+
+    ``jsonb`` keeps the JSON value, not its text: it reorders the keys and adds spaces,
+    while the codec recognises a version 2 envelope by its first member (``{"v":``). The
+    value is written back compactly with ``"v"`` first; a version 1 payload (no ``"v"``)
+    is returned as it was read.
+    """
+    value = json.loads(payload)
+    if not isinstance(value, dict) or "v" not in value:
+        return payload
+    ordered = {"v": value.pop("v"), **value}
+    return json.dumps(ordered, separators=(",", ":"), ensure_ascii=False)
 
 
 class PostgresSnapshotRepository(_PostgresStore):

@@ -172,6 +172,13 @@ def _migrations(names: Names, settings: PostgresSettings) -> list[tuple[int, str
                 WHERE sent_at IS NOT NULL;
             """,
         ),
+        (
+            4,
+            "transport dead letters: the last error and the deliveries of a poison record",
+            f"""
+            ALTER TABLE {names.queue} ADD COLUMN last_error text, ADD COLUMN failed_deliveries integer;
+            """,
+        ),
     ]
 
 

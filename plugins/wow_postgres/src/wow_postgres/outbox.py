@@ -14,9 +14,13 @@ and marks a batch sent once every send of the batch returned. Guarantees:
 - **at least once**: a row is marked sent only after its send returned; a relay killed
   mid-batch publishes that batch again when it (or another relay) runs next: duplicates
   are at most the batch that was in flight (``relay_batch``);
+- **in batches**: the relay reads ``relay_batch`` rows in id order, sends the rows of
+  each aggregate one after the other and different aggregates concurrently
+  (``relay_concurrency`` at a time), and marks the sent rows in one statement;
 - **in order per aggregate**: an aggregate's streams commit one after the other (the
-  version check), so their rows are in id order, and one relay at a time publishes in id
-  order: the relay holds a session advisory lock on its own connection, and runs every
+  version check), so their rows are in id order, and one relay at a time publishes each
+  aggregate's rows in id order (a failed send stops that aggregate's rows for the
+  batch): the relay holds a session advisory lock on its own connection, and runs every
   statement of the outbox on that connection, so a relay that lost its connection (and
   with it the lock) cannot mark anything while another relay takes over;
 - **lag as a metric**: ``wow.postgres.outbox.lag`` (gauge, seconds since the oldest row
@@ -41,7 +45,7 @@ from wow_core.model import AggregateId, DomainEventStream
 from wow_core.transport import TransportMessage
 from wow_postgres.connection import TRANSIENT, Connection, Retrying
 from wow_postgres.event_store import PostgresEventStore
-from wow_postgres.migrations import Names
+from wow_postgres.migrations import Names, migrate
 from wow_postgres.settings import PostgresSettings
 
 if TYPE_CHECKING:
@@ -125,11 +129,12 @@ class OutboxRelay:
         self.metrics: Metrics = metrics or NoopMetrics()
         self.names = Names.of(settings)
         self._wake = asyncio.Event()
+        self._migrated = False
         outbox = self.names.outbox
         self._lock_key = f"wow-outbox:{settings.schema_name}.{settings.outbox_table}"
         self._batch_sql = f"""
-            SELECT id, topic, key, payload, timestamp FROM {outbox}
-            WHERE sent_at IS NULL ORDER BY id LIMIT $1"""
+            SELECT id, context_name, aggregate_name, tenant_id, aggregate_id, topic, key, payload, timestamp
+            FROM {outbox} WHERE sent_at IS NULL ORDER BY id LIMIT $1"""
         self._mark_sql = f"UPDATE {outbox} SET sent_at = clock_timestamp() WHERE id = ANY($1::bigint[])"
         self._lag_sql = f"""
             SELECT COALESCE(EXTRACT(epoch FROM clock_timestamp() - min(created_at)), 0)::float8
@@ -173,6 +178,9 @@ class OutboxRelay:
     async def _lead(self, stop: asyncio.Event) -> None:
         connection = await self._connect()
         try:
+            if self.settings.migrate_on_start and not self._migrated:
+                await migrate(connection, self.settings)  # a relay may start before any store
+                self._migrated = True
             while not await connection.fetchval("SELECT pg_try_advisory_lock(hashtext($1))", self._lock_key):
                 if await _sleep_unless(stop, self.settings.poll_interval):
                     return  # stopped while standing by
@@ -206,23 +214,44 @@ class OutboxRelay:
         self._wake.set()
 
     async def publish_batch(self, connection: Connection) -> int:
-        """Publish the oldest ``relay_batch`` rows not sent, in order, then mark them sent;
-        return how many. ``connection`` must hold the relay lock."""
+        """Publish the oldest ``relay_batch`` rows not sent, then mark the sent ones in one
+        statement; return how many were sent. ``connection`` must hold the relay lock.
+
+        The rows of one aggregate are sent one after the other, in id order; different
+        aggregates concurrently, ``relay_concurrency`` at a time. A send that fails stops
+        its aggregate's rows there (the later ones stay unsent, so the next batch starts
+        with it, in order); the rows sent meanwhile are marked, then the error is raised.
+        """
         rows = await connection.fetch(self._batch_sql, self.settings.relay_batch)
+        lanes: dict[tuple[str, str, str, str], list[asyncpg.Record]] = {}
         for row in rows:
-            await self.transport.send(
-                TransportMessage(
-                    topic=str(row["topic"]),
-                    key=str(row["key"]),
-                    payload=str(row["payload"]),
-                    timestamp=int(row["timestamp"]),
-                )
-            )
-        if rows:
-            await connection.execute(self._mark_sql, [int(row["id"]) for row in rows])
-            self.metrics.increment(PUBLISHED, len(rows))
+            aggregate = (row["context_name"], row["aggregate_name"], row["tenant_id"], row["aggregate_id"])
+            lanes.setdefault(aggregate, []).append(row)
+        sent: list[int] = []
+        gate = asyncio.Semaphore(self.settings.relay_concurrency)
+
+        async def publish(lane: list[asyncpg.Record]) -> None:
+            async with gate:
+                for row in lane:
+                    await self.transport.send(
+                        TransportMessage(
+                            topic=str(row["topic"]),
+                            key=str(row["key"]),
+                            payload=str(row["payload"]),
+                            timestamp=int(row["timestamp"]),
+                        )
+                    )
+                    sent.append(int(row["id"]))
+
+        outcomes = await asyncio.gather(*(publish(lane) for lane in lanes.values()), return_exceptions=True)
+        if sent:
+            await connection.execute(self._mark_sql, sent)
+            self.metrics.increment(PUBLISHED, len(sent))
         await self.report_lag(connection)
-        return len(rows)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return len(sent)
 
     async def report_lag(self, connection: Connection) -> None:
         """Set the lag gauge from the outbox as it is now."""

@@ -83,14 +83,32 @@ class PostgresSettings(SettingsSection):
         "deletion is queued (deleted with the others within one round trip; a crash before that "
         "delivers the record again).",
     )
+    max_deliveries: Count = Field(
+        10,
+        le=1_000_000,
+        description="Deliveries of one record to a group without an acknowledgement (handed back, lease "
+        "expired) before it goes to <topic>.dlq as poison, with its deliveries and last error.",
+    )
     claim_batch: Count = Field(64, le=10_000, description="Records one claim takes at most.")
     read_ahead: Count = Field(128, le=100_000, description="Records a receiver holds unconsumed at most.")
+    outbox_enabled: bool = Field(
+        False,
+        description="The command kernel appends through the transactional outbox: the event stream and "
+        "state event it publishes are written in the append's transaction and `wow postgres relay` "
+        "publishes them to WOW_TRANSPORT (needs WOW_EVENTSOURCING__STORE=postgres).",
+    )
     outbox_table: Identifier = Field("outbox", description="Table of the transactional outbox.")
     outbox_channel: Identifier = Field(
         "wow_outbox", description="LISTEN/NOTIFY channel that wakes the outbox relay."
     )
     relay_batch: Count = Field(
-        100, le=10_000, description="Outbox rows the relay publishes before it marks them sent."
+        100, le=10_000, description="Outbox rows the relay reads, publishes and marks sent at once."
+    )
+    relay_concurrency: Count = Field(
+        16,
+        le=10_000,
+        description="Aggregates whose outbox rows the relay sends at once (one aggregate's rows always in "
+        "order, one after the other); 1 sends the batch one row at a time.",
     )
     outbox_retention: Seconds = Field(
         3600.0, description="Seconds a sent outbox row is kept (for inspection) before the relay deletes it."

@@ -29,6 +29,11 @@ are taken again once the lease expired. Receivers sleep on ``LISTEN`` (one conne
 per transport) and look again every ``poll_interval`` whatever happens, so a lost
 notification or a lost listening connection delays a record, never loses it.
 
+A record delivered ``max_deliveries`` times to a group without an acknowledgement is
+poison: claims skip it, and the next lease renewal of the member holding its key moves it
+to ``<topic>.dlq`` (the dead-letter topic of decode failures) with ``failed_deliveries``
+and ``last_error``; records claimed ahead and handed back undelivered are not counted.
+
 Acknowledging deletes the row; acknowledgements arriving while a deletion is under way
 are deleted together by the next one (``ack_confirmed`` makes ``ack()`` wait for it).
 ``NOTIFY`` is sent after the send's commit, coalesced over concurrent sends (see
@@ -68,6 +73,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("wow_postgres")
 
+DEAD_LETTER_SUFFIX = ".dlq"
+"""Poison records go to ``<topic>.dlq``, as the bus's decode failures do."""
+
 UNROUTED = ""
 """The group of a row sent to a topic no group subscribed to yet: the first group takes it."""
 
@@ -75,7 +83,17 @@ UNROUTED = ""
 class PostgresRecord:
     """One queued row delivered to this receiver; ``ack()`` deletes it."""
 
-    __slots__ = ("_receiver", "delivery_count", "key", "payload", "row_id", "timestamp", "topic")
+    __slots__ = (
+        "_receiver",
+        "delivery_count",
+        "failed_deliveries",
+        "key",
+        "last_error",
+        "payload",
+        "row_id",
+        "timestamp",
+        "topic",
+    )
 
     def __init__(
         self,
@@ -86,6 +104,8 @@ class PostgresRecord:
         payload: str,
         timestamp: int,
         delivery_count: int,
+        failed_deliveries: int | None = None,
+        last_error: str | None = None,
     ) -> None:
         self._receiver = receiver
         self.row_id = row_id
@@ -94,6 +114,10 @@ class PostgresRecord:
         self.payload = payload
         self.timestamp = timestamp
         self.delivery_count = delivery_count
+        self.failed_deliveries = failed_deliveries
+        """On a dead letter (``<topic>.dlq``): the deliveries the poison record had."""
+        self.last_error = last_error
+        """Why the record came back last (a lease expired, handed back unacknowledged)."""
 
     @property
     def position(self) -> str:
@@ -104,6 +128,10 @@ class PostgresRecord:
 
     def __repr__(self) -> str:
         return f"PostgresRecord({self.position} key={self.key!r} deliveries={self.delivery_count})"
+
+
+DEAD_LETTERED = "wow.postgres.dead_lettered"
+"""Counter (tag ``topic``): poison records moved to ``<topic>.dlq``."""
 
 
 class _Listener:
@@ -338,6 +366,10 @@ class PostgresTransport(TransportBase["PostgresReceiver"]):
         await self.run("send", insert)
         self._notifier.notify(message.topic)
 
+    def notify(self, topic: str) -> None:
+        """Wake the receivers of ``topic`` (after a commit that wrote to it)."""
+        self._notifier.notify(topic)
+
     def open(self, group: str, topics: Sequence[str]) -> PostgresReceiver:
         self._check_open()
         if not group:
@@ -383,6 +415,8 @@ class PostgresReceiver:
         self._acks: list[int] = []
         self._held: set[int] = set()
         """Rows claimed by this receiver and not yet deleted by an acknowledgement."""
+        self._yielded: set[int] = set()
+        """Rows of ``_held`` handed to the consumer (the others are read ahead, undelivered)."""
         self._acked: asyncio.Future[None] | None = None
         self._ack_task: asyncio.Task[None] | None = None
         self._sql = _ReceiverSql(transport.names)
@@ -429,6 +463,7 @@ class PostgresReceiver:
                 record = await self._buffer.get()
             except StopAsyncIteration:
                 return
+            self._yielded.add(record.row_id)
             yield record
 
     async def close(self) -> None:
@@ -492,6 +527,7 @@ class PostgresReceiver:
                     future.exception()  # retrieved here: only a confirming caller raises it
             else:
                 self._held.difference_update(ids)
+                self._yielded.difference_update(ids)
                 if future is not None and not future.done():
                     future.set_result(None)
 
@@ -531,7 +567,15 @@ class PostgresReceiver:
                 await connection.execute(sql.add_keys, self.group, self.topics, 4 * limit)
                 await connection.execute(sql.take_keys, self.group, self.topics, self.owner, limit, lease)
                 return list(
-                    await connection.fetch(sql.take_rows, self.group, self.topics, self.owner, limit, lease)
+                    await connection.fetch(
+                        sql.take_rows,
+                        self.group,
+                        self.topics,
+                        self.owner,
+                        limit,
+                        lease,
+                        self._settings.max_deliveries,
+                    )
                 )
 
         async with self._lock:
@@ -547,9 +591,29 @@ class PostgresReceiver:
                 str(row["payload"]),
                 int(row["timestamp"]),
                 int(row["delivery_count"]),
+                row["failed_deliveries"],
+                row["last_error"],
             )
             for row in rows
         ]
+
+    def _dead_lettered(self, rows: list[asyncpg.Record]) -> None:
+        for row in rows:
+            topic = str(row["topic"]).removesuffix(DEAD_LETTER_SUFFIX)
+            log.warning(
+                "%s: a record of %s (key %r) dead-lettered to %s after %d deliveries without an "
+                "acknowledgement (max_deliveries %d); last error: %s",
+                self._what,
+                topic,
+                row["key"],
+                row["topic"],
+                row["failed_deliveries"],
+                self._settings.max_deliveries,
+                row["last_error"],
+            )
+            self._transport.metrics.increment(DEAD_LETTERED, tags={"topic": topic})
+        for topic in {str(row["topic"]) for row in rows}:
+            self._transport.notify(topic)
 
     async def _renew_loop(self) -> None:
         interval = self._settings.lease_time / 3
@@ -564,22 +628,28 @@ class PostgresReceiver:
         sql = self._sql
         lease = self._settings.lease_time
 
-        async def renew(connection: Connection) -> None:
+        async def renew(connection: Connection) -> list[asyncpg.Record]:
             async with connection.transaction():
                 await connection.execute(sql.renew_rows, self.group, self.owner, lease)
                 await connection.execute(sql.renew_keys, self.group, self.owner, lease)
+                dead = await connection.fetch(
+                    sql.dead_letter, self.group, self.topics, self.owner, self._settings.max_deliveries
+                )
                 await connection.execute(sql.release_idle_keys, self.group, self.owner)
                 await connection.execute(sql.forget_keys, self.group)
+                return list(dead)
 
         async with self._lock:
-            await self._transport.run("lease renewal", renew)
+            dead = await self._transport.run("lease renewal", renew)
+        if dead:
+            self._dead_lettered(dead)
 
     async def _release(self) -> None:
         sql = self._sql
 
         async def release(connection: Connection) -> None:
             async with connection.transaction():
-                await connection.execute(sql.release_rows, self.group, self.owner)
+                await connection.execute(sql.release_rows, self.group, self.owner, list(self._yielded))
                 await connection.execute(sql.release_keys, self.group, self.owner)
 
         try:
@@ -614,11 +684,15 @@ class _ReceiverSql:
                 WHERE group_name = $1 AND topic = ANY($2::text[]) AND owner IS NULL
                 ORDER BY id LIMIT $3
             ) pending
+            WHERE NOT EXISTS (  -- an index probe; ON CONFLICT alone costs a speculative insert each
+                SELECT 1 FROM {keys} k
+                WHERE k.group_name = pending.group_name AND k.topic = pending.topic AND k.key = pending.key
+            )
             ON CONFLICT DO NOTHING"""
         # Keys nobody live holds, with rows this owner does not hold yet; never a locked one.
         self.take_keys = f"""
             WITH free AS (
-                SELECT k.topic, k.key FROM {keys} k
+                SELECT k.ctid AS row FROM {keys} k
                 WHERE k.group_name = $1 AND k.topic = ANY($2::text[])
                   AND (k.owner IS NULL OR k.owner <> $3 AND k.lease_until < clock_timestamp())
                   AND EXISTS (
@@ -629,23 +703,49 @@ class _ReceiverSql:
                 FOR UPDATE OF k SKIP LOCKED
             )
             UPDATE {keys} k SET owner = $3, lease_until = clock_timestamp() + make_interval(secs => $5)
-            FROM free WHERE k.group_name = $1 AND k.topic = free.topic AND k.key = free.key"""
+            FROM free WHERE k.ctid = free.row"""  # by ctid: the row is locked, it cannot move
         # The oldest rows of every key this owner holds that it has not been given yet.
         self.take_rows = f"""
             UPDATE {queue} q
             SET owner = $3, lease_until = clock_timestamp() + make_interval(secs => $5),
-                delivery_count = q.delivery_count + 1
+                delivery_count = q.delivery_count + 1,
+                last_error = CASE WHEN q.owner IS NOT NULL THEN 'the lease of a receiver expired'
+                                  ELSE q.last_error END
             WHERE q.id IN (
                 SELECT r.id FROM {keys} k CROSS JOIN LATERAL (
                     SELECT r.id FROM {queue} r
                     WHERE r.group_name = k.group_name AND r.topic = k.topic AND r.key = k.key
-                      AND r.owner IS DISTINCT FROM $3
+                      AND r.owner IS DISTINCT FROM $3 AND r.delivery_count < $6
                     ORDER BY r.id LIMIT $4
                 ) r
                 WHERE k.group_name = $1 AND k.topic = ANY($2::text[]) AND k.owner = $3
                 ORDER BY r.id LIMIT $4
             )
-            RETURNING q.id, q.topic, q.key, q.payload, q.timestamp, q.delivery_count"""
+            RETURNING q.id, q.topic, q.key, q.payload, q.timestamp, q.delivery_count, q.failed_deliveries,
+                      q.last_error"""
+        # Rows of this owner's keys that were delivered max_deliveries times already (and came
+        # back: handed back or their lease expired) move to <topic>.dlq, for the groups that
+        # read it (or the first that will), keeping their deliveries and last error. A claim
+        # skips them (take_rows: delivery_count < $6), so the key's later records go on at
+        # once; the next lease renewal moves them.
+        self.dead_letter = f"""
+            WITH poison AS (
+                DELETE FROM {queue} q USING {keys} k
+                WHERE k.group_name = $1 AND k.topic = ANY($2::text[]) AND k.owner = $3
+                  AND q.group_name = k.group_name AND q.topic = k.topic AND q.key = k.key
+                  AND q.owner IS DISTINCT FROM $3 AND q.delivery_count >= $4
+                RETURNING q.id, q.topic, q.key, q.payload, q.timestamp, q.delivery_count, q.owner,
+                          q.last_error
+            ), routed AS (
+                SELECT p.*, COALESCE(s.group_name, '{UNROUTED}') AS target
+                FROM poison p LEFT JOIN {subscriptions} s ON s.topic = p.topic || '{DEAD_LETTER_SUFFIX}'
+            )
+            INSERT INTO {queue} (group_name, topic, key, payload, timestamp, failed_deliveries, last_error)
+            SELECT target, topic || '{DEAD_LETTER_SUFFIX}', key, payload, timestamp, delivery_count,
+                   CASE WHEN owner IS NOT NULL THEN 'the lease of a receiver expired'
+                        ELSE last_error END
+            FROM routed ORDER BY id
+            RETURNING topic, key, failed_deliveries, last_error"""
         self.ack = f"DELETE FROM {queue} WHERE id = ANY($1::bigint[])"
         self.recover = f"""
             UPDATE {queue} SET owner = NULL, lease_until = NULL,
@@ -677,7 +777,14 @@ class _ReceiverSql:
                 FOR UPDATE OF f SKIP LOCKED
             ) idle
             WHERE k.group_name = $1 AND k.topic = idle.topic AND k.key = idle.key"""
+        # Rows read ahead and never handed to the consumer were not delivered: not counted.
         self.release_rows = f"""
-            UPDATE {queue} SET owner = NULL, lease_until = NULL WHERE group_name = $1 AND owner = $2"""
+            UPDATE {queue} SET owner = NULL, lease_until = NULL,
+                delivery_count = CASE WHEN id = ANY($3::bigint[]) THEN delivery_count
+                                      ELSE greatest(delivery_count - 1, 0) END,
+                last_error = CASE WHEN id = ANY($3::bigint[])
+                                  THEN 'handed back unacknowledged by a closing receiver'
+                                  ELSE last_error END
+            WHERE group_name = $1 AND owner = $2"""
         self.release_keys = f"""
             UPDATE {keys} SET owner = NULL, lease_until = NULL WHERE group_name = $1 AND owner = $2"""

@@ -30,7 +30,10 @@ runs one aggregate's commands in order.
 Not guaranteed: publication is after the append, so a crash between the two leaves
 events in the store that the buses never carried; the outcome is PROCESSED either way
 (a failed publication is logged and named in the outcome's ``publish_failures``, the
-history stands).
+history stands). With an ``outbox`` (:class:`~wow_core.modeling.outbox.OutboxPublisher`)
+the stream's distributed copies are written in the append's transaction and a relay
+publishes them; only the local hand-off follows the append (see
+:mod:`wow_core.modeling.outbox`).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ from wow_core.model import (
     now_ms,
 )
 from wow_core.modeling.aggregate import AggregateMetadata, CommandFunction, DomainError, Emit
+from wow_core.modeling.outbox import OutboxedPublication, OutboxPublisher
 from wow_core.modeling.registry import AggregateRegistry
 
 log = logging.getLogger(__name__)
@@ -92,6 +96,8 @@ class CommandOutcome:
     attempts: int = 1
     conflicts: int = 0
     publish_failures: tuple[str, ...] = ()
+    publication: OutboxedPublication | None = field(default=None, repr=False, compare=False)
+    """What an outbox append left to do locally (``None`` without an outbox)."""
 
     @property
     def succeeded(self) -> bool:
@@ -179,6 +185,7 @@ class CommandKernel:
         max_conflict_retries: int = 3,
         state_cache: StateCache | None = None,
         validators: Iterable[Any] = (validate_body,),
+        outbox: OutboxPublisher | None = None,
     ) -> None:
         if max_conflict_retries < 0:
             raise ValueError("max_conflict_retries must be >= 0")
@@ -190,6 +197,7 @@ class CommandKernel:
         self.max_conflict_retries = max_conflict_retries
         self.state_cache = StateCache() if state_cache is None else state_cache
         self._validators = tuple(validators)
+        self.outbox = outbox
 
     async def process(self, command: CommandMessage[Any]) -> CommandOutcome:
         """Decide ``command``; business outcomes are returned, store failures raise."""
@@ -249,7 +257,10 @@ class CommandKernel:
                 # request is a duplicate whatever this decision returned.
                 outcome = await self._unless_duplicate(outcome)
                 break
-            failures = await self._publish(outcome.stream, outcome.state)
+            if outcome.publication is not None:
+                failures = await self._publish_outboxed(outcome.stream, outcome.publication)
+            else:
+                failures = await self._publish(outcome.stream, outcome.state)
             if failures:
                 outcome = replace(outcome, publish_failures=failures)
             break
@@ -360,10 +371,21 @@ class CommandKernel:
         except SourcingError as error:
             log.exception("%s", error)
             raise _Rejected(ErrorCodes.PROCESSING_ERROR, str(error)) from None
-        await self.event_store.append(stream)
+        publication = None
+        if self.outbox is not None:
+            publication = await self.outbox.append(stream, new_state)
+        else:
+            await self.event_store.append(stream)
         self.state_cache.put(aggregate_id, stream.version, new_state)
         return CommandOutcome(
-            command, aggregate_id, stream.version, stream, new_state, result, attempts=attempts
+            command,
+            aggregate_id,
+            stream.version,
+            stream,
+            new_state,
+            result,
+            attempts=attempts,
+            publication=publication,
         )
 
     @staticmethod
@@ -435,6 +457,24 @@ class CommandKernel:
             except Exception:
                 failures = (*failures, "state")
                 log.exception("publishing the state of %s v%d failed", stream.aggregate_id, stream.version)
+        return failures
+
+    async def _publish_outboxed(
+        self, stream: DomainEventStream, publication: OutboxedPublication
+    ) -> tuple[str, ...]:
+        """The local steps after an outbox append (the relay sends the distributed copies)."""
+        failures: tuple[str, ...] = ()
+        for name, step in publication.local:
+            try:
+                await step()
+            except Exception:
+                failures = (*failures, name)
+                log.exception(
+                    "publishing %s v%d locally on the %s bus failed; it is in the store and the outbox",
+                    stream.aggregate_id,
+                    stream.version,
+                    name,
+                )
         return failures
 
     def _rejected(

@@ -41,6 +41,7 @@ from wow_core.middleware import (
 )
 from wow_core.model import NamedAggregate, TopicKind
 from wow_core.modeling.kernel import CommandKernel
+from wow_core.modeling.outbox import OutboxPublisher
 from wow_core.modeling.registry import AggregateRegistry
 from wow_core.runtime.keyed_executor import KeyedExecutor
 from wow_core.runtime.settings import WowSettings
@@ -68,13 +69,26 @@ def create_kernel(
     state_event_bus: Any,
     middleware: Sequence[Middleware] = (),
 ) -> CommandKernel:
-    """The command handler: the kernel, decorated by every middleware."""
+    """The command handler: the kernel, decorated by every middleware.
+
+    An event store whose ``transactional_outbox()`` returns an outbox (the PostgreSQL
+    store with ``WOW_POSTGRES__OUTBOX_ENABLED=true``) has the kernel append through it:
+    the distributed copies of each stream are written in the append's transaction and
+    its relay publishes them (:mod:`wow_core.modeling.outbox`).
+    """
+    outbox: OutboxPublisher | None = None
+    provider = getattr(undecorated(event_store), "transactional_outbox", None)
+    found = provider() if callable(provider) else None
+    if found is not None:
+        outbox = OutboxPublisher(found, domain_event_bus, state_event_bus, unwrap=undecorated)
+        log.info("the kernel appends through the transactional outbox %s", type(found).__name__)
     kernel = CommandKernel(
         aggregates,
         event_store,
         snapshot_repository,
         domain_event_bus=domain_event_bus,
         state_event_bus=state_event_bus,
+        outbox=outbox,
     )
     return decorate_command_handler(middleware, kernel)
 

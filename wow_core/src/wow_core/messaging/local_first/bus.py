@@ -235,6 +235,75 @@ class LocalFirstMessageBus(Generic[M, E]):
         self.copies.start(entry)
         await self._wait_sent(entry, done)
 
+    # -- a transactional outbox ----------------------------------------------------------
+
+    def outbox_copy(self, message: M) -> tuple[M, bool]:
+        """The distributed copy of ``message`` to write into a transactional outbox together
+        with the append, and whether :meth:`send_outboxed` will hand the message off locally.
+
+        The copy is marked ``local_first=true`` when the message will be handed off here
+        (a local aggregate with a routable local receiver, local-first not disabled by
+        its header): the owning service's receivers then drop the relayed copy, and
+        :meth:`send_outboxed` sends a ``false`` copy itself should the local admission not
+        confirm. Otherwise it is marked ``false`` and nothing is handed off: the relayed
+        copy is the only one.
+        """
+        copy = message.copy()
+        named = message.aggregate_id.named_aggregate
+        local = (
+            not self._closed
+            and self._is_local(named)
+            and not self._skips_local_first(message)
+            and self._local.subscriber_count(named) > 0
+        )
+        copy.header[Header.LOCAL_FIRST] = "true" if local else "false"
+        return copy, local
+
+    async def send_outboxed(self, message: M) -> None:
+        """Hand ``message`` off locally; its distributed copy, marked ``local_first=true``,
+        is already committed to a transactional outbox (:meth:`outbox_copy` said to hand
+        it off) and the outbox's relay publishes it.
+
+        Returns as :meth:`send` of a handed-off message: at once. If the local admission
+        does not confirm (the hand-off refused, a receiver released the message, quiesced
+        or closed, the hand-off timeout passed), this bus sends a ``local_first=false``
+        copy in its turn, as :meth:`send` would, so the owning service's groups still get
+        it from the transport (other services then see it twice: at least once).
+        """
+        if self._closed:
+            raise BusClosedError(f"local-first {self.bus_name} bus is closed")
+        entry = self.copies.queue(message.copy(), start=False)
+        entry.outboxed = True
+        local_copy = message.copy()
+        local_copy.header[Header.LOCAL_FIRST] = "true"
+        try:
+            receipt = self._local.hand_off(local_copy)
+        except Exception as error:
+            log.error(
+                "local-first %s: handing the outboxed %s %s (id %s) to the local bus failed; "
+                "sending a local_first=false copy: %s: %s",
+                self.bus_name,
+                message.name,
+                message.aggregate_id,
+                message.id,
+                type(error).__name__,
+                error,
+            )
+            receipt = None
+        if receipt is not None and receipt.accepted:
+            if self._observer is not None:
+                self._observer.on_send(message, SendRoute.HANDED_OFF)
+            entry.handed_off_with(
+                receipt.admission, asyncio.get_running_loop().time() + self.hand_off_timeout
+            )
+            self.copies.start(entry)
+            return
+        if self._observer is not None:
+            self._observer.on_send(message, SendRoute.REFUSED if receipt is not None else SendRoute.ERROR)
+        done = entry.completion()
+        self.copies.start(entry)
+        await self._wait_sent(entry, done)
+
     @staticmethod
     async def _wait_sent(entry: QueuedCopy[M], done: asyncio.Future[None] | None = None) -> None:
         """Wait for the copy, not with it: a cancelled sender leaves the copy to be sent once."""

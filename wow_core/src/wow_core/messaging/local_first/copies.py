@@ -85,6 +85,7 @@ class QueuedCopy(Generic[M]):
         "deadline",
         "handed_off",
         "message",
+        "outboxed",
         "started",
     )
 
@@ -96,6 +97,10 @@ class QueuedCopy(Generic[M]):
         self.handed_off = False
         self.abandoned = False
         self.started = False
+        self.outboxed = False
+        """A ``local_first=true`` copy of the message is already in a transactional outbox
+        (see :meth:`LocalFirstMessageBus.send_outboxed`): this copy goes out only when the
+        local admission did not confirm (``local_first=false``)."""
         self._done: asyncio.Future[None] | None = None
         self._settled = False
         self._error: BaseException | None = None
@@ -437,6 +442,10 @@ class LocalFirstDistributedCopies(Generic[M]):
         """Send one copy; raises only when the task sending it is cancelled itself."""
         local_first = self._decide(entry)
         message = entry.message
+        if entry.outboxed and local_first:
+            # Admitted locally: the outbox's relay sends the copy marked true; nothing more.
+            entry._resolve(None)
+            return
         message.header[Header.LOCAL_FIRST] = "true" if local_first else "false"
         delivers = self._delivers
         if delivers is not None and not delivers(message, handled_locally=local_first):
