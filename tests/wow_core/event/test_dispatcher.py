@@ -612,3 +612,35 @@ async def test_a_recorder_answering_nonsense_is_a_recording_failure() -> None:
     [(_, error)] = handler.errors
     assert "not a RecordResult" in str(suppressed(error)[0])
     await h.dispatch.stop(5)
+
+
+class _StopsWhenTheOtherStops:
+    """A child whose stop finishes only once its sibling's stop has begun."""
+
+    def __init__(self, mine: asyncio.Event, other: asyncio.Event) -> None:
+        self.mine, self.other = mine, other
+
+    async def stop(self, timeout: float | None = None) -> bool:
+        self.mine.set()
+        await self.other.wait()
+        return True
+
+
+async def test_a_composite_dispatcher_stops_its_children_at_once_within_one_timeout() -> None:
+    from wow_core.event.dispatcher import CompositeEventDispatcher
+    from wow_core.event.function import ComponentKind
+
+    class Two(CompositeEventDispatcher):
+        component = ComponentKind.PROJECTION
+
+        def __init__(self, children: list[Any]) -> None:
+            self._two = children
+
+        @property
+        def children(self) -> list[Any]:
+            return self._two
+
+    first, second = asyncio.Event(), asyncio.Event()
+    composite = Two([_StopsWhenTheOtherStops(first, second), _StopsWhenTheOtherStops(second, first)])
+    # One child after the other, the first would wait forever for the second to begin.
+    assert await asyncio.wait_for(composite.stop(1.0), 10) is True

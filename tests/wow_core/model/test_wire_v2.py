@@ -151,6 +151,27 @@ def test_every_field_round_trips(message: Any) -> None:
             assert dict(got.header) == dict(sent.header)
 
 
+@pytest.mark.parametrize(
+    "message",
+    [plain_command(), full_command(), full_stream(), full_state()],
+    ids=["command", "full-command", "full-stream", "full-state"],
+)
+def test_an_envelope_another_serializer_reordered_and_spaced_decodes_the_same(message: Any) -> None:
+    """A jsonb column or a proxy keeps the JSON value, not its text."""
+    members = list(json.loads(CODEC.encode(message)).items())
+    rewritten = json.dumps(dict(reversed(members)), indent=1)
+    assert not rewritten.startswith('{"v":')
+    assert CODEC.decode(rewritten, message.topic_kind) == message
+    assert CODEC.decode(rewritten.encode(), message.topic_kind) == message
+
+
+def test_a_reordered_envelope_with_a_wrong_field_is_still_refused() -> None:
+    members = json.loads(CODEC.encode(plain_command()))
+    members["a"] = ["bank"]
+    error = failure(json.dumps(dict(reversed(list(members.items())))))
+    assert error.kind is DecodeFailureKind.WRONG_SHAPE
+
+
 def test_non_default_fields_are_written() -> None:
     data = json.loads(CODEC.encode(full_command()))
     assert data["a"] == ["bank", "account", "acc-2", "tenant-9"]

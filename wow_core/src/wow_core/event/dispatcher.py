@@ -408,7 +408,9 @@ class CompositeEventDispatcher:
             await child.start()
 
     async def stop(self, timeout: float | None = None) -> bool:
-        results = [await child.stop(timeout) for child in self.children]
+        """Stop both children at once: ``timeout`` bounds the whole stop, not each child
+        (one after the other, a stop could take twice the runtime's shutdown budget)."""
+        results = await asyncio.gather(*(child.stop(timeout) for child in self.children))
         return all(results)
 
 

@@ -858,6 +858,19 @@ def _is_v2(payload: object) -> bool:
     return isinstance(payload, bytes | bytearray) and payload.startswith(_V2_PREFIX_BYTES)
 
 
+def _v2_rewritten(payload: str | bytes) -> str | None:
+    """The compact text, ``"v"`` first, of a JSON object that has a ``"v"`` member but
+    does not start with it; None for anything else (which stays a version 1 failure)."""
+    try:
+        value = json.loads(payload)
+    except (TypeError, ValueError, RecursionError):  # not text, not JSON, nested too deeply
+        return None
+    if not isinstance(value, dict) or "v" not in value:
+        return None
+    text = json.dumps({"v": value.pop("v"), **value}, separators=(",", ":"), ensure_ascii=False)
+    return text if _is_v2(text) else None
+
+
 def _where_v2(loc: tuple[int | str, ...]) -> str:
     """``message.ts (create_time)``: envelope keys with the field they hold; a body's own
     fields (below ``b`` or ``st``) as they are."""
@@ -1061,6 +1074,9 @@ class MessageCodec:
 
         Version 2 is told by its first member, ``{"v":`` exactly as the encoder writes
         it; anything else is read as version 1 (whose validator refuses what is neither).
+        A version 2 envelope another serializer rewrote (a ``jsonb`` column, a proxy that
+        reorders or spaces members) fails that fast test and version 1; it is then read
+        again from its compact text with ``"v"`` first, so it decodes the same.
         """
         if _is_v2(payload):
             try:
@@ -1071,5 +1087,8 @@ class MessageCodec:
         try:
             envelope = _envelope(kind).validate_json(payload)
         except ValidationError as error:
+            rewritten = _v2_rewritten(payload)
+            if rewritten is not None:
+                return self.decode(rewritten, kind)
             raise _envelope_error(error, kind) from None
         return _build(self.registry, envelope, kind, self.strict_commands)
