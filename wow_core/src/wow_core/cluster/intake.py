@@ -47,6 +47,12 @@ Counters go to the node's metrics facade (:mod:`wow_core.metrics`, exported with
 ``wow.intake.busy_retries``, ``wow.intake.parked``, ``wow.intake.revoked_dropped``, and the
 gauge ``wow.intake.lane_depth`` (commands received and not settled, in every lane).
 
+With a :class:`~wow_core.cluster.journal.LedgerJournal` (the ledger topic), a park, a
+retry and a skip are written to the journal in order, retried until the broker takes them,
+and nothing that depends on a write is settled before it is taken: the retried aggregate's
+commands, the skipped command (and its receipt), a ``wow.ledger.*`` command's receipt; the
+commands of a partition new to the node wait for the journal's read barrier.
+
 On a revocation of partitions (a rebalance; the receiver's optional
 :class:`~wow_core.transport.spi.RevocationListening` method, offered by the Kafka receiver),
 the intake drops the commands of those partitions it has not started (unacknowledged: the
