@@ -86,7 +86,7 @@ async def _leave_generation_zero(consumer: AIOKafkaConsumer) -> None:
         log.debug("LeaveGroup for generation 0 failed: %s", error)
 
 
-async def _stop_consumer(consumer: AIOKafkaConsumer) -> None:
+async def stop_consumer(consumer: AIOKafkaConsumer) -> None:
     """``consumer.stop()``, also when a fetch of it is in its retry backoff.
 
     aiokafka's ``Fetcher.close`` cancels its fetch tasks and awaits each; one that a
@@ -248,7 +248,7 @@ class KafkaTransportReceiver:
                     log.warning("Kafka receiver of group %r: final commit failed: %s", self.group, error)
                 self._consumer = None
                 await _leave_generation_zero(consumer)
-                await _stop_consumer(consumer)
+                await stop_consumer(consumer)
         finally:
             for state in self._partitions.values():
                 state.retire()

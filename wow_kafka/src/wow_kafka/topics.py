@@ -6,6 +6,13 @@ topic is a :class:`~wow_kafka.errors.KafkaTopicError` naming the topic and the s
 The transport never relies on a broker's own auto-creation, whose partition count is
 the broker's default rather than yours. Topics known to exist are remembered, so the
 check costs one admin round trip per new topic, not one per send.
+
+A topic kept as a log (the cluster intake's failure ledger) is made sure of with
+:meth:`KafkaTopics.ensure_retained`: created with :data:`RETAINED` (records kept forever)
+when missing, and refused with :class:`~wow_kafka.errors.KafkaTopicError` when it exists
+with a configuration under which the broker would delete records (a finite
+``retention.ms`` or ``retention.bytes``, compaction): the topic's configuration is not
+changed behind its operator's back, the error says what to set.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
 
 from wow_kafka.errors import KafkaConnectError, KafkaTopicError
@@ -26,6 +34,29 @@ log = logging.getLogger(__name__)
 _LEGAL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 _TOPIC_ALREADY_EXISTS = 36
 MAX_TOPIC_LENGTH = 249
+
+RETAINED: Mapping[str, str] = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
+"""The configs of a topic whose records the broker never deletes."""
+
+
+def deleting_configs(configs: Mapping[str, str]) -> list[str]:
+    """What in a topic's ``configs`` lets the broker delete records, as ``name=value``
+    (empty when none). A config that is not described (a broker that reports only the
+    configs set on the topic, as tansu does) is the broker's default, which deletes after
+    7 days on Kafka: ``retention.ms`` must be described as ``-1``."""
+    found = []
+    retention_ms = configs.get("retention.ms")
+    if retention_ms is None:
+        found.append("retention.ms=<broker default>")
+    elif retention_ms.strip() != "-1":
+        found.append(f"retention.ms={retention_ms}")
+    retention_bytes = configs.get("retention.bytes", "-1").strip()
+    if retention_bytes != "-1":
+        found.append(f"retention.bytes={retention_bytes}")
+    policy = configs.get("cleanup.policy", "delete")
+    if "compact" in policy:
+        found.append(f"cleanup.policy={policy}")
+    return found
 
 
 def check_topic_name(topic: str) -> str:
@@ -75,6 +106,40 @@ class KafkaTopics:
             if missing:
                 await self._create(admin, missing, configs)
             self._known.update(wanted)
+
+    async def configs(self, topic: str) -> dict[str, str]:
+        """The configs the broker describes for ``topic`` (name to value)."""
+        admin = await self._client()
+        try:
+            described = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+        except KafkaError as error:
+            raise KafkaTopicError(f"describing the configs of {topic} failed: {error}", error) from error
+        for response in described:
+            for resource in response.resources:
+                error_code, error_message, _, name, entries = resource[:5]
+                if name != topic:
+                    continue
+                if error_code:
+                    raise KafkaTopicError(
+                        f"describing the configs of {topic} failed: error {error_code} {error_message or ''}"
+                    )
+                return {str(entry[0]): str(entry[1]) for entry in entries if entry[1] is not None}
+        raise KafkaTopicError(f"the broker did not describe the configs of topic {topic}")
+
+    async def ensure_retained(self, topic: str) -> None:
+        """Make sure ``topic`` keeps every record: create it with :data:`RETAINED` when it is
+        missing; raise :class:`KafkaTopicError` when it exists with configs under which the
+        broker deletes records (:func:`deleting_configs`), naming them and the fix."""
+        check_topic_name(topic)
+        await self.ensure((topic,), RETAINED)
+        wrong = deleting_configs(await self.configs(topic))
+        if wrong:
+            raise KafkaTopicError(
+                f"topic {topic} must keep every record, but the broker would delete some under "
+                f"{', '.join(wrong)}: set retention.ms=-1, retention.bytes=-1 and cleanup.policy=delete "
+                f"on it (kafka-configs --alter --entity-type topics --entity-name {topic} --add-config "
+                "retention.ms=-1,retention.bytes=-1,cleanup.policy=delete)"
+            )
 
     async def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
         """The partition count of each of ``topics`` (created first if missing, as by

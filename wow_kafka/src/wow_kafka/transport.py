@@ -33,6 +33,7 @@ from wow_core.transport import (
 )
 from wow_kafka.connection import common_config, consumer_config, producer_config
 from wow_kafka.errors import KafkaConnectError, KafkaSendError, KafkaTopicError
+from wow_kafka.log_reader import KafkaLogReader
 from wow_kafka.receiver import KafkaTransportReceiver
 from wow_kafka.settings import KafkaSettings
 from wow_kafka.topics import KafkaTopics
@@ -80,6 +81,7 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
         self.topics = KafkaTopics(self.settings, self._common)
         self._producer: AIOKafkaProducer | None = None
         self._start_lock = asyncio.Lock()
+        self._log_readers: set[KafkaLogReader] = set()
 
     @classmethod
     def from_settings(cls, settings: ProcessSettings) -> KafkaTransport:
@@ -129,6 +131,8 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
             return
         for receiver in self._open_receivers():
             await receiver.close()
+        for reader in list(self._log_readers):
+            await reader.close()
         async with self._start_lock:
             producer, self._producer = self._producer, None
         try:
@@ -231,6 +235,27 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
             on_close=self.receiver_closed,
         )
         return self._track(receiver)
+
+    # -- topics kept as logs -------------------------------------------------------------
+
+    async def ensure_retained(self, topic: str) -> None:
+        """Make sure ``topic`` keeps every record: created with ``retention.ms=-1`` (and
+        ``retention.bytes=-1``, ``cleanup.policy=delete``) when missing, refused with
+        :class:`~wow_kafka.errors.KafkaTopicError` when it exists with configs under which
+        the broker deletes records (:meth:`~wow_kafka.topics.KafkaTopics.ensure_retained`)."""
+        self._check_open()
+        await self.topics.ensure_retained(topic)
+
+    def read_from_start(self, topics: Sequence[str]) -> KafkaLogReader:
+        """A reader of every partition of ``topics`` from the first record, in no consumer
+        group (:class:`~wow_kafka.log_reader.KafkaLogReader`): nothing committed, nothing
+        left on the broker when it closes; it connects on ``ready()``."""
+        self._check_open()
+        reader = KafkaLogReader(
+            topics, self.settings, self._common, self.topics, on_close=self._log_readers.discard
+        )
+        self._log_readers.add(reader)
+        return reader
 
     def __repr__(self) -> str:
         return f"KafkaTransport({self.settings.bootstrap_servers})"

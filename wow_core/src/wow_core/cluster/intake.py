@@ -47,6 +47,12 @@ Counters go to the node's metrics facade (:mod:`wow_core.metrics`, exported with
 ``wow.intake.busy_retries``, ``wow.intake.parked``, ``wow.intake.revoked_dropped``, and the
 gauge ``wow.intake.lane_depth`` (commands received and not settled, in every lane).
 
+With a :class:`~wow_core.cluster.journal.LedgerJournal` (the ledger topic), a park, a
+retry and a skip are written to the journal in order, retried until the broker takes them,
+and nothing that depends on a write is settled before it is taken: the retried aggregate's
+commands, the skipped command (and its receipt), a ``wow.ledger.*`` command's receipt; the
+commands of a partition new to the node wait for the journal's read barrier.
+
 On a revocation of partitions (a rebalance; the receiver's optional
 :class:`~wow_core.transport.spi.RevocationListening` method, offered by the Kafka receiver),
 the intake drops the commands of those partitions it has not started (unacknowledged: the
@@ -66,7 +72,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wow_core.cluster.checkpoint import LowWatermark, parse_position
-from wow_core.cluster.journal import LedgerJournal
+from wow_core.cluster.journal import JournalClosedError, LedgerJournal
 from wow_core.cluster.ledger import FailureLedger, ParkedAggregate, ParkedNotFoundError, parked_to_json
 from wow_core.cluster.wire import (
     LEDGER,
@@ -274,7 +280,9 @@ class CommandIntake:
         if journal is not None:
             self.ledger = journal.ledger
         self._skips: set[tuple[AggregateId, str]] = set()  # skipped before their record came
-        self._journal_writes: set[asyncio.Task[None]] = set()
+        # settles written to the journal, by (aggregate, from_position): the settlement of
+        # the command at that position waits for it (module doc)
+        self._journal_settles: dict[tuple[AggregateId, str], asyncio.Future[None]] = {}
         self._tags = {"intake": self.name}
         self._outcome_tags = {
             outcome: {"intake": self.name, "outcome": outcome}
@@ -367,13 +375,12 @@ class CommandIntake:
                 settled = False
         await self._pool.close()
         self._lanes.clear()
+        self._journal_settles.clear()
         if self._receiver is not None:
             await self._receiver.close()
             self._receiver = None
-        if self._journal_writes:
-            await asyncio.gather(*self._journal_writes, return_exceptions=True)
         if self.journal is not None:
-            await self.journal.close()
+            await self.journal.close()  # what it did not write yet, for up to its timeout
         return settled
 
     def _unsettled_flowing(self) -> bool:
@@ -404,9 +411,14 @@ class CommandIntake:
 
     def retry(self, aggregate_id: AggregateId) -> ParkedAggregate:
         """Run the parked aggregate's commands again from its failed one, with a fresh retry
-        budget. :class:`~wow_core.cluster.ledger.ParkedNotFoundError` if it is not parked."""
+        budget. :class:`~wow_core.cluster.ledger.ParkedNotFoundError` if it is not parked.
+
+        With a journal, the retry is written to it and the aggregate's commands run at once,
+        but none is settled (acknowledged) before the broker took that write: a crash
+        meanwhile finds the aggregate still parked, its commands unacknowledged."""
         entry = self.ledger.remove(self.name, aggregate_id)
-        self._journal_settle(entry, "retry")
+        if self.journal is not None:
+            self._hold_until_written((aggregate_id, entry.from_position), self.journal.settle(entry, "retry"))
         lane = self._lanes.get(aggregate_id)
         if lane is not None and lane.parked is not None:
             lane.parked = None
@@ -415,39 +427,41 @@ class CommandIntake:
                 self._pool.ready(lane)
         return entry
 
-    def _journal_settle(self, entry: ParkedAggregate, how: str) -> None:
-        """Write the settle to the journal, in order with the writes after it."""
-        if self.journal is not None:
-            self._journal_write(self.journal.settle(entry, how), f"{how} of {entry}")
+    def _hold_until_written(self, key: tuple[AggregateId, str], written: asyncio.Future[None]) -> None:
+        """The command at ``key`` is not settled before ``written`` is done; once it is, the
+        hold goes (one that failed, the journal closing, stays: that command is not settled)."""
+        self._journal_settles[key] = written
 
-    def _journal_write(self, write: Awaitable[None], what: str) -> asyncio.Task[None]:
-        """Run a journal write as a task of its own (in call order; awaited by ``stop``). A
-        write that fails is logged: the entry then holds on this node only, and a restart
-        runs its command again, as without a journal."""
+        def release(done: asyncio.Future[None]) -> None:
+            if not done.cancelled() and done.exception() is None and self._journal_settles.get(key) is done:
+                del self._journal_settles[key]
 
-        async def run() -> None:
-            try:
-                await write
-            except Exception:
-                log.exception("%s: the ledger journal did not take the %s", self.name, what)
+        written.add_done_callback(release)
 
-        task = asyncio.get_running_loop().create_task(run())
-        self._journal_writes.add(task)
-        task.add_done_callback(self._journal_writes.discard)
-        return task
+    async def _journal_settled(self, entry: ParkedAggregate) -> None:
+        """Return once the journal took the settle of ``entry`` (at once without one)."""
+        written = self._journal_settles.get((entry.aggregate_id, entry.from_position))
+        if written is not None:
+            await asyncio.shield(written)
 
     async def skip(self, aggregate_id: AggregateId) -> ParkedAggregate:
         """Settle the parked aggregate's failed command without executing it, then run its
         later commands. The failed command's sender, when it named a ``reply_to``, gets a
         rejected receipt ``COMMAND_SKIPPED``, acknowledged by the broker before the command
-        is settled (as a rejection's)."""
+        is settled (as a rejection's). With a journal, returns once the broker took the
+        skip (retried until then), before anything is settled."""
         entry = self.ledger.remove(self.name, aggregate_id)
         lane = self._lanes.get(aggregate_id)
         head = lane.queue[0] if lane is not None and lane.queue else None
         if head is None or head.record.position != entry.from_position:
             self._skips.add((aggregate_id, entry.from_position))  # its record is still to come
         if self.journal is not None:
-            await self.journal.settle(entry, "skip")
+            try:
+                await asyncio.shield(self.journal.settle(entry, "skip"))  # retried until taken
+            except BaseException:
+                self._skips.discard((aggregate_id, entry.from_position))
+                self.ledger.park(entry)  # not written (the journal closed): still parked
+                raise
         if lane is not None and lane.parked is not None:
             lane.parked = None
             if head is not None and head.record.position == entry.from_position:
@@ -521,11 +535,27 @@ class CommandIntake:
                 self._pool.ready(lane)
 
     async def _catch_up(self, journal: LedgerJournal) -> None:
-        """A partition new to this node: what the ledger holds of it, first."""
-        try:
-            await journal.caught_up()
-        except Exception as error:  # its parked aggregates may run again, as without a journal
-            log.warning("%s: the ledger journal %s cannot be read: %r", self.name, journal.topic, error)
+        """A partition new to this node: what the ledger holds of it, first. The read
+        barrier is tried again until it passes (each failure logged): a partition's commands
+        never run before this node knows which of them are parked."""
+        attempt = 0
+        while True:
+            try:
+                await journal.caught_up()
+                return
+            except Exception as error:
+                attempt += 1
+                backoff = min(self.options.retry_backoff * 2 ** (attempt - 1), self.options.max_retry_backoff)
+                log.error(
+                    "%s: the ledger journal %s cannot be read (attempt %d): %r; the new partition's "
+                    "commands wait, trying again in %.2f s",
+                    self.name,
+                    journal.topic,
+                    attempt,
+                    error,
+                    backoff,
+                )
+                await self._sleep(backoff)
 
     def _entry(self, record: TransportRecord) -> _Entry:
         place = parse_position(record.position)
@@ -701,8 +731,9 @@ class CommandIntake:
         lane.parked = parked
         self.ledger.park(parked)
         if self.journal is not None:
-            # a write of its own, which a stop waits for, not one cut short with the turn
-            await asyncio.shield(self._journal_write(self.journal.park(parked), f"park of {parked}"))
+            # queued, retried until the broker takes it; nothing waits for it: the parked
+            # command stays unacknowledged (a crash before it is written runs it again)
+            self.journal.park(parked)
         self.metrics.increment("wow.intake.parked", 1.0, self._tags)
         log.error(
             "%s: %s parked at %s after %d attempts: %s",
@@ -736,6 +767,18 @@ class CommandIntake:
         return entry.head.command_id
 
     async def _settle(self, entry: _Entry) -> None:
+        written = self._journal_settles.get((entry.lane_id, entry.record.position))
+        if written is not None:
+            try:
+                await asyncio.shield(written)  # the retry that let it run is in the journal
+            except JournalClosedError:
+                log.warning(
+                    "%s: %s at %s left unacknowledged: its retry was not written to the journal",
+                    self.name,
+                    entry.aggregate_id,
+                    entry.record.position,
+                )
+                return
         await entry.record.ack()
         mark = self._watermarks.get(entry.partition) if entry.partition is not None else None
         if mark is not None:
@@ -844,6 +887,7 @@ class CommandIntake:
         except ParkedNotFoundError as error:
             self.rejected += 1
             return answer({}, "LEDGER_ENTRY_NOT_FOUND", str(error))
+        await self._journal_settled(entry)  # its receipt says done: the journal has it first
         return answer({"parked": [parked_to_json(entry)]})
 
     def _receipt(self, outcome: CommandOutcome, wire: CommandWire, position: str) -> CommandReceipt:

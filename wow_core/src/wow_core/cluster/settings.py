@@ -30,7 +30,9 @@ class IntakeSettings(SettingsSection):
         3, description="Technical failures of a command retried before its aggregate is parked."
     )
     retry_backoff: Seconds = Field(
-        0.2, description="Seconds before the first retry; doubled at each next one."
+        0.2,
+        description="Seconds before the first retry (of a command, or of a ledger topic write the "
+        "broker did not take); doubled at each next one.",
     )
     max_retry_backoff: Seconds = Field(5.0, description="Longest wait between two retries, in seconds.")
     busy_backoff: Seconds = Field(

@@ -339,7 +339,18 @@ def install_intakes(container: WowContainer, runtime: WowRuntime) -> None:
     if durable is None:
         durable = getattr(transport, "name", "") != "in_memory"
     for context in contexts:
-        journal = LedgerJournal(transport, context, FailureLedger(), prefix=prefix) if durable else None
+        journal = (
+            LedgerJournal(
+                transport,
+                context,
+                FailureLedger(),
+                prefix=prefix,
+                retry_backoff=section.retry_backoff,
+                max_retry_backoff=section.max_retry_backoff,
+            )
+            if durable
+            else None
+        )
         intake = CommandIntake(
             context,
             transport,
