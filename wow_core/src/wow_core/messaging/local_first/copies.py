@@ -218,9 +218,9 @@ class LocalFirstDistributedCopies(Generic[M]):
     out goes back at the end of the ready queue (fairness between aggregates). A lane
     whose first copy waits for its hand-off result holds no worker: a callback on the
     admission (or its deadline, in one timer shared by every waiting lane:
-    :class:`~wow_core.messaging.local_first.deadlines.HandOffDeadlines`) makes it ready. Before a worker sends while other
-    lanes are ready, it wakes one more worker, so a send that suspends (I/O) does not delay
-    other aggregates. Idle workers beyond ``max_idle_workers`` end.
+    :class:`~wow_core.messaging.local_first.deadlines.HandOffDeadlines`) makes it ready.
+    Before a worker sends while other lanes are ready, it wakes one more worker, so a send
+    that suspends (I/O) does not delay other aggregates. Idle workers beyond ``max_idle_workers`` end.
     """
 
     def __init__(
@@ -311,7 +311,7 @@ class LocalFirstDistributedCopies(Generic[M]):
         """
         if self._closed:
             raise BusClosedError(f"local-first {self.bus_name} copies are closed")
-        entry: QueuedCopy[M] = QueuedCopy(message, CapturedContext(self._captures))
+        entry: QueuedCopy[M] = QueuedCopy(message, CapturedContext.take(self._captures))
         key = message.aggregate_id
         lane = self._lanes.get(key)
         if lane is None:
@@ -379,13 +379,16 @@ class LocalFirstDistributedCopies(Generic[M]):
         is READY; the caller puts it in the pool), else it waits for its hand-off result."""
         entry = lane.copies[0]
         admission = entry.admission
-        if admission is not None and not admission.done():
-            if asyncio.get_running_loop().time() < entry.deadline:
-                lane.state = _WAITING
-                lane.admission = admission
-                admission.add_done_callback(lane.decided, context=self._empty_context)
-                self._deadlines.add(lane, entry.deadline)
-                return False
+        if (
+            admission is not None
+            and not admission.done()
+            and asyncio.get_running_loop().time() < entry.deadline
+        ):
+            lane.state = _WAITING
+            lane.admission = admission
+            admission.add_done_callback(lane.decided, context=self._empty_context)
+            self._deadlines.add(lane, entry.deadline)
+            return False
         lane.state = _READY
         return True
 
