@@ -356,6 +356,24 @@ class LocalFirstDistributedCopies(Generic[M]):
         if self._arm(lane):
             self._pool.ready(lane)
 
+    def sends_nothing(self, message: M) -> bool:
+        """True when a copy of ``message`` queued now would go out at once and reach nobody:
+        no copy of its aggregate is queued (its turn is now) and its topic has no receiver at
+        all, whatever its mark (only a transport that sees its receivers, the in-memory
+        one, can tell). Such a copy needs no queue entry, context, timer or callback: a
+        local-first bus does not queue it (nothing to send, nothing to wait for).
+
+        Raises :class:`BusClosedError` once :meth:`flush` started, as :meth:`queue` does.
+        """
+        if self._closed:
+            raise BusClosedError(f"local-first {self.bus_name} copies are closed")
+        delivers = self._delivers
+        return (
+            delivers is not None
+            and message.aggregate_id not in self._lanes
+            and not delivers(message, handled_locally=False)
+        )
+
     def _reaches_nobody(self, entry: QueuedCopy[M]) -> bool:
         """A copy not handed off (marked ``"false"``) that no receiver could get now."""
         delivers = self._delivers
