@@ -8,7 +8,9 @@ body is a ~300-byte string, append the one event it produces (save). Rows:
 
 - **wow embedded default**: ``WowApp(...).runtime()`` with nothing set, which is what
   ``wow run`` starts (local-first buses over the in-memory transport, in-memory event
-  store and snapshots); ``gateway.send_and_wait(command, PROCESSED)``;
+  store and snapshots); ``gateway.send_and_wait(command, PROCESSED)``. Every wow row does
+  what ``wow run`` does once its runtime started (``freeze_start_up``: ``gc.freeze()``,
+  young-generation threshold 10000) and restores Python's collector after the row;
 - **wow local-first off**: the same with ``WOW_COMMAND__BUS__LOCAL_FIRST__ENABLED=false``
   and its event and state twins (every message through the in-memory transport);
 - **wow in-process buses**: the in-memory buses, no transport at all
@@ -58,6 +60,7 @@ from wow_core.modeling import Emit, aggregate, on_command, on_sourcing
 from wow_core.runtime.app import WowApp
 from wow_core.runtime.assembly import build_runtime, in_process_buses
 from wow_core.runtime.container import create_container
+from wow_core.runtime.gc_tuning import freeze_start_up
 from wow_core.runtime.runtime import WowRuntime
 from wow_core.runtime.settings import WowSettings
 
@@ -144,31 +147,45 @@ class Run:
 async def wow_run(mode: str, aggregates: int, callers: int, commands: int) -> Run:
     runtime = wow_runtime(mode)
     plan = CommandWait.processed()
+    threshold = gc.get_threshold()
     async with runtime:
-        build = runtime.aggregates.command
-        gateway = runtime.gateway
-        ids = [f"n-{i}" for i in range(aggregates)]
-        for aggregate_id in ids:
-            result = await gateway.send_and_wait(build(OpenNotebook(), aggregate_id), plan, timeout=60)
+        tuning = runtime.settings.runtime
+        if tuning.gc_freeze:  # what `wow run` does once the runtime started
+            freeze_start_up(tuning.gc_threshold)
+        try:
+            return await _commands(runtime, plan, aggregates, callers, commands)
+        finally:
+            gc.unfreeze()  # the next row starts from Python's collector
+            gc.set_threshold(*threshold)
+
+
+async def _commands(
+    runtime: WowRuntime, plan: CommandWait, aggregates: int, callers: int, commands: int
+) -> Run:
+    build = runtime.aggregates.command
+    gateway = runtime.gateway
+    ids = [f"n-{i}" for i in range(aggregates)]
+    for aggregate_id in ids:
+        result = await gateway.send_and_wait(build(OpenNotebook(), aggregate_id), plan, timeout=60)
+        if not result.succeeded:
+            raise RuntimeError(result.error_msg)
+    per_caller = max(1, commands // callers)
+    latencies: list[float] = []
+
+    async def caller(index: int) -> None:
+        clock = time.perf_counter
+        record = latencies.append
+        for n in range(per_caller):
+            command = build(WriteNote(BODY), ids[(index + n * callers) % aggregates])
+            began = clock()
+            result = await gateway.send_and_wait(command, plan, timeout=60)
+            record(clock() - began)
             if not result.succeeded:
                 raise RuntimeError(result.error_msg)
-        per_caller = max(1, commands // callers)
-        latencies: list[float] = []
 
-        async def caller(index: int) -> None:
-            clock = time.perf_counter
-            record = latencies.append
-            for n in range(per_caller):
-                command = build(WriteNote(BODY), ids[(index + n * callers) % aggregates])
-                began = clock()
-                result = await gateway.send_and_wait(command, plan, timeout=60)
-                record(clock() - began)
-                if not result.succeeded:
-                    raise RuntimeError(result.error_msg)
-
-        started = time.perf_counter()
-        await asyncio.gather(*(caller(i) for i in range(callers)))
-        seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    await asyncio.gather(*(caller(i) for i in range(callers)))
+    seconds = time.perf_counter() - started
     return Run(seconds, per_caller * callers, latencies)
 
 

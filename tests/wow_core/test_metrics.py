@@ -79,3 +79,32 @@ async def test_a_captured_metrics_source_is_restored_in_another_task() -> None:
 
     await asyncio.create_task(deferred_send())
     assert seen == ["", "saga:shipping", ""]
+
+
+async def test_a_captured_metrics_source_taken_for_a_queued_copy_is_restored_in_another_task() -> None:
+    token = metrics_source.set("saga:shipping")
+    try:
+        captured = CapturedContext.take([MetricsSourceCapture()])
+    finally:
+        metrics_source.reset(token)
+    assert not captured.empty
+    seen: list[str] = []
+
+    async def deferred_send() -> None:
+        with captured.restored():
+            seen.append(metrics_source.get())
+        seen.append(metrics_source.get())
+
+    await asyncio.create_task(deferred_send())
+    assert seen == ["saga:shipping", ""]
+
+
+def test_the_default_metrics_source_is_not_kept_and_nothing_kept_is_shared() -> None:
+    # The default ("") is what a worker's empty context has: nothing to keep per copy.
+    assert MetricsSourceCapture().capture() is None
+    first = CapturedContext.take([MetricsSourceCapture()])
+    second = CapturedContext.take([MetricsSourceCapture()])
+    assert first.empty
+    assert first is second  # one shared instance, no allocation per queued copy
+    with first.restored():
+        assert metrics_source.get() == ""

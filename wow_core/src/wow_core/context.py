@@ -40,7 +40,9 @@ class MetricsSourceCapture:
     name = "metrics_source"
 
     def capture(self) -> object:
-        return metrics_source.get()
+        # The default source ("") is what the workers' empty context has anyway: nothing
+        # to keep, nothing to restore.
+        return metrics_source.get() or None
 
     def restore(self, captured: object) -> AbstractContextManager[None]:
         return _MetricsSourceRestored(str(captured))
@@ -75,6 +77,28 @@ class CapturedContext:
         items = [(capture, capture.capture()) for capture in captures]
         self._items = tuple([item for item in items if item[1] is not None])
 
+    @classmethod
+    def take(cls, captures: Sequence[ContextCapture]) -> CapturedContext:
+        """What ``captures`` keep of the current context; one shared empty instance when
+        none of them has anything to keep (no allocation per queued copy)."""
+        items: list[tuple[ContextCapture, object]] | None = None
+        for capture in captures:
+            captured = capture.capture()
+            if captured is not None:
+                if items is None:
+                    items = []
+                items.append((capture, captured))
+        if items is None:
+            return _EMPTY
+        taken = cls.__new__(cls)
+        taken._items = tuple(items)
+        return taken
+
+    @property
+    def empty(self) -> bool:
+        """True when nothing was kept (restoring is a no-op)."""
+        return not self._items
+
     def restored(self) -> AbstractContextManager[None]:
         """A context manager restoring every snapshot for its ``with`` block."""
         items = self._items
@@ -94,3 +118,4 @@ class CapturedContext:
 
 
 _NOTHING: AbstractContextManager[None] = contextlib.nullcontext()
+_EMPTY = CapturedContext(())

@@ -306,3 +306,53 @@ async def test_a_copy_waiting_for_its_hand_off_result_keeps_nothing_of_the_sende
     async with asyncio.timeout(5):
         await bus.copies.join()
     assert len(distributed.completed) == 1
+
+
+async def test_copies_waiting_for_their_hand_off_result_share_one_deadline_timer(
+    bus: LocalFirstCommandBus,
+    local: ControlledLocalBus,
+    distributed: RecordingDistributedBus,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop = asyncio.get_running_loop()
+    timers: list[float] = []
+    call_at = loop.call_at
+
+    def counting(when: float, callback, *args, context=None):  # type: ignore[no-untyped-def]
+        timers.append(when)
+        return call_at(when, callback, *args, context=context)
+
+    monkeypatch.setattr(loop, "call_at", counting)
+    for n in range(200):
+        await bus.send(command(f"a{n}"))
+    assert bus.copies.backlog() == 200
+    assert len(timers) == 1  # not one per waiting copy
+    for delivery in local.deliveries:
+        local.admit(delivery)
+    async with asyncio.timeout(5):
+        await bus.copies.join()
+    assert set(distributed.marks().values()) == {"true"}
+    assert bus.copies._deadlines.waiting == 0
+
+
+async def test_a_copy_whose_result_never_comes_goes_out_unmarked_at_its_deadline_beside_decided_ones(
+    local: ControlledLocalBus, distributed: RecordingDistributedBus
+) -> None:
+    bus = LocalFirstCommandBus(
+        local,  # type: ignore[arg-type]
+        distributed,  # type: ignore[arg-type]
+        settings=LocalFirstSettings(hand_off_timeout=0.05),
+    )
+    stuck = command("stuck")
+    await bus.send(stuck)
+    decided = [command(f"d{n}") for n in range(20)]
+    for message in decided:
+        await bus.send(message)
+    for delivery in local.deliveries[1:]:
+        local.admit(delivery)
+    async with asyncio.timeout(5):
+        await bus.copies.join()
+    marks = distributed.marks()
+    assert marks[stuck.id] == "false"  # counted as refused at its deadline
+    assert {marks[m.id] for m in decided} == {"true"}
+    await bus.close()

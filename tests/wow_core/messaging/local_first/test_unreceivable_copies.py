@@ -5,8 +5,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tests.wow_core.messaging.local_first.local_first_doubles import RecordingDistributedBus, command
-from wow_core.messaging.local_first import LocalFirstDistributedCopies
+import pytest
+
+from tests.wow_core.messaging.local_first.local_first_doubles import (
+    ControlledLocalBus,
+    RecordingDistributedBus,
+    command,
+)
+from wow_core.messaging.contract import BusClosedError
+from wow_core.messaging.local_first import LocalFirstCommandBus, LocalFirstDistributedCopies
 from wow_core.model import CommandMessage
 
 
@@ -90,3 +97,74 @@ async def test_a_copy_handled_locally_that_every_receiver_would_drop_is_not_sent
     ]
     assert ("a1", True) in bus.asked
     await copies.flush(1)
+
+
+class Observed:
+    """What a local-first observer heard: routes of sends and backlog changes."""
+
+    def __init__(self) -> None:
+        self.routes: list[str] = []
+        self.backlog: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        def ignore(*args: Any, **kwargs: Any) -> None:
+            return None
+
+        return ignore
+
+    def on_send(self, message: Any, route: Any) -> None:
+        self.routes.append(route.value)
+
+    def on_backlog(self, named: Any, value: int) -> None:
+        self.backlog.append(value)
+
+
+def bus_over(deaf: Deaf, observer: Observed | None = None) -> tuple[Any, Any]:
+    local = ControlledLocalBus()
+    return local, LocalFirstCommandBus(local, deaf, observer=observer)  # type: ignore[arg-type]
+
+
+async def test_a_send_whose_copy_would_reach_nobody_queues_nothing_and_still_hands_off() -> None:
+    deaf = Deaf()
+    deaf.deaf.update({"a1", "a2"})
+    observed = Observed()
+    local, bus = bus_over(deaf, observed)
+    local.route(command("a1").aggregate_id.named_aggregate).mode = "accept"
+    await bus.send(command("a1"))  # handed off
+    assert len(local.deliveries) == 1
+    local.route(command("a2").aggregate_id.named_aggregate).mode = "refuse"
+    await bus.send(command("a2"))  # refused: completes at once, there is nothing to send
+    assert observed.routes == ["handed_off", "refused"]
+    assert observed.backlog == [], "no copy was ever queued"
+    assert bus.copies.backlog() == 0
+    assert bus.copies._deadlines.waiting == 0, "no deadline for the pending admission"
+    assert not local.deliveries[0].admission._callbacks, "no callback on the admission"
+    local.admit(local.deliveries[0])
+    await bus.copies.join()
+    assert deaf.arrivals == []
+    await bus.close()
+
+
+async def test_a_send_behind_a_queued_copy_of_its_aggregate_takes_its_turn_even_to_nobody() -> None:
+    deaf = Deaf()
+    observed = Observed()
+    local, bus = bus_over(deaf, observed)
+    local.route(command("a1").aggregate_id.named_aggregate).mode = "accept"
+    await bus.send(command("a1", n=1))  # its copy waits for the admission
+    deaf.deaf.add("a1")  # the topic loses its last group
+    await bus.send(command("a1", n=2))
+    assert bus.copies.backlog() == 2, "queued behind the first: the order per aggregate is kept"
+    for delivery in local.deliveries:
+        local.admit(delivery)
+    await asyncio.wait_for(bus.copies.join(), 5)
+    assert deaf.arrivals == []
+    await bus.close()
+
+
+async def test_a_send_after_the_copies_closed_fails_even_when_it_would_reach_nobody() -> None:
+    deaf = Deaf()
+    deaf.deaf.add("a1")
+    _, bus = bus_over(deaf)
+    await bus.copies.flush(1)
+    with pytest.raises(BusClosedError):
+        await bus.send(command("a1"))

@@ -43,6 +43,7 @@ from typing import Any
 from wow_core.plugins import PluginError
 from wow_core.runtime.app import WowApp
 from wow_core.runtime.assembly import build_runtime
+from wow_core.runtime.gc_tuning import freeze_start_up
 from wow_core.runtime.runtime import WowRuntime
 from wow_core.runtime.settings import ENV_PREFIX, NESTED, SettingsError, mask_userinfo
 
@@ -223,6 +224,10 @@ async def serve(runtime: WowRuntime, stop_signals: tuple[signal.Signals, ...] = 
         loop.add_signal_handler(signum, on_signal, signum)
     try:
         await runtime.start()
+        tuning = runtime.settings.runtime
+        if tuning.gc_freeze:
+            # What start-up built lives as long as the process: out of the collector's reach.
+            freeze_start_up(tuning.gc_threshold)
         log.info("serving %s; SIGINT or SIGTERM stops", runtime.name)
         await stop_requested.wait()
         log.info(

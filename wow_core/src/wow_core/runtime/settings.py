@@ -120,6 +120,18 @@ class RuntimeSettings(SettingsSection):
     max_in_flight: int = Field(
         1024, gt=0, le=1_000_000, description="Bound on commands and events processed at once."
     )
+    gc_freeze: bool = Field(
+        True,
+        description="`wow run` freezes the objects of start-up out of the garbage collector's reach "
+        "(`gc.freeze()`) once the runtime started.",
+    )
+    gc_threshold: int = Field(
+        10_000,
+        ge=0,
+        le=1_000_000,
+        description="Under `wow run` with `GC_FREEZE`: allocations between collections of the "
+        "youngest generation, when Python's is lower (700); 0 keeps Python's.",
+    )
 
 
 _SOURCES = SettingsConfigDict(

@@ -184,6 +184,11 @@ class LocalFirstMessageBus(Generic[M, E]):
             remote_copy.header[Header.LOCAL_FIRST] = "false"
             await self._distributed.send(remote_copy)
             return
+        if self.copies.sends_nothing(message):
+            # Nothing queued for its aggregate and no receiver on its topic: its copy would
+            # go out now and reach nobody, marked or not. Only the local hand-off is left.
+            self._hand_off_only(message)
+            return
         distributed_copy = message.copy()
         if self._skips_local_first(message):
             # Distributed only, but still in its turn behind the aggregate's earlier copies.
@@ -303,6 +308,35 @@ class LocalFirstMessageBus(Generic[M, E]):
         done = entry.completion()
         self.copies.start(entry)
         await self._wait_sent(entry, done)
+
+    def _hand_off_only(self, message: M) -> None:
+        """A send whose distributed copy reaches nobody: hand it off (unless it skips
+        local-first), and complete whatever the hand-off result (a refused send completes
+        when its copy was sent, and sending to nobody is done at once)."""
+        if self._skips_local_first(message):
+            if self._observer is not None:
+                self._observer.on_send(message, SendRoute.SKIPPED)
+            return
+        local_copy = message.copy()
+        local_copy.header[Header.LOCAL_FIRST] = "true"
+        try:
+            receipt = self._local.hand_off(local_copy)
+        except Exception as error:
+            if self._observer is not None:
+                self._observer.on_send(message, SendRoute.ERROR)
+            log.error(
+                "local-first %s: handing %s %s (id %s) to the local bus failed; "
+                "no receiver could get its distributed copy: %s: %s",
+                self.bus_name,
+                message.name,
+                message.aggregate_id,
+                message.id,
+                type(error).__name__,
+                error,
+            )
+            return
+        if self._observer is not None:
+            self._observer.on_send(message, SendRoute.HANDED_OFF if receipt.accepted else SendRoute.REFUSED)
 
     @staticmethod
     async def _wait_sent(entry: QueuedCopy[M], done: asyncio.Future[None] | None = None) -> None:

@@ -42,6 +42,7 @@ from typing import Any, Generic, TypeVar
 from wow_core.concurrency import LanePool
 from wow_core.context import CapturedContext, ContextCapture
 from wow_core.messaging.contract import BusClosedError, MessageBus
+from wow_core.messaging.local_first.deadlines import HandOffDeadlines
 from wow_core.messaging.local_first.observer import LocalFirstObserver
 from wow_core.model import AggregateId, Header, Message, NamedAggregate
 
@@ -158,7 +159,8 @@ class _LaneState(Enum):
     """No copy of the lane can go out yet: the lane is empty or its first copy was queued
     without being started."""
     WAITING = "waiting"
-    """The first copy waits for its hand-off result (a callback and a deadline timer armed)."""
+    """The first copy waits for its hand-off result (a callback on the admission and an
+    entry in the shared :class:`~wow_core.messaging.local_first.deadlines.HandOffDeadlines`)."""
     READY = "ready"
     """The lane is in the worker pool's ready queue."""
     RUNNING = "running"
@@ -180,7 +182,7 @@ class _Lane:
     two of those at once: its copies go out one at a time, in queue order.
     """
 
-    __slots__ = ("admission", "copies", "key", "owner", "state", "timer")
+    __slots__ = ("admission", "armed", "copies", "key", "owner", "state")
 
     def __init__(self, key: AggregateId, owner: LocalFirstDistributedCopies[Any]) -> None:
         self.key = key
@@ -188,16 +190,16 @@ class _Lane:
         self.copies: deque[QueuedCopy[Any]] = deque()
         self.state = _IDLE
         self.admission: asyncio.Future[bool] | None = None
-        self.timer: asyncio.TimerHandle | None = None
+        # The ticket of this lane's wait in the owner's HandOffDeadlines (0: not waiting).
+        self.armed = 0
 
     def decided(self, _: object = None) -> None:
         """The awaited hand-off result arrived, or its deadline passed."""
         self.owner._decided(self)
 
     def disarm(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        if self.armed:
+            self.owner._deadlines.forget(self)
         if self.admission is not None:
             self.admission.remove_done_callback(self.decided)
             self.admission = None
@@ -215,9 +217,10 @@ class LocalFirstDistributedCopies(Generic[M]):
     its long-lived worker tasks send one copy per turn, and a lane whose next copy can go
     out goes back at the end of the ready queue (fairness between aggregates). A lane
     whose first copy waits for its hand-off result holds no worker: a callback on the
-    admission (and one deadline timer) makes it ready. Before a worker sends while other
-    lanes are ready, it wakes one more worker, so a send that suspends (I/O) does not delay
-    other aggregates. Idle workers beyond ``max_idle_workers`` end.
+    admission (or its deadline, in one timer shared by every waiting lane:
+    :class:`~wow_core.messaging.local_first.deadlines.HandOffDeadlines`) makes it ready.
+    Before a worker sends while other lanes are ready, it wakes one more worker, so a send
+    that suspends (I/O) does not delay other aggregates. Idle workers beyond ``max_idle_workers`` end.
     """
 
     def __init__(
@@ -248,6 +251,12 @@ class LocalFirstDistributedCopies(Generic[M]):
         self._rearm_below = max(1, int(backlog_high_water_mark * REARM_RATIO))
         self.hand_off_timeout = hand_off_timeout
         self._lanes: dict[AggregateId, _Lane] = {}
+        # One loop timer for the deadlines of every lane waiting for a hand-off result.
+        self._deadlines: HandOffDeadlines[_Lane] = HandOffDeadlines(_Lane.decided)
+        # Callbacks on admissions run in this empty context: one registered in the
+        # sender's context would keep that whole context (a web request...) alive while
+        # the copy waits. Shared: the callbacks only move lanes, they set no variable.
+        self._empty_context = contextvars.Context()
         # The lane state is READY exactly while the lane is in the pool's ready queue.
         self._pool: LanePool[_Lane] = LanePool(
             self._turn,
@@ -302,7 +311,7 @@ class LocalFirstDistributedCopies(Generic[M]):
         """
         if self._closed:
             raise BusClosedError(f"local-first {self.bus_name} copies are closed")
-        entry: QueuedCopy[M] = QueuedCopy(message, CapturedContext(self._captures))
+        entry: QueuedCopy[M] = QueuedCopy(message, CapturedContext.take(self._captures))
         key = message.aggregate_id
         lane = self._lanes.get(key)
         if lane is None:
@@ -347,6 +356,24 @@ class LocalFirstDistributedCopies(Generic[M]):
         if self._arm(lane):
             self._pool.ready(lane)
 
+    def sends_nothing(self, message: M) -> bool:
+        """True when a copy of ``message`` queued now would go out at once and reach nobody:
+        no copy of its aggregate is queued (its turn is now) and its topic has no receiver at
+        all, whatever its mark (only a transport that sees its receivers, the in-memory
+        one, can tell). Such a copy needs no queue entry, context, timer or callback: a
+        local-first bus does not queue it (nothing to send, nothing to wait for).
+
+        Raises :class:`BusClosedError` once :meth:`flush` started, as :meth:`queue` does.
+        """
+        if self._closed:
+            raise BusClosedError(f"local-first {self.bus_name} copies are closed")
+        delivers = self._delivers
+        return (
+            delivers is not None
+            and message.aggregate_id not in self._lanes
+            and not delivers(message, handled_locally=False)
+        )
+
     def _reaches_nobody(self, entry: QueuedCopy[M]) -> bool:
         """A copy not handed off (marked ``"false"``) that no receiver could get now."""
         delivers = self._delivers
@@ -370,17 +397,16 @@ class LocalFirstDistributedCopies(Generic[M]):
         is READY; the caller puts it in the pool), else it waits for its hand-off result."""
         entry = lane.copies[0]
         admission = entry.admission
-        if admission is not None and not admission.done():
-            loop = asyncio.get_running_loop()
-            if loop.time() < entry.deadline:
-                lane.state = _WAITING
-                lane.admission = admission
-                # In an empty context: a callback registered in the sender's context would
-                # keep that whole context (a web request...) alive while the copy waits.
-                empty = contextvars.Context()
-                admission.add_done_callback(lane.decided, context=empty)
-                lane.timer = loop.call_at(entry.deadline, lane.decided, context=empty)
-                return False
+        if (
+            admission is not None
+            and not admission.done()
+            and asyncio.get_running_loop().time() < entry.deadline
+        ):
+            lane.state = _WAITING
+            lane.admission = admission
+            admission.add_done_callback(lane.decided, context=self._empty_context)
+            self._deadlines.add(lane, entry.deadline)
+            return False
         lane.state = _READY
         return True
 
@@ -579,6 +605,7 @@ class LocalFirstDistributedCopies(Generic[M]):
                 self._retire(lane)
             elif self._lanes.get(lane.key) is lane:
                 del self._lanes[lane.key]
+        self._deadlines.close()
         if not cancelled:
             return FlushResult(True, 0)
         log.warning(
