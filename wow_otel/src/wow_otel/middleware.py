@@ -59,10 +59,12 @@ from wow_core.event.exchange import FunctionExchange
 from wow_core.event.handler import EventFunctionHandler, Settled
 from wow_core.eventsourcing.store import DuplicateRequestIdError, EventStore, EventVersionConflictError
 from wow_core.messaging.contract import HandOffReceipt, MessageBus, MessageExchange, MessageSubscription
+from wow_core.metrics import Metrics
 from wow_core.middleware import (
     BusLayer,
     CommandGatewayDecorator,
     CommandHandlerDecorator,
+    CommandOutcomeCounts,
     EventStoreDecorator,
     LocalMessageBusDecorator,
     MessageBusDecorator,
@@ -198,6 +200,10 @@ class OtelMiddleware(Middleware):
     ``event_send_spans`` (``WOW_OTEL__EVENT_SEND_SPANS``): a producer span for each send
     of an event or state event stream too; off, such a send carries the current span
     (the command's ``process`` span) as its ``traceparent`` and starts no span.
+    ``command_outcomes``: the metrics backend whose command-handler counts
+    (``wow.command.rejections``...) this middleware's handler decorator records in the
+    core's place (:data:`~wow_core.metrics.RECORDS_COMMAND_OUTCOMES`): one decorator
+    frame per command, not two.
     """
 
     def __init__(
@@ -207,8 +213,10 @@ class OtelMiddleware(Middleware):
         meter: Meter | None,
         system: str = "in_memory",
         event_send_spans: bool = False,
+        command_outcomes: Metrics | None = None,
     ) -> None:
         self.tracer = tracer
+        self.command_outcomes = None if command_outcomes is None else CommandOutcomeCounts(command_outcomes)
         self.event_send_spans = event_send_spans
         self.instruments = Instruments(meter) if meter is not None else None
         self.system = system
@@ -477,7 +485,13 @@ class TracingCommandHandler(CommandHandlerDecorator):
     def __init__(self, inner: CommandKernel, middleware: OtelMiddleware) -> None:
         super().__init__(inner)
         self.middleware = middleware
+        self.counts = middleware.command_outcomes
         self._attributes = _Cache()
+
+    def dropped(self, command: CommandMessage[Any]) -> None:
+        self.inner.dropped(command)
+        if self.counts is not None:
+            self.counts.dropped()
 
     def _base(self, command: CommandMessage[Any]) -> Attributes:
         named = command.aggregate_id.named_aggregate
@@ -541,6 +555,11 @@ class TracingCommandHandler(CommandHandlerDecorator):
                 span.end()
             raise
         result = _outcome_of(outcome)
+        counts = self.counts
+        if counts is not None and (
+            outcome.conflicts or outcome.publish_failures or outcome.duplicate or outcome.error_code
+        ):
+            counts.count(outcome)
         if instruments is not None:
             instruments.process_duration.record(
                 time.perf_counter() - started, self._with_outcome(command, base, result)
