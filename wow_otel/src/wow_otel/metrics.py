@@ -17,6 +17,7 @@ conventions (``messaging.client.sent.messages``, ``messaging.client.consumed.mes
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -246,7 +247,10 @@ class OtelMetrics:
         """``set(value)`` of the series of ``name`` and ``tags``: the series appears at
         its first value, as with :meth:`gauge` (class docstring)."""
         key = tuple(sorted(tags.items())) if tags else ()
-        return _Gauge(self, self._values(name), key).set
+        values = self._values(name)
+        if key in values:  # an item assignment, no frame of its own
+            return functools.partial(values.__setitem__, key)
+        return _Gauge(self, values, key).set
 
     def _reader(self, values: dict[Key, float]) -> Any:
         lock = self._lock

@@ -525,7 +525,8 @@ class TracingLocalMessageBus(LocalMessageBusDecorator[M, E]):
     def __init__(self, inner: Any, middleware: OtelMiddleware, system: str, top: Callable[[], bool]) -> None:
         super().__init__(inner)
         self.recorder = _BusRecorder(middleware, inner.topic_kind, system, top, True)
-        self._wraps_receivers = middleware.instruments is not None
+        self._wraps_receivers = self._counts = middleware.instruments is not None
+        self._hand_offs = self.recorder._hand_offs
         self.send = functools.partial(self.recorder.send, inner.send)  # type: ignore[method-assign]
         self.received = self.recorder.received  # type: ignore[method-assign]
 
@@ -534,8 +535,11 @@ class TracingLocalMessageBus(LocalMessageBusDecorator[M, E]):
 
     def hand_off(self, message: M) -> HandOffReceipt:
         receipt = self.inner.hand_off(message)
-        if receipt.accepted and self.recorder.instruments is not None:
-            self.recorder.hand_off_cell(message)[1] += 1
+        if receipt.accepted and self._counts:
+            cell = self._hand_offs.get((message.aggregate_id.named_aggregate, message.name))
+            if cell is None:
+                cell = self.recorder.hand_off_cell(message)
+            cell[1] += 1
         return receipt
 
     def received(self, exchange: E, subscription: MessageSubscription) -> None:
@@ -755,7 +759,11 @@ class TracingEventStore(EventStoreDecorator):
             raise
         finally:
             if instruments is not None:
-                self._point(named, "append", outcome).record_ns(_clock() - started)
+                ns = _clock() - started
+                point = self._points.get((named, "append", outcome))
+                if point is None:
+                    point = self._point(named, "append", outcome)
+                point.record_ns(ns)
             if span is not None:
                 span.set_attribute(sc.OUTCOME, outcome)
                 span.end()
@@ -772,7 +780,11 @@ class TracingEventStore(EventStoreDecorator):
         except BaseException:
             self._point(aggregate_id.named_aggregate, "load", "error").record_ns(_clock() - started)
             raise
-        self._point(aggregate_id.named_aggregate, "load", "ok").record_ns(_clock() - started)
+        ns = _clock() - started
+        point = self._points.get((aggregate_id.named_aggregate, "load", "ok"))
+        if point is None:
+            point = self._point(aggregate_id.named_aggregate, "load", "ok")
+        point.record_ns(ns)
         return loaded
 
 
@@ -877,11 +889,11 @@ class TracingCommandGateway(CommandGatewayDecorator):
                 raise
             ns = _clock() - began
             outcome = "duplicate" if reached.duplicate else (reached.error_code or "succeeded")
-            entry = self._entries.get(
-                (command.aggregate_id.named_aggregate, command.name, wait_stage, reached.stage._value_, outcome)
-            )
+            stage = reached.stage._value_
+            named = command.aggregate_id.named_aggregate
+            entry = self._entries.get((named, command.name, wait_stage, stage, outcome))
             if entry is None:
-                self._record(command, wait_stage, reached.stage._value_, outcome, ns)
+                self._record(command, wait_stage, stage, outcome, ns)
             else:
                 entry[0][1] += 1
                 entry[1].record_ns(ns)

@@ -247,21 +247,21 @@ class MetricLocalFirstObserver(LocalFirstObserver):
             for route in SendRoute
         }
         self._bound: dict[tuple[str, NamedAggregate, str, bool], Record] = {}
+        self._backlogs: dict[NamedAggregate, Record] = {}
 
     def _record(
         self, metric: str, named_aggregate: NamedAggregate, flag: str = "", value: bool = False
     ) -> Record:
-        """The bound record of ``metric`` for ``named_aggregate`` (and ``flag`` = ``value``)."""
+        """The bound counter of ``metric`` for ``named_aggregate`` (and ``flag`` = ``value``)."""
         key = (metric, named_aggregate, flag, value)
         record = self._bound.get(key)
         if record is None:
             tags = {"bus": self.bus_name, "aggregate": str(named_aggregate)}
             if flag:
                 tags[flag] = "true" if value else "false"
-            bind = bound_gauge if metric == BACKLOG_GAUGE else bound_counter
             if len(self._bound) >= _MAX_CACHED_TAGS:
-                return bind(self.metrics, metric, tags)
-            record = self._bound[key] = bind(self.metrics, metric, tags)
+                return bound_counter(self.metrics, metric, tags)
+            record = self._bound[key] = bound_counter(self.metrics, metric, tags)
         return record
 
     def on_send(self, message: Message, route: SendRoute) -> None:
@@ -283,9 +283,15 @@ class MetricLocalFirstObserver(LocalFirstObserver):
         self._record(HAND_OFF_TIMEOUTS, message.aggregate_id.named_aggregate)(1.0)
 
     def on_backlog(self, named_aggregate: NamedAggregate, backlog: int) -> None:
-        record = self._bound.get((BACKLOG_GAUGE, named_aggregate, "", False))
+        record = self._backlogs.get(named_aggregate)
         if record is None:
-            record = self._record(BACKLOG_GAUGE, named_aggregate)
+            # the first report makes the series; it is bound once it exists (a backend
+            # may bind an existing series more cheaply)
+            tags = {"bus": self.bus_name, "aggregate": str(named_aggregate)}
+            self.metrics.gauge(BACKLOG_GAUGE, float(backlog), tags)
+            if len(self._backlogs) < _MAX_CACHED_TAGS:
+                self._backlogs[named_aggregate] = bound_gauge(self.metrics, BACKLOG_GAUGE, tags)
+            return
         record(float(backlog))
 
 
