@@ -10,9 +10,14 @@ SDK when it collects: ``wow.local_first.backlog`` is reported on every change an
 exported at each collection). Instruments are created on first use, with the unit of a
 known name (``s`` for durations, ``{copy}``, ``{message}``...).
 
+The core's observers bind their series (``bind_counter``, ``bind_gauge``): a bound
+counter is one addition to its total, a bound gauge one item assignment.
+
 The core's ``wow.bus.sent`` and ``wow.bus.received`` are not counted here
 (``records_messaging``): the otel middleware counts the same sends and receives by the
-conventions (``messaging.client.sent.messages``, ``messaging.client.consumed.messages``).
+conventions (``messaging.client.sent.messages``, ``messaging.client.consumed.messages``);
+nor does the core decorate the command handler (``records_command_outcomes``): the otel
+middleware's handler decorator counts the ``wow.command.*`` outcomes into this facade.
 """
 
 from __future__ import annotations

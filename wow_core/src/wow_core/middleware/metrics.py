@@ -28,6 +28,12 @@ It observes (it decorates neither)
   ``message``, ``processor``, ``outcome``) and ``wow.processing.rejected`` (tags
   ``component``, ``reason``).
 
+A backend that records the bus metrics or the handler's outcomes in its own middleware
+(:data:`~wow_core.metrics.RECORDS_MESSAGING`,
+:data:`~wow_core.metrics.RECORDS_COMMAND_OUTCOMES`) gets neither decorator from here:
+each component passes one metrics decorator, not two. The observers bind each series
+once (:func:`~wow_core.metrics.bound_counter`, :func:`~wow_core.metrics.bound_gauge`).
+
 Local buses, the gateway and the event store are left undecorated. The runtime does not
 install it at all with the no-op backend, so a default runtime wraps and observes
 nothing.
