@@ -1,9 +1,18 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from wow_core.context import CapturedContext, ContextCapture, MetricsSourceCapture
-from wow_core.metrics import OVERFLOW, InMemoryMetrics, Metrics, NoopMetrics, metrics_source
+from wow_core.metrics import (
+    OVERFLOW,
+    InMemoryMetrics,
+    Metrics,
+    NoopMetrics,
+    bound_counter,
+    bound_gauge,
+    metrics_source,
+)
 
 
 def test_both_recorders_are_metrics() -> None:
@@ -108,3 +117,46 @@ def test_the_default_metrics_source_is_not_kept_and_nothing_kept_is_shared() -> 
     assert first is second  # one shared instance, no allocation per queued copy
     with first.restored():
         assert metrics_source.get() == ""
+
+
+class Binding(InMemoryMetrics):
+    """A backend that binds its own series (and says which it bound)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bound: list[tuple[str, str, tuple[tuple[str, str], ...]]] = []
+
+    def bind_counter(self, name: str, tags: dict[str, str] | None = None) -> Any:
+        self.bound.append(("counter", name, tuple(sorted((tags or {}).items()))))
+        return lambda value: self.increment(name, value, tags)
+
+    def bind_gauge(self, name: str, tags: dict[str, str] | None = None) -> Any:
+        self.bound.append(("gauge", name, tuple(sorted((tags or {}).items()))))
+        return lambda value: self.gauge(name, value, tags)
+
+
+def test_a_bound_series_records_what_the_plain_calls_record() -> None:
+    plain, bound = InMemoryMetrics(), InMemoryMetrics()
+    add = bound_counter(bound, "wow.local_first.sends", {"bus": "command", "outcome": "handed_off"})
+    set_backlog = bound_gauge(bound, "wow.local_first.backlog", {"aggregate": "order"})
+    assert bound.names() == [], "binding records nothing: a series appears at its first value"
+    for value in (1.0, 2.0):
+        add(value)
+        plain.increment("wow.local_first.sends", value, {"bus": "command", "outcome": "handed_off"})
+    set_backlog(3)
+    set_backlog(1)
+    plain.gauge("wow.local_first.backlog", 1, {"aggregate": "order"})
+    for name in ("wow.local_first.sends", "wow.local_first.backlog"):
+        assert bound.series(name) == plain.series(name)
+
+
+def test_a_backend_that_binds_its_series_is_asked_to() -> None:
+    metrics = Binding()
+    bound_counter(metrics, "wow.command.duplicates")(1.0)
+    bound_gauge(metrics, "wow.local_first.backlog", {"aggregate": "order"})(4)
+    assert metrics.bound == [
+        ("counter", "wow.command.duplicates", ()),
+        ("gauge", "wow.local_first.backlog", (("aggregate", "order"),)),
+    ]
+    assert metrics.counter_value("wow.command.duplicates") == 1
+    assert metrics.gauge_value("wow.local_first.backlog", aggregate="order") == 4

@@ -182,3 +182,21 @@ def test_a_negative_or_not_finite_duration_is_dropped_as_the_sdk_does() -> None:
     expected = without_times(points(sdk_reader.get_metrics_data()))
     assert [point["count"] for point in expected.values()] == [1]
     assert without_times(points(ours_reader.get_metrics_data())) == expected
+
+
+def test_nanoseconds_on_a_kept_point_are_bucketed_as_the_sdk_buckets_their_seconds() -> None:
+    """``series(attributes).record_ns(ns)`` (the decorators' hot path: the boundaries in
+    nanoseconds) exports what the SDK makes of ``ns / 1e9``, on and beside every boundary."""
+    sdk, sdk_reader, ours, ours_reader = pair(delta=False)
+    bounds_ns = [round(b * 1e9) for b in semconv.DURATION_BUCKETS]
+    durations = [ns + offset for ns in bounds_ns for offset in (-1, 0, 1) if ns + offset >= 0]
+    durations += [0, 123_456_789_012]
+    point = ours.series(SETS[0])
+    assert ours.series(dict(SETS[0])) is point, "one point per attribute set"
+    for ns in durations:
+        sdk.record(ns / 1e9, SETS[0])
+        point.record_ns(ns)
+    expected = without_times(points(sdk_reader.get_metrics_data()))
+    assert without_times(points(ours_reader.get_metrics_data())) == expected
+    (found,) = expected.values()
+    assert found["count"] == len(durations)

@@ -20,14 +20,14 @@ from tests.wow_core.middleware.copies import keep_every_copy
 from tests.wow_core.middleware.test_metric_counts import ConflictOnce
 from tests.wow_otel.apps import Balances
 from wow_core.command import CommandWait
-from wow_core.middleware import decorate_event_store
+from wow_core.middleware import MetricCommandHandler, decorate_event_store, undecorated
 from wow_core.runtime.app import WowApp
 from wow_core.runtime.assembly import build_runtime, in_process_buses
 from wow_core.runtime.container import create_container
 from wow_core.runtime.settings import WowSettings
 from wow_core.testing import eventually
 from wow_otel.metrics import OtelMetrics
-from wow_otel.middleware import OtelMiddleware
+from wow_otel.middleware import OtelMiddleware, TracingCommandHandler
 from wow_otel.testing import OtelCapture
 
 COMMANDS = "wow.bank.account.command"
@@ -275,3 +275,67 @@ async def test_counters_of_fresh_tag_dicts_are_counted_by_their_content(otel: Ot
     }
     (sends,) = otel.metric_points("wow.local_first.sends")
     assert sends.value == 600, "one set of tags in two orders is one series"
+
+
+async def test_one_handler_decorator_counts_the_core_outcomes_too(otel: OtelCapture) -> None:
+    """With the otel backend the core's metrics middleware leaves the command handler to
+    the otel one: one decorator per command, each outcome counted once."""
+    runtime = WowApp("bank", aggregates=[Account]).runtime(WowSettings(metrics="otel"))
+    handler = runtime.kernel
+    assert isinstance(handler, TracingCommandHandler)
+    assert not isinstance(handler.inner, MetricCommandHandler)
+    assert undecorated(handler) is handler.inner, "one decorator, over the kernel itself"
+    async with runtime:
+        opened = await runtime.gateway.send_and_wait(runtime.aggregates.command(Open("ada")))
+        assert opened.aggregate_id is not None
+        account = opened.aggregate_id.id
+        for _ in range(2):
+            rejected = await runtime.gateway.send_and_wait(runtime.aggregates.command(Withdraw(99), account))
+            assert rejected.error_code == "INSUFFICIENT_FUNDS"
+        for _ in range(3):
+            await runtime.gateway.send(runtime.aggregates.command(Deposit(1), account, is_void=True))
+
+        async def all_dropped() -> bool:
+            return runtime.command_dispatcher.void_dropped == 3
+
+        await eventually(all_dropped, timeout=10)
+    assert value(otel, "wow.command.rejections", code="INSUFFICIENT_FUNDS") == 2
+    assert value(otel, "wow.command.void_dropped") == 3
+    assert "wow.command.duplicates" not in otel.metric_names(), "a series appears at its first count"
+
+
+async def test_bound_series_appear_at_their_first_value_and_overflow_past_the_limit(
+    otel: OtelCapture,
+) -> None:
+    metrics = OtelMetrics(otel.meter_provider.get_meter("test"), max_counter_series=2, max_gauge_series=1)
+    sends = [
+        metrics.bind_counter("wow.local_first.sends", {"bus": "command", "outcome": f"r{n}"})
+        for n in range(3)
+    ]
+    backlogs = [metrics.bind_gauge("wow.local_first.backlog", {"aggregate": f"a{n}"}) for n in range(2)]
+    assert otel.metric_points("wow.local_first.sends") == []
+    assert otel.metric_points("wow.local_first.backlog") == []
+    for n, add in enumerate(sends):
+        add(n + 1.0)
+    metrics.increment("wow.local_first.sends", 5, {"outcome": "r0", "bus": "command"})
+    assert {
+        p.attributes.get("outcome", "overflow"): p.value for p in otel.metric_points("wow.local_first.sends")
+    } == {
+        "r0": 6,
+        "r1": 2,
+        "overflow": 3,
+    }
+    backlogs[0](4)
+    backlogs[1](7)
+    backlogs[0](2)
+    assert {
+        tuple(sorted(p.attributes.items())): p.value for p in otel.metric_points("wow.local_first.backlog")
+    } == {(("aggregate", "a0"),): 2, (("otel.metric.overflow", "true"),): 7}
+    metrics.gauge("wow.local_first.backlog", 1, {"aggregate": "a0"})
+    rebound = metrics.bind_gauge("wow.local_first.backlog", {"aggregate": "a0"})
+    rebound(9)
+    assert [
+        p.value
+        for p in otel.metric_points("wow.local_first.backlog")
+        if p.attributes.get("aggregate") == "a0"
+    ] == [9]

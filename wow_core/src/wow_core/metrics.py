@@ -11,8 +11,9 @@ The core depends on no metrics library. Tag values are bounded: past
 from __future__ import annotations
 
 import contextvars
+import functools
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -34,6 +35,44 @@ RECORDS_MESSAGING = "records_messaging"
 which counts sends and receives by the OpenTelemetry messaging conventions in its own
 middleware): the core's metrics middleware then counts no ``wow.bus.sent`` or
 ``wow.bus.received`` into it, so no message is counted twice under two names."""
+
+
+RECORDS_COMMAND_OUTCOMES = "records_command_outcomes"
+"""The attribute of a backend whose own middleware counts the command handler's
+outcomes (``wow.command.rejections``, ``wow.command.duplicates``,
+``wow.command.version_conflicts``, ``wow.command.publish_failures``,
+``wow.command.void_dropped``, same names and tags) in its own handler decorator: the
+core's metrics middleware then leaves the handler undecorated, so a command passes one
+decorator frame, not two (true on wow-otel's)."""
+
+Record = Callable[[float], None]
+"""``record(value)``: one metric and one tag set bound (:func:`bound_counter`,
+:func:`bound_gauge`)."""
+
+
+def bound_counter(metrics: Metrics, name: str, tags: Tags | None = None) -> Record:
+    """``add(value)`` = ``metrics.increment(name, value, tags)``, the name and tags bound
+    once: for a hot path that records the same series again and again.
+
+    A backend with ``bind_counter(name, tags)`` returns its own (wow-otel's resolves the
+    series once, so an ``add`` is one addition); any other backend gets the plain call.
+    ``tags`` must not change afterwards. The counts are the same either way.
+    """
+    bind = getattr(metrics, "bind_counter", None)
+    if bind is not None:
+        bound: Record = bind(name, tags)
+        return bound
+    return functools.partial(metrics.increment, name, tags=tags)
+
+
+def bound_gauge(metrics: Metrics, name: str, tags: Tags | None = None) -> Record:
+    """``set(value)`` = ``metrics.gauge(name, value, tags)``, bound once (as
+    :func:`bound_counter`; a backend may provide ``bind_gauge(name, tags)``)."""
+    bind = getattr(metrics, "bind_gauge", None)
+    if bind is not None:
+        bound: Record = bind(name, tags)
+        return bound
+    return functools.partial(metrics.gauge, name, tags=tags)
 
 
 @runtime_checkable

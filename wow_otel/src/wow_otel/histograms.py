@@ -61,20 +61,59 @@ DEFAULT_LIMIT = 2000
 
 
 class _Point:
-    """The totals of one attribute set since its first measurement."""
+    """The totals of one attribute set since its first measurement.
 
-    __slots__ = ("attributes", "counts", "intervals", "max", "min", "owner", "start", "sum")
+    :meth:`record_ns` is the hot path of a decorator that keeps the point (resolved
+    once per attribute set, :meth:`DurationHistogram.series`): one ``bisect`` of the
+    nanoseconds on the boundaries in nanoseconds (the same bucket as the seconds on
+    the boundaries in seconds: ``ns > b_ns`` exactly when ``ns / 1e9 > b``) and four
+    updates under the histogram's lock.
+    """
 
-    def __init__(self, attributes: Attributes, buckets: int, intervals: int) -> None:
+    __slots__ = (
+        "attributes",
+        "bounds_ns",
+        "counts",
+        "intervals",
+        "lock",
+        "max",
+        "min",
+        "owner",
+        "start",
+        "sum",
+    )
+
+    def __init__(
+        self, attributes: Attributes, bounds_ns: tuple[int, ...], intervals: int, lock: threading.Lock
+    ) -> None:
         self.attributes = dict(attributes)
         self.owner = attributes  # kept alive: its id finds this point
-        self.counts = [0] * buckets
+        self.bounds_ns = bounds_ns
+        self.lock = lock
+        self.counts = [0] * (len(bounds_ns) + 1)
         self.sum: float = 0
         self.min = math.inf
         self.max = -math.inf
         self.start = time_ns()
         # [min, max] since the last collection of each delta reader, by its slot
         self.intervals = [[math.inf, -math.inf] for _ in range(intervals)]
+
+    def record_ns(self, ns: int) -> None:
+        """Count a duration of ``ns`` nanoseconds (the difference of two readings of a
+        monotonic clock: never negative)."""
+        amount = ns / 1e9
+        with self.lock:
+            self.counts[bisect_left(self.bounds_ns, ns)] += 1
+            self.sum += amount
+            if amount < self.min:
+                self.min = amount
+            if amount > self.max:
+                self.max = amount
+            for interval in self.intervals:
+                if amount < interval[0]:
+                    interval[0] = amount
+                if amount > interval[1]:
+                    interval[1] = amount
 
 
 class DurationHistogram:
@@ -90,6 +129,7 @@ class DurationHistogram:
         "_intervals",
         "_lock",
         "boundaries",
+        "bounds_ns",
         "description",
         "instrument",
         "limit",
@@ -113,6 +153,7 @@ class DurationHistogram:
         self.unit = unit
         self.description = description
         self.boundaries = tuple(float(b) for b in boundaries)
+        self.bounds_ns = tuple(round(b * 1e9) for b in self.boundaries)
         self.scope = scope
         self.instrument = instrument
         self.limit = limit
@@ -156,9 +197,16 @@ class DurationHistogram:
                     attributes = OVERFLOW_ATTRIBUTES
                 if point is None:
                     point = self._by_content[key] = _Point(
-                        attributes, len(self.boundaries) + 1, self._intervals
+                        attributes, self.bounds_ns, self._intervals, self._lock
                     )
                     self._by_id[id(point.owner)] = point
+        return point
+
+    def series(self, attributes: Attributes) -> _Point:
+        """The point of ``attributes`` (past the limit: the overflow point), for a caller
+        that keeps it and records with :meth:`_Point.record_ns`."""
+        point = self._by_id.get(id(attributes)) or self._point(attributes)
+        assert point is not None
         return point
 
     # -- collection ---------------------------------------------------------------------
@@ -426,6 +474,22 @@ class SdkDurations:
 
     def record(self, amount: float, attributes: Attributes) -> None:
         self.histogram.record(amount, attributes)
+
+    def series(self, attributes: Attributes) -> _SdkSeries:
+        return _SdkSeries(self.histogram, attributes)
+
+
+class _SdkSeries:
+    """One attribute set of the SDK's histogram (the fallback of :meth:`DurationHistogram.series`)."""
+
+    __slots__ = ("attributes", "histogram")
+
+    def __init__(self, histogram: ApiHistogram, attributes: Attributes) -> None:
+        self.histogram = histogram
+        self.attributes = attributes
+
+    def record_ns(self, ns: int) -> None:
+        self.histogram.record(ns / 1e9, self.attributes)
 
 
 def duration_histogram(

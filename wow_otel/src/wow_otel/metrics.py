@@ -10,15 +10,21 @@ SDK when it collects: ``wow.local_first.backlog`` is reported on every change an
 exported at each collection). Instruments are created on first use, with the unit of a
 known name (``s`` for durations, ``{copy}``, ``{message}``...).
 
+The core's observers bind their series (``bind_counter``, ``bind_gauge``): a bound
+counter is one addition to its total, a bound gauge one item assignment.
+
 The core's ``wow.bus.sent`` and ``wow.bus.received`` are not counted here
 (``records_messaging``): the otel middleware counts the same sends and receives by the
-conventions (``messaging.client.sent.messages``, ``messaging.client.consumed.messages``).
+conventions (``messaging.client.sent.messages``, ``messaging.client.consumed.messages``);
+nor does the core decorate the command handler (``records_command_outcomes``): the otel
+middleware's handler decorator counts the ``wow.command.*`` outcomes into this facade.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Histogram, Meter, Observation
@@ -63,8 +69,64 @@ def unit_of(name: str) -> str:
     return "s" if name.endswith((".duration", ".latency")) else ""
 
 
+Key = tuple[tuple[str, str], ...]
+
+
+class _Total:
+    """The running total of one counter series."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+
+class _Counter:
+    """One counter series bound: ``add`` is one addition once the series exists (it
+    appears at the first ``add``, as with ``increment``)."""
+
+    __slots__ = ("key", "metrics", "total", "totals")
+
+    def __init__(self, metrics: OtelMetrics, totals: dict[Key, _Total], key: Key) -> None:
+        self.metrics = metrics
+        self.totals = totals
+        self.key = key
+        self.total: _Total | None = None
+
+    def add(self, value: float = 1.0) -> None:
+        total = self.total
+        if total is None:
+            total = self.total = self.metrics._total(self.totals, self.key)
+        total.value += value
+
+
+class _Gauge:
+    """One gauge series bound: ``set`` is an item assignment once the series exists."""
+
+    __slots__ = ("key", "metrics", "values")
+
+    def __init__(self, metrics: OtelMetrics, values: dict[Key, float], key: Key) -> None:
+        self.metrics = metrics
+        self.values = values
+        self.key = key
+
+    def set(self, value: float) -> None:
+        if self.key in self.values:  # a dict item assignment: atomic, no lock
+            self.values[self.key] = value
+        else:
+            self.key = self.metrics._slot(self.values, self.key, value)
+
+
 class OtelMetrics:
-    """The facade over one OpenTelemetry meter (module docstring)."""
+    """The facade over one OpenTelemetry meter (module docstring).
+
+    ``bind_counter`` and ``bind_gauge`` (used by :func:`wow_core.metrics.bound_counter`
+    and :func:`~wow_core.metrics.bound_gauge`) resolve the series once: a bound counter
+    is one addition to its total, a bound gauge one dict item assignment, no key made
+    per call. ``records_messaging`` (the otel middleware is installed with metrics) also
+    says that the middleware counts the command handler's outcomes itself
+    (``records_command_outcomes``), so the core leaves the handler undecorated.
+    """
 
     def __init__(
         self,
@@ -77,14 +139,15 @@ class OtelMetrics:
         self.meter = meter
         self.max_gauge_series = max_gauge_series
         self.records_messaging = records_messaging
+        self.records_command_outcomes = records_messaging
         self.max_counter_series = max_counter_series
-        self._counters: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+        self._counters: dict[str, dict[Key, _Total]] = {}
         self._histograms: dict[str, Histogram] = {}
-        self._gauges: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-        self._keys: dict[int, tuple[Tags, tuple[tuple[str, str], ...]]] = {}
+        self._gauges: dict[str, dict[Key, float]] = {}
+        self._keys: dict[int, tuple[Tags, Key]] = {}
         self._lock = threading.Lock()
 
-    def increment(self, name: str, value: float = 1.0, tags: Tags | None = None) -> None:
+    def _totals(self, name: str) -> dict[Key, _Total]:
         totals = self._counters.get(name)
         if totals is None:
             with self._lock:
@@ -94,14 +157,37 @@ class OtelMetrics:
                     self.meter.create_observable_counter(
                         name, callbacks=[self._totals_reader(totals)], unit=unit_of(name)
                     )
+        return totals
+
+    def _total(self, totals: dict[Key, _Total], key: Key) -> _Total:
+        total = totals.get(key)
+        if total is None:
+            with self._lock:
+                total = totals.get(key)
+                if total is None:
+                    if len(totals) >= self.max_counter_series:
+                        key = _OVERFLOW_KEY
+                        total = totals.get(key)
+                    if total is None:
+                        total = totals[key] = _Total()
+        return total
+
+    def increment(self, name: str, value: float = 1.0, tags: Tags | None = None) -> None:
+        totals = self._counters.get(name)
+        if totals is None:
+            totals = self._totals(name)
         key = self._key(tags) if tags else ()
         total = totals.get(key)
-        if total is None and len(totals) >= self.max_counter_series:
-            key = _OVERFLOW_KEY
-            total = totals.get(key)
-        totals[key] = value if total is None else total + value
+        if total is None:
+            total = self._total(totals, key)
+        total.value += value
 
-    def _key(self, tags: Tags) -> tuple[tuple[str, str], ...]:
+    def bind_counter(self, name: str, tags: Tags | None = None) -> Callable[[float], None]:
+        """``add(value)`` of the series of ``name`` and ``tags`` (class docstring)."""
+        key = tuple(sorted(tags.items())) if tags else ()
+        return _Counter(self, self._totals(name), key).add
+
+    def _key(self, tags: Tags) -> Key:
         """The sorted items of ``tags``, found by the dict's identity for the dicts the
         core keeps (its tags are cached per aggregate and route): no sort per call. The
         first ``_MAX_KEYED`` dicts are remembered (and kept alive, so that an id is never
@@ -114,9 +200,12 @@ class OtelMetrics:
             self._keys[id(tags)] = (tags, key)
         return key
 
-    def _totals_reader(self, totals: dict[tuple[tuple[str, str], ...], float]) -> Any:
+    def _totals_reader(self, totals: dict[Key, _Total]) -> Any:
+        lock = self._lock
+
         def observe(options: CallbackOptions) -> Iterable[Observation]:
-            return [Observation(total, dict(key)) for key, total in list(totals.items())]
+            with lock:  # no series added while the totals are read
+                return [Observation(total.value, dict(key)) for key, total in totals.items()]
 
         return observe
 
@@ -129,7 +218,7 @@ class OtelMetrics:
                     histogram = self._histograms[name] = self.meter.create_histogram(name, unit=unit_of(name))
         histogram.record(value, tags)
 
-    def gauge(self, name: str, value: float, tags: Tags | None = None) -> None:
+    def _values(self, name: str) -> dict[Key, float]:
         values = self._gauges.get(name)
         if values is None:
             with self._lock:
@@ -139,16 +228,36 @@ class OtelMetrics:
                     self.meter.create_observable_gauge(
                         name, callbacks=[self._reader(values)], unit=unit_of(name)
                     )
-        key = self._key(tags) if tags else ()
-        if key in values:  # a dict item assignment: atomic, no lock
-            values[key] = value
-            return
+        return values
+
+    def _slot(self, values: dict[Key, float], key: Key, value: float) -> Key:
+        """Add the series ``key`` (or find it past the limit: the overflow series)."""
         with self._lock:
             if key not in values and len(values) >= self.max_gauge_series:
                 key = _OVERFLOW_KEY
             values[key] = value
+        return key
 
-    def _reader(self, values: dict[tuple[tuple[str, str], ...], float]) -> Any:
+    def gauge(self, name: str, value: float, tags: Tags | None = None) -> None:
+        values = self._gauges.get(name)
+        if values is None:
+            values = self._values(name)
+        key = self._key(tags) if tags else ()
+        if key in values:  # a dict item assignment: atomic, no lock
+            values[key] = value
+            return
+        self._slot(values, key, value)
+
+    def bind_gauge(self, name: str, tags: Tags | None = None) -> Callable[[float], None]:
+        """``set(value)`` of the series of ``name`` and ``tags``: the series appears at
+        its first value, as with :meth:`gauge` (class docstring)."""
+        key = tuple(sorted(tags.items())) if tags else ()
+        values = self._values(name)
+        if key in values:  # an item assignment, no frame of its own
+            return functools.partial(values.__setitem__, key)
+        return _Gauge(self, values, key).set
+
+    def _reader(self, values: dict[Key, float]) -> Any:
         lock = self._lock
 
         def observe(options: CallbackOptions) -> Iterable[Observation]:

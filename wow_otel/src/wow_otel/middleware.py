@@ -31,7 +31,12 @@ One decorator per component records both (one wrapper per call, not two):
 
 Durations go to :class:`~wow_otel.histograms.DurationHistogram` instruments (bucketed in
 the process, exported by the SDK's readers as the SDK's histogram would); counts to
-observable counters summed here. Per span the SDK spends 15-60 µs (ids, sampler,
+observable counters summed here. With metrics only, each decorator resolves the cell of a
+count and the point of a duration once per attribute set and keeps them: a measured
+operation is one ``perf_counter_ns`` pair, one lookup, an int addition and one bucket
+update. The command handler decorator also counts the core's ``wow.command.*`` outcomes
+(:class:`~wow_core.middleware.CommandOutcomeCounts`): the core's metrics middleware then
+leaves the handler alone, one decorator frame per command. Per span the SDK spends 15-60 µs (ids, sampler,
 attribute validation, the processor); the decorators pass every attribute in the start
 call and set the rest in one call at the end.
 
@@ -59,10 +64,12 @@ from wow_core.event.exchange import FunctionExchange
 from wow_core.event.handler import EventFunctionHandler, Settled
 from wow_core.eventsourcing.store import DuplicateRequestIdError, EventStore, EventVersionConflictError
 from wow_core.messaging.contract import HandOffReceipt, MessageBus, MessageExchange, MessageSubscription
+from wow_core.metrics import Metrics
 from wow_core.middleware import (
     BusLayer,
     CommandGatewayDecorator,
     CommandHandlerDecorator,
+    CommandOutcomeCounts,
     EventStoreDecorator,
     LocalMessageBusDecorator,
     MessageBusDecorator,
@@ -79,6 +86,7 @@ from wow_otel.propagation import Waiting, extract, inject, waiting
 
 M = TypeVar("M", bound=Message)
 E = TypeVar("E", bound=MessageExchange[Any])
+T = TypeVar("T")
 
 Attributes = dict[str, Any]
 
@@ -95,6 +103,9 @@ def _fail(span: Span, error: BaseException) -> None:
     span.set_status(Status(StatusCode.ERROR, f"{_error_type(error)}: {error}"))
     span.set_attribute(sc.ERROR_TYPE, _error_type(error))
 
+
+_clock = time.perf_counter_ns
+"""One reading before and one after each measured operation (nanoseconds)."""
 
 _OVERFLOW: Attributes = {"otel.metric.overflow": True}
 """The attributes of every series past ``_MAX_CACHED`` of one decorator (the SDK's name)."""
@@ -123,6 +134,13 @@ class _Cache:
         return found
 
 
+def _keep(entries: dict[Hashable, T], key: Hashable, entry: T) -> T:
+    """``entry``, kept under ``key`` unless ``entries`` holds ``_MAX_CACHED`` already."""
+    if len(entries) < _MAX_CACHED:
+        entries[key] = entry
+    return entry
+
+
 class Accumulator:
     """A monotonic counter summed here and reported by an observable counter.
 
@@ -141,10 +159,16 @@ class Accumulator:
     def add(self, attributes: Attributes, amount: float = 1) -> None:
         """Count ``amount`` under ``attributes``, a dict from a :class:`_Cache` (counted by
         identity: the cache keeps it for the process's life)."""
+        self.cell(attributes)[1] += amount
+
+    def cell(self, attributes: Attributes) -> list[Any]:
+        """``[attributes, total]`` of ``attributes`` (a :class:`_Cache`'s dict): a
+        decorator keeps it and counts with ``cell[1] += 1`` on its hot path, a plain
+        int addition; the SDK reads the totals when it collects."""
         entry = self._totals.get(id(attributes))
         if entry is None:
             entry = self._totals[id(attributes)] = [attributes, 0]
-        entry[1] += amount
+        return entry
 
     def _observe(self, options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(total, attributes) for attributes, total in list(self._totals.values())]
@@ -198,6 +222,10 @@ class OtelMiddleware(Middleware):
     ``event_send_spans`` (``WOW_OTEL__EVENT_SEND_SPANS``): a producer span for each send
     of an event or state event stream too; off, such a send carries the current span
     (the command's ``process`` span) as its ``traceparent`` and starts no span.
+    ``command_outcomes``: the metrics backend whose command-handler counts
+    (``wow.command.rejections``...) this middleware's handler decorator records in the
+    core's place (:data:`~wow_core.metrics.RECORDS_COMMAND_OUTCOMES`): one decorator
+    frame per command, not two.
     """
 
     def __init__(
@@ -207,8 +235,10 @@ class OtelMiddleware(Middleware):
         meter: Meter | None,
         system: str = "in_memory",
         event_send_spans: bool = False,
+        command_outcomes: Metrics | None = None,
     ) -> None:
         self.tracer = tracer
+        self.command_outcomes = None if command_outcomes is None else CommandOutcomeCounts(command_outcomes)
         self.event_send_spans = event_send_spans
         self.instruments = Instruments(meter) if meter is not None else None
         self.system = system
@@ -282,6 +312,11 @@ class _BusRecorder:
         self._duration_attributes = _Cache()
         self._receive_attributes = _Cache()
         self._failed = _Cache()
+        # hot entries, resolved once per attribute set: (sent cell, duration point) of a
+        # send, the sent cell of a hand-off, the consumed cell of a receive
+        self._sends: dict[Hashable, tuple[list[Any], Any]] = {}
+        self._hand_offs: dict[Hashable, list[Any]] = {}
+        self._receives: dict[Hashable, list[Any]] = {}
 
     @property
     def tracer(self) -> Tracer | None:
@@ -343,6 +378,25 @@ class _BusRecorder:
 
         return self._receive_attributes.get((named, group), build)
 
+    def _send_entry(self, message: Message) -> tuple[list[Any], Any]:
+        assert self.instruments is not None
+        entry = (
+            self.instruments.sent.cell(self.send_attributes(message, "send")),
+            self.instruments.operation_duration.series(self.duration_attributes(message)),
+        )
+        return _keep(self._sends, (message.aggregate_id.named_aggregate, message.name), entry)
+
+    def hand_off_cell(self, message: Message) -> list[Any]:
+        """The ``messaging.client.sent.messages`` cell of an admitted hand-off."""
+        key = (message.aggregate_id.named_aggregate, message.name)
+        cell = self._hand_offs.get(key)
+        if cell is None:
+            assert self.instruments is not None
+            cell = _keep(
+                self._hand_offs, key, self.instruments.sent.cell(self.send_attributes(message, "hand_off"))
+            )
+        return cell
+
     async def send(self, inner: Callable[[Any], Any], message: Any) -> None:
         tracer = self.tracer
         instruments = self.instruments
@@ -352,8 +406,23 @@ class _BusRecorder:
             tracer = None
             if trace.get_current_span().get_span_context().is_valid:
                 message = inject(message)
-        if tracer is None and instruments is None:
-            await inner(message)
+        if tracer is None:
+            if instruments is None:
+                await inner(message)
+                return
+            # metrics only: one reading before and after, two additions
+            started = _clock()
+            try:
+                await inner(message)
+            except BaseException as error:
+                self._failed_send(message, error, _clock() - started)
+                raise
+            ns = _clock() - started
+            entry = self._sends.get((message.aggregate_id.named_aggregate, message.name))
+            if entry is None:
+                entry = self._send_entry(message)
+            entry[0][1] += 1
+            entry[1].record_ns(ns)
             return
         attributes = self.send_attributes(message, "send")
         span: Span | None = None
@@ -372,41 +441,58 @@ class _BusRecorder:
             )
             token = otel_context.attach(trace.set_span_in_context(span))
             message = inject(message)
-        started = time.perf_counter()
+        started = _clock()
         try:
             await inner(message)
         except BaseException as error:
             if instruments is not None:
-                error_type = _error_type(error)
-                failed = self._failed.get(
-                    (id(attributes), error_type), lambda: {**attributes, sc.ERROR_TYPE: error_type}
-                )
-                durations = self.duration_attributes(message)
-                failed_duration = self._failed.get(
-                    (id(durations), error_type), lambda: {**durations, sc.ERROR_TYPE: error_type}
-                )
-                instruments.sent.add(failed)
-                instruments.operation_duration.record(time.perf_counter() - started, failed_duration)
+                self._failed_send(message, error, _clock() - started)
             if span is not None:
                 _fail(span, error)
             raise
         else:
             if instruments is not None:
-                instruments.sent.add(attributes)
-                instruments.operation_duration.record(
-                    time.perf_counter() - started, self.duration_attributes(message)
-                )
+                ns = _clock() - started
+                entry = self._sends.get((message.aggregate_id.named_aggregate, message.name))
+                if entry is None:
+                    entry = self._send_entry(message)
+                entry[0][1] += 1
+                entry[1].record_ns(ns)
             if current is not None and current.command_id == message.id:
                 current.span.add_event(CommandStage.SENT.value)
         finally:
             if span is not None:
-                otel_context.detach(token)  # type: ignore[arg-type]
+                otel_context.detach(token)
                 span.end()
 
-    def received(self, exchange: MessageExchange[Any], subscription: MessageSubscription) -> None:
+    def _failed_send(self, message: Message, error: BaseException, ns: int) -> None:
         instruments = self.instruments
-        if instruments is not None:
-            instruments.consumed.add(self.receive_attributes(exchange.message, subscription.group))
+        assert instruments is not None
+        attributes = self.send_attributes(message, "send")
+        error_type = _error_type(error)
+        failed = self._failed.get(
+            (id(attributes), error_type), lambda: {**attributes, sc.ERROR_TYPE: error_type}
+        )
+        durations = self.duration_attributes(message)
+        failed_duration = self._failed.get(
+            (id(durations), error_type), lambda: {**durations, sc.ERROR_TYPE: error_type}
+        )
+        instruments.sent.add(failed)
+        instruments.operation_duration.series(failed_duration).record_ns(ns)
+
+    def received(self, exchange: MessageExchange[Any], subscription: MessageSubscription) -> None:
+        """Count ``exchange`` (the receivers' hook; only set when counting)."""
+        message = exchange.message
+        key = (message.aggregate_id.named_aggregate, subscription.group)
+        cell = self._receives.get(key)
+        if cell is None:
+            assert self.instruments is not None
+            cell = _keep(
+                self._receives,
+                key,
+                self.instruments.consumed.cell(self.receive_attributes(message, subscription.group)),
+            )
+        cell[1] += 1
 
 
 class TracingMessageBus(MessageBusDecorator[M, E]):
@@ -426,8 +512,9 @@ class TracingMessageBus(MessageBusDecorator[M, E]):
         counts = layer is BusLayer.TRANSPORT and middleware.instruments is not None
         self.recorder = _BusRecorder(middleware, inner.topic_kind, system, top, counts)
         self._wraps_receivers = counts
-        # one coroutine frame per send, not two
+        # one coroutine frame per send, not two; the receivers call the recorder's hook
         self.send = functools.partial(self.recorder.send, inner.send)  # type: ignore[method-assign]
+        self.received = self.recorder.received  # type: ignore[method-assign]
 
     async def send(self, message: M) -> None:
         await self.recorder.send(self.inner.send, message)
@@ -443,19 +530,21 @@ class TracingLocalMessageBus(LocalMessageBusDecorator[M, E]):
     def __init__(self, inner: Any, middleware: OtelMiddleware, system: str, top: Callable[[], bool]) -> None:
         super().__init__(inner)
         self.recorder = _BusRecorder(middleware, inner.topic_kind, system, top, True)
-        self._wraps_receivers = middleware.instruments is not None
+        self._wraps_receivers = self._counts = middleware.instruments is not None
+        self._hand_offs = self.recorder._hand_offs
         self.send = functools.partial(self.recorder.send, inner.send)  # type: ignore[method-assign]
+        self.received = self.recorder.received  # type: ignore[method-assign]
 
     async def send(self, message: M) -> None:
         await self.recorder.send(self.inner.send, message)
 
     def hand_off(self, message: M) -> HandOffReceipt:
-        instruments = self.recorder.instruments
         receipt = self.inner.hand_off(message)
-        if instruments is None:
-            return receipt
-        if receipt.accepted:
-            instruments.sent.add(self.recorder.send_attributes(message, "hand_off"))
+        if receipt.accepted and self._counts:
+            cell = self._hand_offs.get((message.aggregate_id.named_aggregate, message.name))
+            if cell is None:
+                cell = self.recorder.hand_off_cell(message)
+            cell[1] += 1
         return receipt
 
     def received(self, exchange: E, subscription: MessageSubscription) -> None:
@@ -477,7 +566,15 @@ class TracingCommandHandler(CommandHandlerDecorator):
     def __init__(self, inner: CommandKernel, middleware: OtelMiddleware) -> None:
         super().__init__(inner)
         self.middleware = middleware
+        self.counts = middleware.command_outcomes
         self._attributes = _Cache()
+        self._points: dict[Hashable, Any] = {}
+        self._succeeded: dict[Hashable, Any] = {}
+
+    def dropped(self, command: CommandMessage[Any]) -> None:
+        self.inner.dropped(command)
+        if self.counts is not None:
+            self.counts.dropped()
 
     def _base(self, command: CommandMessage[Any]) -> Attributes:
         named = command.aggregate_id.named_aggregate
@@ -503,10 +600,57 @@ class TracingCommandHandler(CommandHandlerDecorator):
             return found
         return self._attributes.get(key, lambda: {**base, sc.OUTCOME: outcome})
 
+    def _point(self, command: CommandMessage[Any], result: str) -> Any:
+        """The ``messaging.process.duration`` point of ``command``'s name and ``result``."""
+        assert self.middleware.instruments is not None
+        key = (command.aggregate_id.named_aggregate, command.name, result)
+        point = self._points.get(key)
+        if point is None:
+            attributes = self._with_outcome(command, self._base(command), result)
+            point = _keep(self._points, key, self.middleware.instruments.process_duration.series(attributes))
+        return point
+
+    def _settled(self, command: CommandMessage[Any], outcome: CommandOutcome, ns: int) -> None:
+        """Record a decided command (the metrics-only path, past its common case)."""
+        if self.counts is not None:
+            self.counts.count(outcome)
+        self._point(command, _outcome_of(outcome)).record_ns(ns)
+
+    def _failed(self, command: CommandMessage[Any], error: BaseException, ns: int) -> None:
+        """Record a command whose handler raised."""
+        assert self.middleware.instruments is not None
+        base = self._base(command)
+        error_type = _error_type(error)
+        failed = self._attributes.get(
+            (id(base), error_type), lambda: {**base, sc.OUTCOME: "error", sc.ERROR_TYPE: error_type}
+        )
+        self.middleware.instruments.process_duration.series(failed).record_ns(ns)
+
     async def process(self, command: CommandMessage[Any]) -> CommandOutcome:
         middleware = self.middleware
         tracer = middleware.tracer
         instruments = middleware.instruments
+        if tracer is None:
+            if instruments is None:
+                return await self.inner.process(command)
+            # metrics only: one reading before and after; a success is one point update
+            started = _clock()
+            try:
+                outcome = await self.inner.process(command)
+            except BaseException as error:
+                self._failed(command, error, _clock() - started)
+                raise
+            ns = _clock() - started
+            if outcome.conflicts or outcome.publish_failures or outcome.duplicate or outcome.error_code:
+                self._settled(command, outcome, ns)
+                return outcome
+            point = self._succeeded.get((command.aggregate_id.named_aggregate, command.name))
+            if point is None:
+                point = self._succeeded[(command.aggregate_id.named_aggregate, command.name)] = self._point(
+                    command, "succeeded"
+                )
+            point.record_ns(ns)
+            return outcome
         base = self._base(command)
         span: Span | None = None
         token: object | None = None
@@ -525,26 +669,22 @@ class TracingCommandHandler(CommandHandlerDecorator):
                 },
             )
             token = otel_context.attach(trace.set_span_in_context(span, parent))
-        started = time.perf_counter()
+        started = _clock()
         try:
             outcome = await self.inner.process(command)
         except BaseException as error:
             if instruments is not None:
-                error_type = _error_type(error)
-                failed = self._attributes.get(
-                    (id(base), error_type), lambda: {**base, sc.OUTCOME: "error", sc.ERROR_TYPE: error_type}
-                )
-                instruments.process_duration.record(time.perf_counter() - started, failed)
+                self._failed(command, error, _clock() - started)
             if span is not None:
                 _fail(span, error)
-                otel_context.detach(token)  # type: ignore[arg-type]
+                otel_context.detach(token)
                 span.end()
             raise
         result = _outcome_of(outcome)
         if instruments is not None:
-            instruments.process_duration.record(
-                time.perf_counter() - started, self._with_outcome(command, base, result)
-            )
+            self._settled(command, outcome, _clock() - started)
+        elif self.counts is not None:
+            self.counts.count(outcome)
         if span is not None:
             ended: Attributes = {sc.OUTCOME: result, sc.AGGREGATE_VERSION: outcome.version}
             if outcome.conflicts:
@@ -552,7 +692,7 @@ class TracingCommandHandler(CommandHandlerDecorator):
             if outcome.error_msg:
                 ended["wow.command.error_msg"] = outcome.error_msg
             span.set_attributes(ended)
-            otel_context.detach(token)  # type: ignore[arg-type]
+            otel_context.detach(token)
             span.end()
         return outcome
 
@@ -567,6 +707,7 @@ class TracingEventStore(EventStoreDecorator):
         super().__init__(inner)
         self.middleware = middleware
         self._attributes = _Cache()
+        self._points: dict[Hashable, Any] = {}
 
     def _attrs(self, named: NamedAggregate, operation: str, outcome: str) -> Attributes:
         found = self._attributes.find((named, operation, outcome))
@@ -576,6 +717,16 @@ class TracingEventStore(EventStoreDecorator):
             (named, operation, outcome),
             lambda: {sc.AGGREGATE: str(named), sc.STORE_OPERATION: operation, sc.OUTCOME: outcome},
         )
+
+    def _point(self, named: NamedAggregate, operation: str, outcome: str) -> Any:
+        """The ``wow.eventstore.operation.duration`` point, resolved once per attribute set."""
+        key = (named, operation, outcome)
+        point = self._points.get(key)
+        if point is None:
+            assert self.middleware.instruments is not None
+            histogram = self.middleware.instruments.store_duration
+            point = _keep(self._points, key, histogram.series(self._attrs(named, operation, outcome)))
+        return point
 
     async def append(self, stream: DomainEventStream) -> None:
         middleware = self.middleware
@@ -594,7 +745,7 @@ class TracingEventStore(EventStoreDecorator):
                     "wow.events": len(stream.events),
                 },
             )
-        started = time.perf_counter()
+        started = _clock()
         outcome = "ok"
         try:
             await self.inner.append(stream)
@@ -613,9 +764,11 @@ class TracingEventStore(EventStoreDecorator):
             raise
         finally:
             if instruments is not None:
-                instruments.store_duration.record(
-                    time.perf_counter() - started, self._attrs(named, "append", outcome)
-                )
+                ns = _clock() - started
+                point = self._points.get((named, "append", outcome))
+                if point is None:
+                    point = self._point(named, "append", outcome)
+                point.record_ns(ns)
             if span is not None:
                 span.set_attribute(sc.OUTCOME, outcome)
                 span.end()
@@ -626,17 +779,18 @@ class TracingEventStore(EventStoreDecorator):
         instruments = self.middleware.instruments
         if instruments is None:
             return await self.inner.load(aggregate_id, head_version, tail_version)
-        started = time.perf_counter()
-        outcome = "ok"
+        started = _clock()
         try:
-            return await self.inner.load(aggregate_id, head_version, tail_version)
+            loaded = await self.inner.load(aggregate_id, head_version, tail_version)
         except BaseException:
-            outcome = "error"
+            self._point(aggregate_id.named_aggregate, "load", "error").record_ns(_clock() - started)
             raise
-        finally:
-            instruments.store_duration.record(
-                time.perf_counter() - started, self._attrs(aggregate_id.named_aggregate, "load", outcome)
-            )
+        ns = _clock() - started
+        point = self._points.get((aggregate_id.named_aggregate, "load", "ok"))
+        if point is None:
+            point = self._point(aggregate_id.named_aggregate, "load", "ok")
+        point.record_ns(ns)
+        return loaded
 
 
 # -- gateway ----------------------------------------------------------------------------
@@ -651,12 +805,43 @@ def _wait_outcome(result: CommandResult) -> str:
 class TracingCommandGateway(CommandGatewayDecorator):
     """The waiting span of each ``send_and_wait`` and the wait metrics (module docstring)."""
 
-    __slots__ = ("_attributes", "middleware")
+    __slots__ = ("_attributes", "_entries", "middleware")
 
     def __init__(self, inner: CommandGateway, middleware: OtelMiddleware) -> None:
         super().__init__(inner)
         self.middleware = middleware
         self._attributes = _Cache()
+        self._entries: dict[Hashable, tuple[list[Any], Any]] = {}
+
+    def _record(
+        self, command: CommandMessage[Any], wait_stage: str, stage: str, outcome: str, ns: int
+    ) -> None:
+        """One wait: ``wow.command.waits`` and ``wow.command.wait.duration`` (the cell and
+        point of the attribute set resolved once)."""
+        key = (command.aggregate_id.named_aggregate, command.name, wait_stage, stage, outcome)
+        entry = self._entries.get(key)
+        if entry is None:
+            instruments = self.middleware.instruments
+            assert instruments is not None
+            attributes = self._attrs(command, wait_stage, stage, outcome)
+            cell = instruments.waits.cell(attributes)
+            entry = _keep(self._entries, key, (cell, instruments.wait_duration.series(attributes)))
+        entry[0][1] += 1
+        entry[1].record_ns(ns)
+
+    def _failed(self, command: CommandMessage[Any], wait_stage: str, error: BaseException, ns: int) -> None:
+        """A wait that raised: its outcome by the error (module docstring)."""
+        stage = ""
+        if isinstance(error, CommandWaitTimeoutError):
+            outcome = "timeout"
+            stage = error.last_stage.value if error.last_stage is not None else ""
+        elif isinstance(error, CommandValidationError):
+            outcome = "invalid"
+        elif isinstance(error, asyncio.CancelledError):
+            outcome = "cancelled"
+        else:
+            outcome = "error"
+        self._record(command, wait_stage, stage, outcome, ns)
 
     def _attrs(self, command: CommandMessage[Any], wait_stage: str, stage: str, outcome: str) -> Attributes:
         named = command.aggregate_id.named_aggregate
@@ -696,7 +881,28 @@ class TracingCommandGateway(CommandGatewayDecorator):
             assert last is not None, "a stream yields SENT at least"
             return last
         instruments = middleware.instruments
-        wait_stage = (wait.stage if wait is not None else CommandStage.PROCESSED).value
+        wait_stage = (wait.stage if wait is not None else CommandStage.PROCESSED)._value_
+        if tracer is None:
+            if instruments is None:
+                return await self.inner.send_and_wait(command, wait, timeout=timeout)
+            # metrics only: one reading before and after, one count, one point update
+            began = _clock()
+            try:
+                reached = await self.inner.send_and_wait(command, wait, timeout=timeout)
+            except BaseException as error:
+                self._failed(command, wait_stage, error, _clock() - began)
+                raise
+            ns = _clock() - began
+            outcome = "duplicate" if reached.duplicate else (reached.error_code or "succeeded")
+            stage = reached.stage._value_
+            named = command.aggregate_id.named_aggregate
+            entry = self._entries.get((named, command.name, wait_stage, stage, outcome))
+            if entry is None:
+                self._record(command, wait_stage, stage, outcome, ns)
+            else:
+                entry[0][1] += 1
+                entry[1].record_ns(ns)
+            return reached
         span: Span | None = None
         token: object | None = None
         marker = None
@@ -714,7 +920,7 @@ class TracingCommandGateway(CommandGatewayDecorator):
             )
             token = otel_context.attach(trace.set_span_in_context(span))
             marker = waiting.set(Waiting(span, command.id))
-        started = time.perf_counter()
+        started = _clock()
         stage = ""
         outcome = "succeeded"
         done: CommandResult | None = None
@@ -761,9 +967,7 @@ class TracingCommandGateway(CommandGatewayDecorator):
             return result
         finally:
             if instruments is not None:
-                attributes = self._attrs(command, wait_stage, stage, outcome)
-                instruments.waits.add(attributes)
-                instruments.wait_duration.record(time.perf_counter() - started, attributes)
+                self._record(command, wait_stage, stage, outcome, _clock() - started)
             if span is not None:
                 ended: Attributes = {sc.STAGE: stage, sc.OUTCOME: outcome}
                 if done is not None:  # one call: the SDK locks and cleans per call
@@ -774,7 +978,7 @@ class TracingCommandGateway(CommandGatewayDecorator):
                 span.set_attributes(ended)
                 assert marker is not None
                 waiting.reset(marker)
-                otel_context.detach(token)  # type: ignore[arg-type]
+                otel_context.detach(token)
                 span.end()
 
     def send_and_wait_stream(
@@ -810,7 +1014,7 @@ class TracingCommandGateway(CommandGatewayDecorator):
                     "wow.command.wait.streaming": streaming,
                 },
             )
-        started = time.perf_counter()
+        started = _clock()
         stage = ""
         outcome = "closed"
         stream = self.inner.send_and_wait_stream(command, wait, timeout=timeout)
@@ -857,9 +1061,7 @@ class TracingCommandGateway(CommandGatewayDecorator):
         finally:
             await _close(stream)
             if instruments is not None:
-                attributes = self._attrs(command, wait_stage, stage, outcome)
-                instruments.waits.add(attributes)
-                instruments.wait_duration.record(time.perf_counter() - started, attributes)
+                self._record(command, wait_stage, stage, outcome, _clock() - started)
             if span is not None:
                 span.set_attributes({sc.STAGE: stage, sc.OUTCOME: outcome})
                 span.end()
@@ -881,6 +1083,7 @@ class TracingEventHandler:
         self.inner = inner
         self.middleware = middleware
         self._attributes = _Cache()
+        self._points: dict[Hashable, Any] = {}
 
     @staticmethod
     def _key(exchange: FunctionExchange) -> tuple[Any, ...]:
@@ -907,10 +1110,44 @@ class TracingEventHandler:
 
         return self._attributes.get(self._key(exchange), build)
 
+    def _point(self, exchange: FunctionExchange, outcome: str) -> Any:
+        """The ``messaging.process.duration`` point of the function, source and outcome."""
+        assert self.middleware.instruments is not None
+        source = exchange.source.message
+        kind = type(source).topic_kind._value_
+        key = (source.aggregate_id.named_aggregate, kind, exchange.function, outcome)
+        point = self._points.get(key)
+        if point is None:
+            attributes = self._with_outcome(exchange, self._base(exchange), outcome)
+            point = _keep(self._points, key, self.middleware.instruments.process_duration.series(attributes))
+        return point
+
+    def _with_outcome(self, exchange: FunctionExchange, base: Attributes, outcome: str) -> Attributes:
+        key = (*self._key(exchange), outcome)
+        attributes = self._attributes.find(key)
+        if attributes is None:
+            attributes = self._attributes.get(key, lambda: {**base, sc.OUTCOME: outcome})
+        return attributes
+
     async def handle(self, exchange: FunctionExchange) -> Settled:
         middleware = self.middleware
         tracer = middleware.tracer
         instruments = middleware.instruments
+        if tracer is None:
+            if instruments is None:
+                return await self.inner.handle(exchange)
+            # metrics only: one reading before and after, one point update
+            started = _clock()
+            settled = await self.inner.handle(exchange)
+            ns = _clock() - started
+            source = exchange.source.message
+            outcome = settled.outcome._value_
+            kind = type(source).topic_kind._value_
+            point = self._points.get((source.aggregate_id.named_aggregate, kind, exchange.function, outcome))
+            if point is None:
+                point = self._point(exchange, outcome)
+            point.record_ns(ns)
+            return settled
         base = self._base(exchange)
         span: Span | None = None
         token: object | None = None
@@ -932,27 +1169,23 @@ class TracingEventHandler:
                 },
             )
             token = otel_context.attach(trace.set_span_in_context(span, parent))
-        started = time.perf_counter()
+        started = _clock()
         try:
             settled = await self.inner.handle(exchange)
         except BaseException as error:
             if span is not None:
                 _fail(span, error)
-                otel_context.detach(token)  # type: ignore[arg-type]
+                otel_context.detach(token)
                 span.end()
             raise
         outcome = settled.outcome.value
         if instruments is not None:
-            key = (*self._key(exchange), outcome)
-            attributes = self._attributes.find(key)
-            if attributes is None:
-                attributes = self._attributes.get(key, lambda: {**base, sc.OUTCOME: outcome})
-            instruments.process_duration.record(time.perf_counter() - started, attributes)
+            self._point(exchange, outcome).record_ns(_clock() - started)
         if span is not None:
             span.set_attribute(sc.OUTCOME, outcome)
             if settled.error is not None:
                 _fail(span, settled.error)
-            otel_context.detach(token)  # type: ignore[arg-type]
+            otel_context.detach(token)
             span.end()
         return settled
 

@@ -78,8 +78,13 @@ def _otel_middleware(settings: ProcessSettings, metrics: Metrics) -> Middleware 
     system = getattr(settings, "transport", None)
     if not isinstance(system, str):
         system = "in_memory"
+    outcomes = metrics if isinstance(metrics, OtelMetrics) and metrics.records_command_outcomes else None
     return OtelMiddleware(
-        tracer=tracer, meter=meter, system=system, event_send_spans=section.event_send_spans
+        tracer=tracer,
+        meter=meter,
+        system=system,
+        event_send_spans=section.event_send_spans,
+        command_outcomes=outcomes,
     )
 
 

@@ -45,6 +45,7 @@ from wow_core.middleware.base import (
     undecorated,
 )
 from wow_core.middleware.metrics import (
+    CommandOutcomeCounts,
     MetricCommandHandler,
     MetricDecodeFailureHandler,
     MetricEventProcessingObserver,
@@ -56,6 +57,7 @@ from wow_core.middleware.metrics import (
 __all__ = [
     "BusLayer",
     "CommandGatewayDecorator",
+    "CommandOutcomeCounts",
     "CommandHandlerDecorator",
     "DecodeFailureHandlerDecorator",
     "EventStoreDecorator",

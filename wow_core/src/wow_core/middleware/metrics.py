@@ -28,6 +28,12 @@ It observes (it decorates neither)
   ``message``, ``processor``, ``outcome``) and ``wow.processing.rejected`` (tags
   ``component``, ``reason``).
 
+A backend that records the bus metrics or the handler's outcomes in its own middleware
+(:data:`~wow_core.metrics.RECORDS_MESSAGING`,
+:data:`~wow_core.metrics.RECORDS_COMMAND_OUTCOMES`) gets neither decorator from here:
+each component passes one metrics decorator, not two. The observers bind each series
+once (:func:`~wow_core.metrics.bound_counter`, :func:`~wow_core.metrics.bound_gauge`).
+
 Local buses, the gateway and the event store are left undecorated. The runtime does not
 install it at all with the no-op backend, so a default runtime wraps and observes
 nothing.
@@ -42,7 +48,7 @@ from wow_core.event.failure import ProcessingOutcome
 from wow_core.event.observer import EventProcessingObserver
 from wow_core.messaging.contract import MessageBus, MessageExchange, MessageSubscription
 from wow_core.messaging.local_first.observer import LocalFirstObserver, SendRoute
-from wow_core.metrics import Metrics, metrics_source
+from wow_core.metrics import Metrics, Record, bound_counter, bound_gauge, metrics_source
 from wow_core.middleware.base import (
     BusLayer,
     CommandHandlerDecorator,
@@ -86,7 +92,11 @@ PROCESSING_OUTCOMES = "wow.processing.outcomes"
 PROCESSING_REJECTED = "wow.processing.rejected"
 
 _MAX_CACHED_TAGS = 10_000
-"""Tag dicts kept per observer for reuse (bounded like the metric series themselves)."""
+"""Series bound per observer (bounded like the metric series themselves); past it, each
+record is the plain call."""
+
+BUS_NAMES = ("event", "state")
+"""The ``bus`` tag of ``wow.command.publish_failures``."""
 
 
 class MetricMessageBus(MessageBusDecorator[M, E]):
@@ -134,6 +144,53 @@ class MetricMessageBus(MessageBusDecorator[M, E]):
         )
 
 
+class CommandOutcomeCounts:
+    """The counts of the command handler's outcomes (module docstring), bound once.
+
+    :class:`MetricCommandHandler` counts with it; so does a backend's own handler
+    decorator that takes the core's place
+    (:data:`~wow_core.metrics.RECORDS_COMMAND_OUTCOMES`), with the same names and tags.
+    """
+
+    __slots__ = ("_conflicts", "_dropped", "_duplicates", "_metrics", "_publish_failures", "_rejections")
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+        self._conflicts = bound_counter(metrics, VERSION_CONFLICTS)
+        self._duplicates = bound_counter(metrics, DUPLICATES)
+        self._dropped = bound_counter(metrics, VOID_DROPPED)
+        self._publish_failures = {
+            bus: bound_counter(metrics, PUBLISH_FAILURES, {"bus": bus}) for bus in BUS_NAMES
+        }
+        self._rejections: dict[str, Record] = {}
+
+    def count(self, outcome: CommandOutcome) -> None:
+        """Count ``outcome`` (a success with no conflict counts nothing)."""
+        if outcome.conflicts:
+            self._conflicts(float(outcome.conflicts))
+        for bus in outcome.publish_failures:
+            add = self._publish_failures.get(bus)
+            if add is None:
+                self._metrics.increment(PUBLISH_FAILURES, tags={"bus": bus})
+            else:
+                add(1.0)
+        if outcome.duplicate:
+            self._duplicates(1.0)
+        elif outcome.error_code:
+            code = outcome.error_code
+            add = self._rejections.get(code)
+            if add is None:
+                if len(self._rejections) >= _MAX_CACHED_TAGS:
+                    self._metrics.increment(REJECTIONS, tags={"code": code})
+                    return
+                add = self._rejections[code] = bound_counter(self._metrics, REJECTIONS, {"code": code})
+            add(1.0)
+
+    def dropped(self) -> None:
+        """Count a Void command dropped by the dispatcher."""
+        self._dropped(1.0)
+
+
 class MetricCommandHandler(CommandHandlerDecorator):
     """Counts each outcome of the command handler (module docstring).
 
@@ -145,23 +202,17 @@ class MetricCommandHandler(CommandHandlerDecorator):
     def __init__(self, inner: CommandKernel, metrics: Metrics) -> None:
         super().__init__(inner)
         self.metrics = metrics
+        self._counts = CommandOutcomeCounts(metrics)
 
     async def process(self, command: CommandMessage[Any]) -> CommandOutcome:
         outcome = await self.inner.process(command)
-        metrics = self.metrics
-        if outcome.conflicts:
-            metrics.increment(VERSION_CONFLICTS, float(outcome.conflicts))
-        for bus in outcome.publish_failures:
-            metrics.increment(PUBLISH_FAILURES, tags={"bus": bus})
-        if outcome.duplicate:
-            metrics.increment(DUPLICATES)
-        elif outcome.error_code:
-            metrics.increment(REJECTIONS, tags={"code": outcome.error_code})
+        if outcome.conflicts or outcome.publish_failures or outcome.duplicate or outcome.error_code:
+            self._counts.count(outcome)
         return outcome
 
     def dropped(self, command: CommandMessage[Any]) -> None:
         self.inner.dropped(command)
-        self.metrics.increment(VOID_DROPPED)
+        self._counts.dropped()
 
 
 class MetricDecodeFailureHandler(DecodeFailureHandlerDecorator):
@@ -186,55 +237,68 @@ class MetricDecodeFailureHandler(DecodeFailureHandlerDecorator):
 
 
 class MetricLocalFirstObserver(LocalFirstObserver):
-    """The ``wow.local_first.*`` figures of one local-first bus (module docstring)."""
+    """The ``wow.local_first.*`` figures of one local-first bus (module docstring).
+
+    Each series is bound once (:func:`~wow_core.metrics.bound_counter`,
+    :func:`~wow_core.metrics.bound_gauge`) and kept per route or aggregate: a report
+    on the hot path (a send, a backlog change) is one lookup and one bound record.
+    """
 
     def __init__(self, metrics: Metrics, bus_name: str) -> None:
         self.metrics = metrics
         self.bus_name = bus_name
-        self._bus_tags = {"bus": bus_name}
-        self._route_tags = {route: {"bus": bus_name, "outcome": route.value} for route in SendRoute}
-        self._aggregate_tags: dict[NamedAggregate, dict[str, str]] = {}
-        self._flagged_tags: dict[tuple[NamedAggregate, str, bool], dict[str, str]] = {}
+        self._filtered = bound_counter(metrics, LOCAL_FIRST_FILTERED, {"bus": bus_name})
+        self._sends = {
+            route: bound_counter(metrics, LOCAL_FIRST_SENDS, {"bus": bus_name, "outcome": route.value})
+            for route in SendRoute
+        }
+        self._bound: dict[tuple[str, NamedAggregate, str, bool], Record] = {}
+        self._backlogs: dict[NamedAggregate, Record] = {}
 
-    def _tags(self, named_aggregate: NamedAggregate) -> dict[str, str]:
-        tags = self._aggregate_tags.get(named_aggregate)
-        if tags is None:
+    def _record(
+        self, metric: str, named_aggregate: NamedAggregate, flag: str = "", value: bool = False
+    ) -> Record:
+        """The bound counter of ``metric`` for ``named_aggregate`` (and ``flag`` = ``value``)."""
+        key = (metric, named_aggregate, flag, value)
+        record = self._bound.get(key)
+        if record is None:
             tags = {"bus": self.bus_name, "aggregate": str(named_aggregate)}
-            if len(self._aggregate_tags) < _MAX_CACHED_TAGS:
-                self._aggregate_tags[named_aggregate] = tags
-        return tags
-
-    def _flagged(self, named_aggregate: NamedAggregate, flag: str, value: bool) -> dict[str, str]:
-        key = (named_aggregate, flag, value)
-        tags = self._flagged_tags.get(key)
-        if tags is None:
-            tags = {**self._tags(named_aggregate), flag: "true" if value else "false"}
-            if len(self._flagged_tags) < _MAX_CACHED_TAGS:
-                self._flagged_tags[key] = tags
-        return tags
+            if flag:
+                tags[flag] = "true" if value else "false"
+            if len(self._bound) >= _MAX_CACHED_TAGS:
+                return bound_counter(self.metrics, metric, tags)
+            record = self._bound[key] = bound_counter(self.metrics, metric, tags)
+        return record
 
     def on_send(self, message: Message, route: SendRoute) -> None:
-        self.metrics.increment(LOCAL_FIRST_SENDS, 1.0, self._route_tags[route])
+        self._sends[route](1.0)
 
     def on_filtered(self, exchange: MessageExchange[Any]) -> None:
-        self.metrics.increment(LOCAL_FIRST_FILTERED, 1.0, self._bus_tags)
+        self._filtered(1.0)
 
     def on_copy_sent(self, message: Message, local_first: bool) -> None:
-        tags = self._flagged(message.aggregate_id.named_aggregate, "local_first", local_first)
-        self.metrics.increment(COPIES_SENT, 1.0, tags)
+        self._record(COPIES_SENT, message.aggregate_id.named_aggregate, "local_first", local_first)(1.0)
 
     def on_copy_failed(self, message: Message, handed_off: bool, error: BaseException) -> None:
-        tags = self._flagged(message.aggregate_id.named_aggregate, "handed_off", handed_off)
-        self.metrics.increment(COPY_FAILED, 1.0, tags)
+        self._record(COPY_FAILED, message.aggregate_id.named_aggregate, "handed_off", handed_off)(1.0)
 
     def on_copies_cancelled(self, named_aggregate: NamedAggregate, count: int) -> None:
-        self.metrics.increment(COPIES_CANCELLED, float(count), self._tags(named_aggregate))
+        self._record(COPIES_CANCELLED, named_aggregate)(float(count))
 
     def on_hand_off_timeout(self, message: Message) -> None:
-        self.metrics.increment(HAND_OFF_TIMEOUTS, 1.0, self._tags(message.aggregate_id.named_aggregate))
+        self._record(HAND_OFF_TIMEOUTS, message.aggregate_id.named_aggregate)(1.0)
 
     def on_backlog(self, named_aggregate: NamedAggregate, backlog: int) -> None:
-        self.metrics.gauge(BACKLOG_GAUGE, float(backlog), self._tags(named_aggregate))
+        record = self._backlogs.get(named_aggregate)
+        if record is None:
+            # the first report makes the series; it is bound once it exists (a backend
+            # may bind an existing series more cheaply)
+            tags = {"bus": self.bus_name, "aggregate": str(named_aggregate)}
+            self.metrics.gauge(BACKLOG_GAUGE, float(backlog), tags)
+            if len(self._backlogs) < _MAX_CACHED_TAGS:
+                self._backlogs[named_aggregate] = bound_gauge(self.metrics, BACKLOG_GAUGE, tags)
+            return
+        record(float(backlog))
 
 
 class MetricEventProcessingObserver(EventProcessingObserver):
@@ -242,7 +306,7 @@ class MetricEventProcessingObserver(EventProcessingObserver):
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
-        self._outcome_tags: dict[tuple[str, NamedAggregate, str, str, ProcessingOutcome], dict[str, str]] = {}
+        self._outcomes: dict[tuple[str, NamedAggregate, str, str, ProcessingOutcome], Record] = {}
 
     def on_outcome(
         self,
@@ -254,8 +318,8 @@ class MetricEventProcessingObserver(EventProcessingObserver):
     ) -> None:
         named_aggregate = exchange.message.aggregate_id.named_aggregate
         key = (component, named_aggregate, exchange.event_name, exchange.function.processor_name, outcome)
-        tags = self._outcome_tags.get(key)
-        if tags is None:
+        record = self._outcomes.get(key)
+        if record is None:
             tags = {
                 "component": component,
                 "context": named_aggregate.context_name,
@@ -264,9 +328,10 @@ class MetricEventProcessingObserver(EventProcessingObserver):
                 "processor": key[3],
                 "outcome": outcome.value,
             }
-            if len(self._outcome_tags) < _MAX_CACHED_TAGS:
-                self._outcome_tags[key] = tags
-        self.metrics.increment(PROCESSING_OUTCOMES, tags=tags)
+            record = bound_counter(self.metrics, PROCESSING_OUTCOMES, tags)
+            if len(self._outcomes) < _MAX_CACHED_TAGS:
+                self._outcomes[key] = record
+        record(1.0)
 
     def on_rejected(self, component: str, exchange: MessageExchange[Any], reason: str) -> None:
         self.metrics.increment(PROCESSING_REJECTED, tags={"component": component, "reason": reason})
@@ -277,12 +342,16 @@ class MetricsMiddleware(Middleware):
 
     ``buses=False`` leaves the transport buses undecorated (no ``wow.bus.sent`` or
     ``wow.bus.received``): the runtime passes it for a backend that records the bus
-    metrics itself (:data:`~wow_core.metrics.RECORDS_MESSAGING`).
+    metrics itself (:data:`~wow_core.metrics.RECORDS_MESSAGING`). ``command_handler=False``
+    leaves the command handler undecorated: the runtime passes it for a backend whose
+    middleware counts the handler's outcomes itself
+    (:data:`~wow_core.metrics.RECORDS_COMMAND_OUTCOMES`).
     """
 
-    def __init__(self, metrics: Metrics, *, buses: bool = True) -> None:
+    def __init__(self, metrics: Metrics, *, buses: bool = True, command_handler: bool = True) -> None:
         self.metrics = metrics
         self.buses = buses
+        self.command_handler = command_handler
         self._event_observer = MetricEventProcessingObserver(metrics)
 
     def decorate_bus(self, bus: MessageBus[Any, Any], layer: BusLayer) -> MessageBus[Any, Any]:
@@ -296,6 +365,8 @@ class MetricsMiddleware(Middleware):
         return MetricMessageBus(bus, self.metrics, transport_bus)
 
     def decorate_command_handler(self, handler: CommandKernel) -> CommandKernel:
+        if not self.command_handler:
+            return handler
         return MetricCommandHandler(handler, self.metrics)
 
     def decorate_decode_failure_handler(

@@ -141,10 +141,14 @@ def _metrics_middleware(settings: ProcessSettings, metrics: Metrics) -> Middlewa
     """The core's metrics (:mod:`wow_core.middleware.metrics`); not installed for no-op metrics."""
     if isinstance(metrics, NoopMetrics):
         return None
-    from wow_core.metrics import RECORDS_MESSAGING
+    from wow_core.metrics import RECORDS_COMMAND_OUTCOMES, RECORDS_MESSAGING
     from wow_core.middleware import MetricsMiddleware
 
-    return MetricsMiddleware(metrics, buses=not getattr(metrics, RECORDS_MESSAGING, False))
+    return MetricsMiddleware(
+        metrics,
+        buses=not getattr(metrics, RECORDS_MESSAGING, False),
+        command_handler=not getattr(metrics, RECORDS_COMMAND_OUTCOMES, False),
+    )
 
 
 @hookimpl
