@@ -6,10 +6,12 @@ imported by name, nothing is pickled or evaluated). Bodies are dataclasses or py
 models; pydantic validates them on the way in.
 
 Both directions run in pydantic-core (Rust): ``encode`` builds the JSON-ready dict and
-writes it in one ``to_json`` pass; ``decode`` parses and checks the whole envelope in one
-compiled, strict validator per message kind, then rebuilds the body from its registered
-class's compiled validator. Every payload that is not a message of the asked kind is a
-:class:`DecodeError` with its :class:`DecodeFailureKind`, never another exception.
+writes it in one ``to_json`` pass (a command: its body is written once, that text spliced
+into the envelope's and strictly checked as a receiver reads it); ``decode`` parses and
+checks the whole envelope in one compiled, strict validator per message kind, then
+rebuilds the body from its registered class's compiled validator. Every payload that is
+not a message of the asked kind is a :class:`DecodeError` with its
+:class:`DecodeFailureKind`, never another exception.
 The form and its decoding rules are documented in ``docs/transports/spi.md``.
 
 **Wire versions.** ``encode`` writes version 2, the compact form (short keys, the
@@ -437,29 +439,7 @@ def compact_wire(registry: BodyTypeRegistry, message: Message) -> dict[str, Any]
     """
     if isinstance(message, CommandMessage):
         body_type, body = registry.dump(message.body)
-        data: dict[str, Any] = {
-            "v": WIRE_VERSION,
-            "k": "c",
-            "i": message.id,
-            "a": _aggregate_compact(message.aggregate_id),
-            "n": message.name,
-            "t": body_type,
-            "b": body,
-        }
-        if message.request_id != message.id:
-            data["r"] = message.request_id
-        if message.header:
-            data["h"] = message.header.to_dict()
-        if message.is_create:
-            data["cr"] = True
-        if message.allow_create:
-            data["ac"] = True
-        if message.is_void:
-            data["vd"] = True
-        if message.aggregate_version is not None:
-            data["av"] = message.aggregate_version
-        data["ts"] = message.create_time
-        return data
+        return {**_command_head(message, body_type), "b": body, **_command_tail(message)}
     if isinstance(message, DomainEventStream):
         return {"v": WIRE_VERSION, "k": "e", **_stream_compact(registry, message)}
     if isinstance(message, StateEvent):
@@ -477,17 +457,20 @@ def compact_wire(registry: BodyTypeRegistry, message: Message) -> dict[str, Any]
     raise TypeError(f"not a message: {type(message).__name__}")
 
 
-def _splice_command(message: CommandMessage[Any], body_type: str, body: bytes) -> bytes:
-    """The bytes :func:`compact_wire` and ``to_json`` write for ``message``, built around
-    the body's JSON text ``body`` (the same members, in the same order)."""
-    aggregate_id = message.aggregate_id
-    named = aggregate_id.named_aggregate
-    aggregate = [named.context_name, named.aggregate_name, aggregate_id.id]
-    if aggregate_id.tenant_id != DEFAULT_TENANT_ID:
-        aggregate.append(aggregate_id.tenant_id)
-    head = to_json(
-        {"v": WIRE_VERSION, "k": "c", "i": message.id, "a": aggregate, "n": message.name, "t": body_type}
-    )
+def _command_head(message: CommandMessage[Any], body_type: str) -> dict[str, Any]:
+    """A command's members before its body ``b``."""
+    return {
+        "v": WIRE_VERSION,
+        "k": "c",
+        "i": message.id,
+        "a": _aggregate_compact(message.aggregate_id),
+        "n": message.name,
+        "t": body_type,
+    }
+
+
+def _command_tail(message: CommandMessage[Any]) -> dict[str, Any]:
+    """A command's members after its body: those away from their defaults, then ``ts``."""
     tail: dict[str, Any] = {}
     if message.request_id != message.id:
         tail["r"] = message.request_id
@@ -503,7 +486,14 @@ def _splice_command(message: CommandMessage[Any], body_type: str, body: bytes) -
     if message.aggregate_version is not None:
         tail["av"] = message.aggregate_version
     tail["ts"] = message.create_time
-    return b"".join((head[:-1], b',"b":', body, b",", to_json(tail)[1:]))
+    return tail
+
+
+def _splice_command(message: CommandMessage[Any], body_type: str, body: bytes) -> bytes:
+    """The bytes :func:`compact_wire` and ``to_json`` write for ``message``, built around
+    the body's JSON text ``body`` (the same members, in the same order)."""
+    head = to_json(_command_head(message, body_type))
+    return b"".join((head[:-1], b',"b":', body, b",", to_json(_command_tail(message))[1:]))
 
 
 # -- decoding ---------------------------------------------------------------------------
