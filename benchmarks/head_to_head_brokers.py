@@ -26,7 +26,10 @@ aggregate ids:
 
 Every row runs ``--repeat`` times (3), the order of the rows rotated each repeat; the
 JSON (``benchmarks/results/head_to_head_brokers.json``) holds each row's runs, median
-and spread (min, max), the ratios of medians (wow over raw, wow over FastStream) with
+and spread (min, max), its CPU time per message (``cpu_us_per_message``: this process's
+CPU over the timed part, the broker runs in its own process; on a shared machine wall
+throughput of single runs differs up to 10x, CPU per message much less), the ratios of
+medians (wow over raw, wow over FastStream; ``cpu_ratio_*``: the peer's µs over wow's) with
 their goals (issue 15: send and end to end at least 0.8 of raw and 1.5x FastStream),
 ``uptime`` load before and after, and the peers skipped (FastStream not installed:
 ``uv sync --all-packages --group bench``), each with a message. ``head_to_head.py`` runs
@@ -109,6 +112,24 @@ async def senders(count: int, send: Callable[[int], Awaitable[object]], width: i
     await asyncio.gather(*(sender() for _ in range(width)))
 
 
+Timing = tuple[float, float]
+"""(wall seconds, CPU seconds of this process) of one run's timed part."""
+
+
+class Clock:
+    """Wall and CPU time from its creation: the broker runs in its own process, so the CPU
+    time is what the client side (the framework, or the raw client) spent per message."""
+
+    __slots__ = ("cpu", "wall")
+
+    def __init__(self) -> None:
+        self.wall = time.perf_counter()
+        self.cpu = time.process_time()
+
+    def stop(self) -> Timing:
+        return time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+
 def unique(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:8]}"
 
@@ -143,17 +164,17 @@ class WowSide:
         ids = [AggregateId(ACCOUNT, key(n)) for n in range(AGGREGATES)]
         return [CommandMessage(ids[n % AGGREGATES], body(n), "deposit") for n in range(count)]
 
-    async def send(self, count: int, width: int) -> float:
+    async def send(self, count: int, width: int) -> Timing:
         runtime = self.runtime()
         async with runtime:
             gateway = runtime.gateway
             await gateway.send(self.commands(1)[0])  # connections, topic or stream creation
             commands = self.commands(count)
-            started = time.perf_counter()
+            started = Clock()
             await senders(count, lambda n: gateway.send(commands[n]), width)
-            return time.perf_counter() - started
+            return started.stop()
 
-    async def end_to_end(self, count: int, width: int) -> float:
+    async def end_to_end(self, count: int, width: int) -> Timing:
         runtime = self.runtime()
         async with runtime:
             gateway = runtime.gateway
@@ -174,11 +195,11 @@ class WowSide:
                         if seen == count + 1:  # the warm-up one too
                             return
 
-                started = time.perf_counter()
+                started = Clock()
                 consumer = asyncio.ensure_future(consume())
                 await senders(count, lambda n: gateway.send(commands[n]), width)
                 await asyncio.wait_for(consumer, 120)
-                return time.perf_counter() - started
+                return started.stop()
             finally:
                 await receiver.close()
                 await bus.close()
@@ -241,32 +262,32 @@ class KafkaRows:
         await producer.start()
         return producer
 
-    async def raw_send(self, count: int, width: int) -> float:
+    async def raw_send(self, count: int, width: int) -> Timing:
         topic = await self.topic()
         producer = await self._producer()
         try:
             await producer.send_and_wait(topic, value=b"{}", key=b"w")
-            started = time.perf_counter()
+            started = Clock()
             await senders(
                 count,
                 lambda n: producer.send_and_wait(topic, value=body_json(n), key=key(n).encode()),
                 width,
             )
-            return time.perf_counter() - started
+            return started.stop()
         finally:
             await producer.stop()
 
-    async def raw_pipelined(self, count: int, width: int) -> float:
+    async def raw_pipelined(self, count: int, width: int) -> Timing:
         topic = await self.topic()
         producer = await self._producer()
         try:
             await producer.send_and_wait(topic, value=b"{}", key=b"w")
-            started = time.perf_counter()
+            started = Clock()
             futures = [
                 await producer.send(topic, value=body_json(n), key=key(n).encode()) for n in range(count)
             ]
             await asyncio.gather(*futures)
-            return time.perf_counter() - started
+            return started.stop()
         finally:
             await producer.stop()
 
@@ -278,23 +299,23 @@ class KafkaRows:
             self.bootstrap, acks=config["acks"], enable_idempotence=config["enable_idempotence"]
         )
 
-    async def faststream_send(self, count: int, width: int) -> float:
+    async def faststream_send(self, count: int, width: int) -> Timing:
         topic = await self.topic()
         broker = self._faststream()
         await broker.connect()
         try:
             await broker.publish({"amount": 1, "note": "w"}, topic, key=b"w")
-            started = time.perf_counter()
+            started = Clock()
             await senders(
                 count,
                 lambda n: broker.publish(dataclasses.asdict(body(n)), topic, key=key(n).encode()),
                 width,
             )
-            return time.perf_counter() - started
+            return started.stop()
         finally:
             await broker.stop()
 
-    async def raw_end_to_end(self, count: int, width: int) -> float:
+    async def raw_end_to_end(self, count: int, width: int) -> Timing:
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
         from wow_kafka.connection import common_config
@@ -328,7 +349,7 @@ class KafkaRows:
                     if offsets:
                         await consumer.commit(offsets)
 
-            started = time.perf_counter()
+            started = Clock()
             task = asyncio.ensure_future(consume())
             await senders(
                 count,
@@ -336,12 +357,12 @@ class KafkaRows:
                 width,
             )
             await asyncio.wait_for(task, 120)
-            return time.perf_counter() - started
+            return started.stop()
         finally:
             await consumer.stop()
             await producer.stop()
 
-    async def faststream_end_to_end(self, count: int, width: int) -> float:
+    async def faststream_end_to_end(self, count: int, width: int) -> Timing:
         topic = await self.topic()
         broker = self._faststream()
         done = asyncio.Event()
@@ -357,14 +378,14 @@ class KafkaRows:
         await broker.start()
         try:
             await broker.publish({"amount": 0, "note": ""}, topic, key=b"w")
-            started = time.perf_counter()
+            started = Clock()
             await senders(
                 count,
                 lambda n: broker.publish(dataclasses.asdict(body(n)), topic, key=key(n).encode()),
                 width,
             )
             await asyncio.wait_for(done.wait(), 120)
-            return time.perf_counter() - started
+            return started.stop()
         finally:
             await broker.stop()
 
@@ -397,35 +418,35 @@ class RedisRows:
     def stream(self) -> str:
         return unique(self.prefix + ":raw:")
 
-    async def raw_send(self, count: int, width: int) -> float:
+    async def raw_send(self, count: int, width: int) -> Timing:
         client = self.client()
         stream = self.stream()
         try:
             await client.xadd(stream, {"key": "w", "payload": b"{}"})
-            started = time.perf_counter()
+            started = Clock()
             await senders(
                 count, lambda n: client.xadd(stream, {"key": key(n), "payload": body_json(n)}), width
             )
-            return time.perf_counter() - started
+            return started.stop()
         finally:
             await client.aclose()
 
-    async def raw_pipelined(self, count: int, width: int) -> float:
+    async def raw_pipelined(self, count: int, width: int) -> Timing:
         client = self.client()
         stream = self.stream()
         try:
             await client.xadd(stream, {"key": "w", "payload": b"{}"})
-            started = time.perf_counter()
+            started = Clock()
             for first in range(0, count, SENDERS):
                 async with client.pipeline(transaction=False) as pipe:
                     for n in range(first, min(count, first + SENDERS)):
                         pipe.xadd(stream, {"key": key(n), "payload": body_json(n)})
                     await pipe.execute()
-            return time.perf_counter() - started
+            return started.stop()
         finally:
             await client.aclose()
 
-    async def faststream_send(self, count: int, width: int) -> float:
+    async def faststream_send(self, count: int, width: int) -> Timing:
         from faststream.redis import RedisBroker
 
         stream = self.stream()
@@ -433,13 +454,13 @@ class RedisRows:
         await broker.connect()
         try:
             await broker.publish({"amount": 1, "note": "w"}, stream=stream)
-            started = time.perf_counter()
+            started = Clock()
             await senders(count, lambda n: broker.publish(dataclasses.asdict(body(n)), stream=stream), width)
-            return time.perf_counter() - started
+            return started.stop()
         finally:
             await broker.stop()
 
-    async def raw_end_to_end(self, count: int, width: int) -> float:
+    async def raw_end_to_end(self, count: int, width: int) -> Timing:
         client = self.client()
         stream = self.stream()
         group = "raw"
@@ -459,17 +480,17 @@ class RedisRows:
                         if ids:
                             await client.xack(stream, group, *ids)
 
-            started = time.perf_counter()
+            started = Clock()
             task = asyncio.ensure_future(consume())
             await senders(
                 count, lambda n: client.xadd(stream, {"key": key(n), "payload": body_json(n)}), width
             )
             await asyncio.wait_for(task, 120)
-            return time.perf_counter() - started
+            return started.stop()
         finally:
             await client.aclose()
 
-    async def faststream_end_to_end(self, count: int, width: int) -> float:
+    async def faststream_end_to_end(self, count: int, width: int) -> Timing:
         from faststream.redis import RedisBroker, StreamSub
 
         stream = self.stream()
@@ -486,10 +507,10 @@ class RedisRows:
 
         await broker.start()
         try:
-            started = time.perf_counter()
+            started = Clock()
             await senders(count, lambda n: broker.publish(dataclasses.asdict(body(n)), stream=stream), width)
             await asyncio.wait_for(done.wait(), 120)
-            return time.perf_counter() - started
+            return started.stop()
         finally:
             await broker.stop()
 
@@ -533,33 +554,33 @@ class NatsRows:
         self.streams.append(name)
         return client, js, name, subject
 
-    async def raw_send(self, count: int, width: int) -> float:
+    async def raw_send(self, count: int, width: int) -> Timing:
         client, js, _, subject = await self.js()
         try:
             await js.publish(subject, b"{}", headers={"Wow-Key": "w"})
-            started = time.perf_counter()
+            started = Clock()
             await senders(
                 count, lambda n: js.publish(subject, body_json(n), headers={"Wow-Key": key(n)}), width
             )
-            return time.perf_counter() - started
+            return started.stop()
         finally:
             await client.close()
 
-    async def raw_pipelined(self, count: int, width: int) -> float:
+    async def raw_pipelined(self, count: int, width: int) -> Timing:
         client, js, _, subject = await self.js()
         try:
             await js.publish(subject, b"{}", headers={"Wow-Key": "w"})
-            started = time.perf_counter()
+            started = Clock()
             futures = [
                 await js.publish_async(subject, body_json(n), headers={"Wow-Key": key(n)})
                 for n in range(count)
             ]
             await asyncio.gather(*futures)
-            return time.perf_counter() - started
+            return started.stop()
         finally:
             await client.close()
 
-    async def faststream_send(self, count: int, width: int) -> float:
+    async def faststream_send(self, count: int, width: int) -> Timing:
         from faststream.nats import NatsBroker
 
         client, _, name, subject = await self.js()
@@ -568,7 +589,7 @@ class NatsRows:
         await broker.connect()
         try:
             await broker.publish({"amount": 1, "note": "w"}, subject, stream=name)
-            started = time.perf_counter()
+            started = Clock()
             await senders(
                 count,
                 lambda n: broker.publish(
@@ -576,11 +597,11 @@ class NatsRows:
                 ),
                 width,
             )
-            return time.perf_counter() - started
+            return started.stop()
         finally:
             await broker.stop()
 
-    async def raw_end_to_end(self, count: int, width: int) -> float:
+    async def raw_end_to_end(self, count: int, width: int) -> Timing:
         from nats.errors import TimeoutError as NatsTimeout
 
         client, js, name, subject = await self.js()
@@ -599,17 +620,17 @@ class NatsRows:
                         await message.ack()
                         seen += 1
 
-            started = time.perf_counter()
+            started = Clock()
             task = asyncio.ensure_future(consume())
             await senders(
                 count, lambda n: js.publish(subject, body_json(n), headers={"Wow-Key": key(n)}), width
             )
             await asyncio.wait_for(task, 120)
-            return time.perf_counter() - started
+            return started.stop()
         finally:
             await client.close()
 
-    async def faststream_end_to_end(self, count: int, width: int) -> float:
+    async def faststream_end_to_end(self, count: int, width: int) -> Timing:
         from faststream.nats import JStream, NatsBroker, PullSub
 
         client, _, name, subject = await self.js()
@@ -629,7 +650,7 @@ class NatsRows:
 
         await broker.start()
         try:
-            started = time.perf_counter()
+            started = Clock()
             await senders(
                 count,
                 lambda n: broker.publish(
@@ -638,7 +659,7 @@ class NatsRows:
                 width,
             )
             await asyncio.wait_for(done.wait(), 120)
-            return time.perf_counter() - started
+            return started.stop()
         finally:
             await broker.stop()
 
@@ -670,9 +691,9 @@ Row = tuple[str, str, str]
 """(broker, measure, implementation)."""
 
 
-async def measure(h: Harness, rows: Any, count: int, skipped: list[str]) -> dict[Row, list[float]]:
+async def measure(h: Harness, rows: Any, count: int, skipped: list[str]) -> dict[Row, list[Timing]]:
     width = int(getattr(h.options, "senders", SENDERS))
-    runs: dict[Row, Callable[[], Awaitable[float]]] = {
+    runs: dict[Row, Callable[[], Awaitable[Timing]]] = {
         (rows.broker, "send", "wow gateway SENT"): lambda: rows.wow.send(count, width),
         (rows.broker, "send", "raw awaiting each ack"): lambda: rows.raw_send(count, width),
         (rows.broker, "send", "raw pipelined"): lambda: rows.raw_pipelined(count, width),
@@ -682,7 +703,7 @@ async def measure(h: Harness, rows: Any, count: int, skipped: list[str]) -> dict
     if not skipped:
         runs[(rows.broker, "send", "faststream publish")] = lambda: rows.faststream_send(count, width)
         runs[(rows.broker, "end to end", "faststream")] = lambda: rows.faststream_end_to_end(count, width)
-    seconds: dict[Row, list[float]] = {row: [] for row in runs}
+    seconds: dict[Row, list[Timing]] = {row: [] for row in runs}
     names = list(runs)
     for repeat in range(h.repeat):
         shift = (repeat * 3) % len(names)
@@ -694,14 +715,19 @@ async def measure(h: Harness, rows: Any, count: int, skipped: list[str]) -> dict
     return seconds
 
 
-def summarise(count: int, seconds: dict[Row, list[float]]) -> tuple[list[dict[str, Any]], list[Figure]]:
+def summarise(count: int, seconds: dict[Row, list[Timing]]) -> tuple[list[dict[str, Any]], list[Figure]]:
+    """Throughput (wall) and CPU µs per message of each row; the ratios of both to raw and
+    FastStream (CPU: the peer's µs over wow's, so above 1 is better, like throughput)."""
     table: list[dict[str, Any]] = []
     medians: dict[Row, float] = {}
+    cpu_medians: dict[Row, float] = {}
     for (broker, what, impl), runs in seconds.items():
         if not runs:
             continue
-        rates = [count / s for s in runs]
+        rates = [count / wall for wall, _ in runs]
+        cpu = [cpu_s / count * 1e6 for _, cpu_s in runs]
         medians[(broker, what, impl)] = statistics.median(rates)
+        cpu_medians[(broker, what, impl)] = statistics.median(cpu)
         table.append(
             {
                 "broker": broker,
@@ -712,6 +738,8 @@ def summarise(count: int, seconds: dict[Row, list[float]]) -> tuple[list[dict[st
                 "min": round(min(rates), 1),
                 "max": round(max(rates), 1),
                 "runs": [round(r, 1) for r in rates],
+                "cpu_us_per_message": round(statistics.median(cpu), 1),
+                "cpu_runs": [round(c, 1) for c in cpu],
                 "messages": count,
             }
         )
@@ -723,15 +751,27 @@ def summarise(count: int, seconds: dict[Row, list[float]]) -> tuple[list[dict[st
         if impl.startswith("wow"):
             raw = medians.get((broker, what, "raw awaiting each ack" if what == "send" else "raw"))
             peer = medians.get((broker, what, "faststream publish" if what == "send" else "faststream"))
+            raw_row = (broker, what, "raw awaiting each ack" if what == "send" else "raw")
+            peer_row = (broker, what, "faststream publish" if what == "send" else "faststream")
+            own_cpu = cpu_medians[(broker, what, impl)]
             if raw:
                 ratio = medians[(broker, what, impl)] / raw
                 row["ratio_to_raw"] = detail["ratio_to_raw"] = round(ratio, 3)
                 row["goal_ratio_to_raw"] = detail["goal_ratio_to_raw"] = 0.8
+                if own_cpu > 0 and raw_row in cpu_medians:
+                    row["cpu_ratio_to_raw"] = detail["cpu_ratio_to_raw"] = round(
+                        cpu_medians[raw_row] / own_cpu, 3
+                    )
             if peer:
                 row["ratio_to_faststream"] = detail["ratio_to_faststream"] = round(
                     medians[(broker, what, impl)] / peer, 3
                 )
                 row["goal_ratio_to_faststream"] = detail["goal_ratio_to_faststream"] = 1.5
+                if own_cpu > 0 and peer_row in cpu_medians:
+                    row["cpu_ratio_to_faststream"] = detail["cpu_ratio_to_faststream"] = round(
+                        cpu_medians[peer_row] / own_cpu, 3
+                    )
+        detail["cpu_us_per_message"] = row["cpu_us_per_message"]
         figures.append(
             Figure(f"{broker} {what}: {impl}", row["median"], "messages/s", ratio=ratio, detail=detail)
         )
@@ -754,7 +794,7 @@ async def run(h: Harness) -> list[Figure]:
     for reason in skipped:
         print(reason, flush=True)
     load_before = uptime()
-    seconds: dict[Row, list[float]] = {}
+    seconds: dict[Row, list[Timing]] = {}
     for name in brokers:
         if name == "kafka":
             from benchmarks.kafka_transport import bootstrap_or_tansu

@@ -324,3 +324,19 @@ async def test_the_send_is_attributed_to_the_gateway_and_the_caller_context_rest
     finally:
         metrics_source.reset(token)
     assert seen == ["gateway", "saga:notice"]
+
+
+def test_the_memo_of_valid_bodies_stays_bounded_and_forgets_the_oldest_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from wow_core.command import validation
+
+    monkeypatch.setattr(validation, "_RECENT_LIMIT", 4)
+    monkeypatch.setattr(validation, "_recent_valid", type(validation._recent_valid)())
+    bodies = [Deposit(n + 1) for n in range(6)]
+    for body in bodies:
+        assert validation.validate_body(body) == []
+    assert list(validation._recent_valid.values()) == bodies[2:]
+    invalid = Transfer(source="a", target="a", amount=1)
+    assert validation.validate_body(invalid) != []
+    assert invalid not in validation._recent_valid.values()

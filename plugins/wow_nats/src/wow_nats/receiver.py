@@ -87,6 +87,36 @@ _BACKOFF_MAX = 5.0
 _NAK_MARGIN = 0.25
 
 
+_V1_TOKENS = 9
+"""``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ns>.<pending>``."""
+_V2_TOKENS = 11
+"""At least ``$JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<stream seq>.
+<consumer seq>.<ns>.<pending>`` (a twelfth token, a random one, may follow)."""
+
+
+def ack_reply_fields(reply: str | None) -> tuple[str, int, int, int] | None:
+    """The stream, delivery count, stream sequence and stored time (ns) that JetStream
+    writes into a message's ack subject, or None for a message that is not JetStream's.
+
+    What ``Msg.metadata`` reads (both subject versions), without building its datetime
+    and dataclasses for every record: only what a record needs.
+    """
+    if not reply:
+        return None
+    tokens = reply.split(".")
+    count = len(tokens)
+    if tokens[0] != "$JS" or count < 2 or tokens[1] != "ACK":
+        return None
+    try:
+        if count == _V1_TOKENS:
+            return tokens[2], int(tokens[4]), int(tokens[5]), int(tokens[7])
+        if count >= _V2_TOKENS:
+            return tokens[4], int(tokens[6]), int(tokens[7]), int(tokens[9])
+    except ValueError:
+        return None
+    return None
+
+
 class NatsReceiver:
     """Durable pull consumers of one group on some topics (see the module docstring).
 
@@ -250,13 +280,12 @@ class NatsReceiver:
 
     async def admit(self, topic: str, msg: Msg) -> NatsRecord | None:
         """Turn a message into a record, or dead-letter it (poison, not UTF-8)."""
-        try:
-            meta = msg.metadata
-        except nats.errors.NotJSMessageError:
+        fields = ack_reply_fields(msg.reply)
+        if fields is None:
             log.warning("a non-JetStream message reached the pull inbox of %s; ignored", topic)
             return None
-        position = f"{meta.stream}:{meta.sequence.stream}"
-        deliveries = meta.num_delivered
+        stream, deliveries, sequence, stored_ns = fields
+        position = f"{stream}:{sequence}"
         headers = msg.headers or {}
         key = key_of(headers)
         if deliveries > self.settings.max_deliver:
@@ -270,7 +299,7 @@ class NatsReceiver:
         try:
             timestamp = int(headers[TIMESTAMP_HEADER])
         except (KeyError, ValueError):  # not sent by wow-py: the time JetStream stored it
-            timestamp = int(meta.timestamp.timestamp() * 1000)
+            timestamp = stored_ns // 1_000_000
         return NatsRecord(
             msg,
             topic=topic,
@@ -279,7 +308,7 @@ class NatsReceiver:
             timestamp=timestamp,
             position=position,
             delivery_count=deliveries,
-            sequence=meta.sequence.stream,
+            sequence=sequence,
         )
 
     # -- internals ----------------------------------------------------------------------

@@ -10,6 +10,7 @@ returns messages (or :class:`Violation` s); any it returns make the command inva
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
@@ -61,11 +62,13 @@ def _field_violations(body: object) -> list[Violation]:
 
 
 _RECENT_LIMIT = 8192
-_recent_valid: dict[int, object] = {}
+_recent_valid: OrderedDict[int, object] = OrderedDict()
 """Bodies found valid lately, by identity: the gateway validates a body, the kernel of
 the same process receives that very object and need not validate it again. The dict
 holds the bodies themselves, so an id cannot be reused while it is remembered. Bodies are
-values: one changed after it was sent is not validated again."""
+values: one changed after it was sent is not validated again. The oldest is forgotten
+first, in constant time (``popitem(last=False)``: a plain dict's ``next(iter(...))``
+walks over every slot deleted before it, a tenth of a send's CPU once it was full)."""
 
 
 def validate_body(body: object) -> list[Violation]:
@@ -80,6 +83,6 @@ def validate_body(body: object) -> list[Violation]:
         found.extend(item if isinstance(item, Violation) else Violation("", str(item)) for item in extra)
     if not found:
         if len(_recent_valid) >= _RECENT_LIMIT:
-            del _recent_valid[next(iter(_recent_valid))]
+            _recent_valid.popitem(last=False)
         _recent_valid[key] = body
     return found

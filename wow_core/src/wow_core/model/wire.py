@@ -6,10 +6,12 @@ imported by name, nothing is pickled or evaluated). Bodies are dataclasses or py
 models; pydantic validates them on the way in.
 
 Both directions run in pydantic-core (Rust): ``encode`` builds the JSON-ready dict and
-writes it in one ``to_json`` pass; ``decode`` parses and checks the whole envelope in one
-compiled, strict validator per message kind, then rebuilds the body from its registered
-class's compiled validator. Every payload that is not a message of the asked kind is a
-:class:`DecodeError` with its :class:`DecodeFailureKind`, never another exception.
+writes it in one ``to_json`` pass (a command: its body is written once, that text spliced
+into the envelope's and strictly checked as a receiver reads it); ``decode`` parses and
+checks the whole envelope in one compiled, strict validator per message kind, then
+rebuilds the body from its registered class's compiled validator. Every payload that is
+not a message of the asked kind is a :class:`DecodeError` with its
+:class:`DecodeFailureKind`, never another exception.
 The form and its decoding rules are documented in ``docs/transports/spi.md``.
 
 **Wire versions.** ``encode`` writes version 2, the compact form (short keys, the
@@ -130,13 +132,22 @@ class BodyTypeRegistry:
     costs two dict lookups and one call into pydantic-core.
     """
 
-    __slots__ = ("_adapters", "_by_name", "_by_type", "_dumpers", "_loaders", "_strict_loaders")
+    __slots__ = (
+        "_adapters",
+        "_by_name",
+        "_by_type",
+        "_dumpers",
+        "_loaders",
+        "_strict_json_checks",
+        "_strict_loaders",
+    )
 
     def __init__(self, types: Iterable[type[Any]] = ()) -> None:
         self._by_name: dict[str, type[Any]] = {}
         self._by_type: dict[type[Any], str] = {}
         self._adapters: dict[type[Any], TypeAdapter[Any]] = {}
         self._dumpers: dict[type[Any], tuple[str, Callable[..., Any]]] = {}
+        self._strict_json_checks: dict[str, Callable[[bytes], Any]] = {}
         self._loaders: dict[str, Callable[[Any], Any]] = {}
         self._strict_loaders: dict[str, Callable[[Any], Any]] = {}
         for cls in types:
@@ -152,6 +163,7 @@ class BodyTypeRegistry:
         self._by_name[type_name] = cls
         self._by_type[cls] = type_name
         self._dumpers.pop(cls, None)  # re-registered under another name: dump by the new one
+        self._strict_json_checks.pop(type_name, None)
         self._loaders.pop(type_name, None)
         self._strict_loaders.pop(type_name, None)
         return type_name
@@ -186,6 +198,14 @@ class BodyTypeRegistry:
         if dumper is None:
             dumper = self._dumpers[cls] = (self.name_of(cls), self.adapter(cls).serializer.to_python)
         return dumper[0], dumper[1](body, mode="json")
+
+    def dump_json(self, body: object) -> tuple[str, bytes]:
+        """The type name and compact JSON text of ``body`` (``to_json`` of :meth:`dump`'s
+        data, non-finite floats written as the constants ``NaN``/``Infinity`` so that a
+        caller can refuse them rather than lose them as ``null``);
+        :class:`UnknownBodyTypeError` if unregistered."""
+        type_name, data = self.dump(body)
+        return type_name, to_json(data, inf_nan_mode="constants")
 
     def load(self, type_name: str, data: Any, *, strict: bool = False) -> Any:
         """The body of class ``type_name`` validated from ``data``; :class:`DecodeError` otherwise.
@@ -226,6 +246,26 @@ class BodyTypeRegistry:
             self.load(type_name, data, strict=True)
         except DecodeError as error:
             raise EncodeError("message.body", f"a receiver would refuse it: {error.detail}") from None
+
+    def check_strict_json(self, type_name: str, text: bytes) -> None:
+        """:meth:`check_strict` of a body's JSON text (from :meth:`dump_json`): the very
+        validation a strict receiver runs on it, without writing the text again."""
+        check = self._strict_json_checks.get(type_name)
+        if check is None:
+            try:
+                cls = self.resolve(type_name)
+            except UnknownBodyTypeError as error:
+                raise EncodeError("message.body", str(error)) from None
+            validate = self.adapter(cls).validator.validate_json
+            extra: Literal["forbid"] | None = None if _configures_extra(cls) else "forbid"
+            check = self._strict_json_checks[type_name] = functools.partial(
+                validate, strict=True, extra=extra
+            )
+        try:
+            check(text)
+        except ValidationError as error:
+            detail = f"{type_name}: {_body_errors(error)}"
+            raise EncodeError("message.body", f"a receiver would refuse it: {detail}") from None
 
 
 def _configures_extra(cls: type[Any]) -> bool:
@@ -399,29 +439,7 @@ def compact_wire(registry: BodyTypeRegistry, message: Message) -> dict[str, Any]
     """
     if isinstance(message, CommandMessage):
         body_type, body = registry.dump(message.body)
-        data: dict[str, Any] = {
-            "v": WIRE_VERSION,
-            "k": "c",
-            "i": message.id,
-            "a": _aggregate_compact(message.aggregate_id),
-            "n": message.name,
-            "t": body_type,
-            "b": body,
-        }
-        if message.request_id != message.id:
-            data["r"] = message.request_id
-        if message.header:
-            data["h"] = message.header.to_dict()
-        if message.is_create:
-            data["cr"] = True
-        if message.allow_create:
-            data["ac"] = True
-        if message.is_void:
-            data["vd"] = True
-        if message.aggregate_version is not None:
-            data["av"] = message.aggregate_version
-        data["ts"] = message.create_time
-        return data
+        return {**_command_head(message, body_type), "b": body, **_command_tail(message)}
     if isinstance(message, DomainEventStream):
         return {"v": WIRE_VERSION, "k": "e", **_stream_compact(registry, message)}
     if isinstance(message, StateEvent):
@@ -437,6 +455,45 @@ def compact_wire(registry: BodyTypeRegistry, message: Message) -> dict[str, Any]
         data["es"] = _stream_compact(registry, message.stream)
         return data
     raise TypeError(f"not a message: {type(message).__name__}")
+
+
+def _command_head(message: CommandMessage[Any], body_type: str) -> dict[str, Any]:
+    """A command's members before its body ``b``."""
+    return {
+        "v": WIRE_VERSION,
+        "k": "c",
+        "i": message.id,
+        "a": _aggregate_compact(message.aggregate_id),
+        "n": message.name,
+        "t": body_type,
+    }
+
+
+def _command_tail(message: CommandMessage[Any]) -> dict[str, Any]:
+    """A command's members after its body: those away from their defaults, then ``ts``."""
+    tail: dict[str, Any] = {}
+    if message.request_id != message.id:
+        tail["r"] = message.request_id
+    header = message.header
+    if header:
+        tail["h"] = header.to_dict()
+    if message.is_create:
+        tail["cr"] = True
+    if message.allow_create:
+        tail["ac"] = True
+    if message.is_void:
+        tail["vd"] = True
+    if message.aggregate_version is not None:
+        tail["av"] = message.aggregate_version
+    tail["ts"] = message.create_time
+    return tail
+
+
+def _splice_command(message: CommandMessage[Any], body_type: str, body: bytes) -> bytes:
+    """The bytes :func:`compact_wire` and ``to_json`` write for ``message``, built around
+    the body's JSON text ``body`` (the same members, in the same order)."""
+    head = to_json(_command_head(message, body_type))
+    return b"".join((head[:-1], b',"b":', body, b",", to_json(_command_tail(message))[1:]))
 
 
 # -- decoding ---------------------------------------------------------------------------
@@ -977,6 +1034,11 @@ def _to_json(data: dict[str, Any], source: object) -> str:
     except ValueError as error:  # nested too deeply for the serializer
         field, reason = _beyond_limits(source, "message") or ("message", str(error))
         raise EncodeError(field, reason) from None
+    return _within_limits(text, source)
+
+
+def _within_limits(text: bytes, source: object) -> str:
+    """``text`` decoded, once it is known that the decoder's parser reads it (see :func:`_to_json`)."""
     if b"NaN" in text or b"Infinity" in text:
         json.loads(text, parse_constant=_refuse_constant)
     # Only a text with more brackets than the depth limit can be too deep, only one with a
@@ -1058,15 +1120,28 @@ class MessageCodec:
         than :data:`MAX_INT_DIGITS` digits, a command body that does not validate
         strictly; ``ValueError`` for a non-finite float.
         """
+        if isinstance(message, CommandMessage):
+            return self._encode_command(message)
         try:
             data = compact_wire(self.registry, message)
         except ValueError as error:  # a body nested too deeply for the serializer, among others
             # The message objects name their parts as the wire form does (body, events[0]).
             field, reason = _beyond_limits(message, "message") or ("message", str(error))
             raise EncodeError(field, reason) from None
-        text = _to_json(data, message)
-        if self.strict_commands and isinstance(message, CommandMessage):
-            self.registry.check_strict(data["t"], data["b"])
+        return _to_json(data, message)
+
+    def _encode_command(self, message: CommandMessage[Any]) -> str:
+        """:func:`compact_wire`'s text of a command, the body written once: its JSON is
+        spliced into the envelope's, and the strict check (a receiver's own validation)
+        reads that same text."""
+        try:
+            body_type, body = self.registry.dump_json(message.body)
+        except ValueError as error:  # a body nested too deeply for the serializer, among others
+            field, reason = _beyond_limits(message, "message") or ("message", str(error))
+            raise EncodeError(field, reason) from None
+        text = _within_limits(_splice_command(message, body_type, body), message)
+        if self.strict_commands:
+            self.registry.check_strict_json(body_type, body)
         return text
 
     def decode(self, payload: str | bytes, kind: TopicKind) -> Message:
