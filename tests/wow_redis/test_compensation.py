@@ -154,7 +154,10 @@ class Client:
 
 
 def _started(member: Member) -> None:
-    member.wait_for(lambda: any("started" in line for line in member.lines), 30)
+    """Until ``wow run`` says it serves (its start-up line; any line with "started" came
+    by chance). 60 s: a start-up costs about 1.5 s of CPU, and under a loaded parallel run
+    two members start on 2 cores shared with the other test workers."""
+    member.wait_for(lambda: any("wow.run: serving" in line for line in member.lines), 60)
 
 
 async def test_two_instances_compensate_every_record_once(
