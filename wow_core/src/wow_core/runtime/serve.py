@@ -48,13 +48,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from wow_core.launcher import StartupSignals
 from wow_core.plugins import PluginError
 from wow_core.runtime.app import WowApp
 from wow_core.runtime.assembly import build_runtime
 from wow_core.runtime.gc_tuning import freeze_start_up
 from wow_core.runtime.runtime import WowRuntime
 from wow_core.runtime.settings import ENV_PREFIX, NESTED, SettingsError, mask_userinfo
+from wow_core.stop_signals import StartupSignals
 
 log = logging.getLogger("wow.run")
 
