@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, list[tuple[str, str]]]] = [
             ("metrics", "facade"),
             ("concurrency", "LanePool, eager"),
             ("executor", "Executor protocol"),
+            ("stop_signals", "StartupSignals"),
         ],
     ),
     ("", [("context", "the ContextCapture SPI")]),
@@ -59,6 +60,7 @@ LAYERS: list[tuple[str, list[tuple[str, str]]]] = [
     ("", [("runtime", "WowSettings, container, assembly, WowRuntime, KeyedExecutor, WowApp, CLI")]),
     ("", [("testing", "given/when/expect specs, TestRuntime, conformance suites")]),
     ("", [("examples", "the bank example, wow demo's (a link to examples/bank in a checkout)")]),
+    ("", [("launcher", "the wow executable: stop signals recorded first, then the CLI")]),
 ]
 """The rows of the diagram, bottom first: (caption, [(package, what it owns)])."""
 

@@ -45,6 +45,9 @@ INTAKE_GROUP = f"{CONTEXT}.intake"
 
 
 class Node(Member):
+    def serving(self) -> bool:
+        return any("wow.run: serving" in line for line in self.lines)
+
     def intake_assignments(self) -> int:
         return sum(1 for line in self.lines if INTAKE_GROUP in line and ": assigned" in line)
 
@@ -172,6 +175,9 @@ async def test_three_nodes_a_sigkill_and_a_restart_commit_every_command_once_in_
         # in threads: a blocking wait here would stall this loop past the request timeout
         # of the receipts consumer's fetch in flight (the surviving nodes take seconds to stop)
         # all at once: one by one, each stop would move the partitions to the others again
+        # the restarted node may still be starting (the others did the work): stopping it then
+        # would test only the abort of a start; wait until it serves, as the others do
+        await asyncio.to_thread(restarted.wait_for, restarted.serving, 90)
         codes = await asyncio.gather(*(asyncio.to_thread(node.stop) for node in nodes[1:]))
         assert codes == [0] * len(codes), f"nodes did not stop cleanly: {codes}"
     finally:

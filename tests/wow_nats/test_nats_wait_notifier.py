@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 import nats
@@ -59,6 +61,36 @@ async def test_hostile_payloads_on_the_subject_are_dropped_and_it_keeps_working(
         assert (await waiter.future).stage is CommandStage.PROCESSED
         assert sink.malformed == 4
     finally:
+        await raw.close()
+        await caller.close()
+
+
+async def test_start_returns_only_once_the_server_has_the_subscription(nats_url: str, names: Names) -> None:
+    """nats-py's ``flush()`` writes its PING straight to the socket, ahead of a SUB still in
+    its write buffer: a PONG proved nothing, and signals another connection published
+    right after ``start`` were lost when the SUB was written late (a loaded event loop;
+    here its writes are held back 0.5 s)."""
+    caller = notifier(nats_url, names)
+    coordinator = WaitCoordinator()
+    raw = await nats.connect(nats_url)
+    client = await caller._connection.client()
+    transport: Any = client._transport
+    writelines = transport.writelines
+
+    def late(data: Iterable[bytes]) -> None:
+        asyncio.get_running_loop().call_later(0.5, writelines, list(data))
+
+    transport.writelines = late
+    try:
+        endpoint = await caller.start(WaitSignalSink(coordinator.receive))
+        transport.writelines = writelines
+        waiter = coordinator.register(command(), CommandWait.processed())
+        await raw.publish(
+            endpoint.address, encode_signal(WaitSignal(waiter.command.id, CommandStage.PROCESSED)).encode()
+        )
+        assert (await asyncio.wait_for(waiter.future, 5)).stage is CommandStage.PROCESSED
+    finally:
+        transport.writelines = writelines
         await raw.close()
         await caller.close()
 

@@ -154,7 +154,10 @@ class Client:
 
 
 def _started(member: Member) -> None:
-    member.wait_for(lambda: any("started" in line for line in member.lines), 30)
+    """Until ``wow run`` says it serves (its start-up line; any line with "started" came
+    by chance). 90 s: a start-up costs about 1.6 s of CPU, which took 17-36 s of wall time
+    at a load of 20 on 2 cores (two members start at once here)."""
+    member.wait_for(lambda: any("wow.run: serving" in line for line in member.lines), 90)
 
 
 async def test_two_instances_compensate_every_record_once(

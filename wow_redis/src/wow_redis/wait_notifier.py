@@ -9,8 +9,20 @@ service answering many waiting callers would otherwise spend a round trip, and a
 connection, per signal: more than its commands cost to process).
 
 Guaranteed: a signal published while the caller is subscribed reaches it once, in
-publish order per publisher. Not guaranteed: delivery across a disconnection of either
-side (pub/sub keeps nothing; the caller's wait then ends at its deadline), or to a
+publish order per publisher. "Subscribed" means Redis confirmed the subscription on the
+connection the notifier reads: :meth:`RedisWaitNotifier.start` returns only then, and
+after a lost connection :attr:`RedisWaitNotifier.receiving` is true again (and
+:attr:`RedisWaitNotifier.subscriptions` counts one more) only once the reader has read
+the confirmation on its new connection. The server may count a subscriber earlier (the
+client library resubscribes while it reconnects, before the notifier closes that
+connection and subscribes afresh): that count is no promise of delivery.
+
+Not guaranteed: delivery across a disconnection of either side (pub/sub keeps nothing).
+A signal published while the caller is not receiving is lost for good: the caller's
+wait is not completed by it and ends at its own deadline with
+:class:`~wow_core.command.CommandWaitTimeoutError`, although the command itself went
+on (its outcome can be read back from the aggregate, or the command sent again with
+the same request id); nor to a
 caller that died (``PUBLISH`` reaches no subscriber and is forgotten: nothing is kept for
 a dead endpoint, nothing grows). Only channels of this form under this key prefix are
 published to: an endpoint naming anything else is refused.
@@ -59,6 +71,13 @@ class RedisWaitNotifier:
         self._reader: asyncio.Task[None] | None = None
         self._queue: list[tuple[bytes, asyncio.Future[int]]] = []
         self._writer: asyncio.Task[None] | None = None
+        self.receiving = False
+        """Whether the reader holds a subscription Redis confirmed on its connection: a
+        signal published now reaches this process (false between a lost connection and
+        the confirmation of the new subscription)."""
+        self.subscriptions = 0
+        """Subscriptions Redis confirmed to the reader: 1 after :meth:`start`, one more
+        after each lost connection it recovered from."""
         self.undelivered = 0
         """Signals published to a channel nobody listens on (the caller is gone)."""
 
@@ -72,12 +91,15 @@ class RedisWaitNotifier:
         return self._client
 
     async def start(self, sink: WaitSignalSink) -> WaitEndpoint:
-        """Subscribe to this process's channel; returns once subscribed."""
-        pubsub = self._connected().pubsub(ignore_subscribe_messages=True)
+        """Subscribe to this process's channel; returns once Redis confirmed the
+        subscription (a signal published from then on reaches this process)."""
+        pubsub = self._connected().pubsub(ignore_subscribe_messages=False)
         self._pubsub = pubsub
         try:
             async with asyncio.timeout(self.settings.socket_timeout):
                 await pubsub.subscribe(self.channel)
+                while not self._confirms(await pubsub.get_message(timeout=self.settings.socket_timeout)):
+                    pass
         except (*TRANSIENT_ERRORS, TimeoutError) as error:
             await self.close()
             raise ConnectionError(
@@ -85,6 +107,15 @@ class RedisWaitNotifier:
             ) from error
         self._reader = asyncio.get_running_loop().create_task(self._read(pubsub, sink), name=self.channel)
         return WaitEndpoint(KIND, self.channel)
+
+    def _confirms(self, message: Any) -> bool:
+        """Whether ``message`` is Redis's confirmation of this channel's subscription
+        (counted: from now on the reader receives what is published)."""
+        if message is None or message.get("type") != "subscribe":
+            return False
+        self.subscriptions += 1
+        self.receiving = True
+        return True
 
     async def _read(self, pubsub: PubSub, sink: WaitSignalSink) -> None:
         backoff = Backoff(self.settings.reconnect_backoff, self.settings.reconnect_backoff_max)
@@ -96,14 +127,17 @@ class RedisWaitNotifier:
                 backoff.reset()
             except TRANSIENT_ERRORS as error:
                 # Signals published meanwhile are lost (pub/sub keeps nothing): those waits
-                # end at their deadlines.
+                # end at their deadlines. redis-py may have resubscribed on a new connection
+                # before raising: that one is closed too, and the subscription made afresh
+                # counts only once its confirmation is read.
+                self.receiving = False
                 delay = backoff.next_delay()
                 log.warning("wait channel %s: %r; subscribing again in %.1fs", self.channel, error, delay)
                 with contextlib.suppress(*TRANSIENT_ERRORS):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
                 await asyncio.sleep(delay)
                 continue
-            if message is None or message.get("type") != "message":
+            if message is None or self._confirms(message) or message.get("type") != "message":
                 continue
             sink(message["data"])  # never raises
 
@@ -151,6 +185,7 @@ class RedisWaitNotifier:
                     future.set_result(int(reply))
 
     async def close(self) -> None:
+        self.receiving = False
         for task in (self._reader, self._writer):
             if task is not None:
                 task.cancel()

@@ -6,7 +6,12 @@ nothing after its wait's deadline, so nothing is stored); a process that reaches
 of a command waited for elsewhere publishes the signal's JSON
 (:func:`wow_core.spi.encode_signal`) to the subject named in the command's header.
 
-Guaranteed: a signal published while the caller is subscribed reaches it at most once.
+Guaranteed: a signal published while the caller is subscribed reaches it at most once;
+"subscribed" begins when :meth:`NatsWaitNotifier.start` returns: the server has the
+subscription then, so a signal any connection publishes afterwards is delivered (short
+of a disconnection). A signal that is not delivered completes no wait: the caller's wait
+ends at its own deadline with :class:`~wow_core.command.CommandWaitTimeoutError`,
+although the command went on.
 Not guaranteed: delivery during a disconnection (nats-py buffers publishes while it
 reconnects, up to its pending size; a subscriber that is away misses what was published
 meanwhile, and those waits end at their deadlines), or to a caller that died (a publish
@@ -17,6 +22,7 @@ refused.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import secrets
 from typing import TYPE_CHECKING
@@ -55,14 +61,35 @@ class NatsWaitNotifier:
         return cls(settings.section(SECTION, NatsSettings), topic_prefix=settings.messaging.topic_prefix)
 
     async def start(self, sink: WaitSignalSink) -> WaitEndpoint:
-        """Subscribe to this process's subject; returns once the server has the subscription."""
+        """Subscribe to this process's subject; returns once the server has the subscription
+        (``ConnectionError`` when that is not confirmed within ``connect_timeout``).
+
+        ``flush()`` is no proof of that: nats-py writes its ``PING`` straight to the socket,
+        ahead of a ``SUB`` still in its write buffer, so its ``PONG`` can come back before
+        the server has the subscription (signals published meanwhile by other
+        connections were lost). A message this connection publishes to the subject after
+        the ``SUB`` is: the server handles one connection's commands in order, so it comes
+        back only once the subscription is in place."""
         client = await self._connection.client()
+        confirmed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        probe = b"wow-subscribed " + secrets.token_hex(16).encode()
 
         async def received(message: Msg) -> None:
+            if not confirmed.done() and message.data == probe:
+                confirmed.set_result(None)
+                return
             sink(message.data)  # never raises
 
         await client.subscribe(self.subject, cb=received)
-        await client.flush(max(1, round(self.settings.connect_timeout)))
+        await client.publish(self.subject, probe)
+        try:
+            async with asyncio.timeout(self.settings.connect_timeout):
+                await confirmed
+        except TimeoutError:
+            raise ConnectionError(
+                f"NATS did not confirm the wait subject's subscription within "
+                f"{self.settings.connect_timeout}s (WOW_NATS__CONNECT_TIMEOUT)"
+            ) from None
         return WaitEndpoint(KIND, self.subject)
 
     async def notify(self, endpoint: WaitEndpoint, signal: WaitSignal) -> None:

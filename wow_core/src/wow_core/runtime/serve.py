@@ -9,6 +9,13 @@ flushed within ``WOW_RUNTIME__SHUTDOWN_TIMEOUT``, transports close) and exits 0,
 when the stop was not clean. A second SIGINT (or SIGTERM) during the stop forces it:
 the process exits at once with status 130.
 
+A stop signal during the start-up aborts it: ``wow run`` honours SIGINT and SIGTERM from
+the first instant of the process (:mod:`wow_core.launcher`), stops after the step it is
+in (importing the app, building the runtime) or, once the runtime is starting (connecting
+to a broker that is slow or down), cancels the start, which stops and closes in order
+what had started. It then exits 0 without having served (``stopped during start-up`` in
+the log), or 1 when closing what was opened was not clean. It never dies by the signal.
+
 An error in the user's module or app (a ``SyntaxError``, an exception at import, an
 import inside the module that fails, an aggregate definition error, a filter-order
 cycle) is one line, ``wow run: module:app: ... <file>, line <n>: <Error>: <message>``,
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -46,6 +54,7 @@ from wow_core.runtime.assembly import build_runtime
 from wow_core.runtime.gc_tuning import freeze_start_up
 from wow_core.runtime.runtime import WowRuntime
 from wow_core.runtime.settings import ENV_PREFIX, NESTED, SettingsError, mask_userinfo
+from wow_core.stop_signals import StartupSignals
 
 log = logging.getLogger("wow.run")
 
@@ -206,8 +215,16 @@ def log_startup(runtime: WowRuntime, plugins: Any, sections: dict[str, Any] | No
             log.info("setting %s", line)
 
 
-async def serve(runtime: WowRuntime, stop_signals: tuple[signal.Signals, ...] = ()) -> int:
-    """Start ``runtime``, serve until a stop signal, stop in order; return the exit status."""
+async def serve(
+    runtime: WowRuntime,
+    stop_signals: tuple[signal.Signals, ...] = (),
+    startup: StartupSignals | None = None,
+) -> int:
+    """Start ``runtime``, serve until a stop signal, stop in order; return the exit status.
+
+    A stop signal while the runtime starts (or one ``startup`` recorded before the event
+    loop ran) cancels the start: what had started is stopped and closed in order, and
+    the status is 0 (1 when that stop was not clean) without serving."""
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
     signals = stop_signals or (signal.SIGINT, signal.SIGTERM)
@@ -223,7 +240,12 @@ async def serve(runtime: WowRuntime, stop_signals: tuple[signal.Signals, ...] = 
     for signum in signals:
         loop.add_signal_handler(signum, on_signal, signum)
     try:
-        await runtime.start()
+        if startup is not None and startup.received is not None:  # read once the loop handles them
+            on_signal(startup.received)
+        if not await _started(runtime, stop_requested):
+            clean = await runtime.stop()  # idempotent: the result of the stop the cancel made
+            log.info("stopped during start-up %s", "cleanly" if clean else "with work left behind")
+            return 0 if clean else 1
         tuning = runtime.settings.runtime
         if tuning.gc_freeze:
             # What start-up built lives as long as the process: out of the collector's reach.
@@ -241,6 +263,27 @@ async def serve(runtime: WowRuntime, stop_signals: tuple[signal.Signals, ...] = 
     return 0 if clean else 1
 
 
+async def _started(runtime: WowRuntime, stop_requested: asyncio.Event) -> bool:
+    """Start ``runtime`` unless a stop is requested first: then cancel the start (the
+    runtime stops what had started) and return False. A failed start raises its error."""
+    if stop_requested.is_set():
+        return False
+    starting = asyncio.ensure_future(runtime.start())
+    stopping = asyncio.ensure_future(stop_requested.wait())
+    try:
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if starting.done():
+        starting.result()  # a StartError propagates
+        return True
+    log.info("start-up interrupted: cancelling the start, closing what was opened")
+    starting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await starting  # Lifecycle.start stops what started, then re-raises the cancellation
+    return False
+
+
 def configure_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("app", help="the service to run, as module:attribute (a WowApp)")
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
@@ -253,10 +296,13 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
 
 def run_command(invocation: Any) -> int:
     args = invocation.args
+    startup = StartupSignals.installed()  # by wow_core.launcher, for the ``wow`` executable
     debug = bool(getattr(args, "debug", False)) or str(args.log_level).upper() == "DEBUG"
     _configure_logging("DEBUG" if debug else args.log_level)
     try:
         app = load_app(args.app)
+        if _interrupted(startup, "importing the app"):
+            return 0
         container = invocation.container()
         try:
             runtime = build_runtime(app, container=container)
@@ -271,8 +317,18 @@ def run_command(invocation: Any) -> int:
         if debug and error.original is not None:
             traceback.print_exception(error.original, file=sys.stderr)
         raise
+    if _interrupted(startup, "building the runtime"):
+        return 0  # nothing was started or connected yet
     log_startup(runtime, invocation.plugins, container.plugin_sections())
-    return asyncio.run(serve(runtime))
+    return asyncio.run(serve(runtime, startup=startup))
+
+
+def _interrupted(startup: StartupSignals | None, step: str) -> bool:
+    """Whether a stop signal arrived while ``wow run`` was ``step`` (logged: it stops)."""
+    if startup is None or startup.received is None:
+        return False
+    log.info("%s received while %s: stopped during start-up, nothing started", startup.name, step)
+    return True
 
 
 # -- wow demo ------------------------------------------------------------------------------
