@@ -174,6 +174,47 @@ async def test_a_flush_past_the_shutdown_timeout_is_cancelled_and_reported() -> 
     assert closed == ["close transport"]
 
 
+class _Hangs:
+    """A dispatcher (or closeable) whose stop ignores its timeout and never returns."""
+
+    def __init__(self) -> None:
+        self.cancelled = asyncio.Event()
+
+    async def start(self) -> None:
+        pass
+
+    async def _forever(self) -> bool:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+        return True
+
+    async def stop(self, timeout: float | None = None) -> bool:
+        return await self._forever()
+
+    async def close(self) -> None:
+        await self._forever()
+
+
+async def test_a_dispatcher_or_a_close_that_ignores_the_timeout_is_cancelled_and_named(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    lifecycle = Lifecycle(shutdown_timeout=0.05)
+    dispatcher, closeable, closed = _Hangs(), _Hangs(), []
+    lifecycle.add_dispatcher(dispatcher)
+    lifecycle.add_closeable(Recorder(closed, "transport"))
+    lifecycle.add_closeable(closeable, "stuck bus")
+    await lifecycle.start()
+    assert not await asyncio.wait_for(lifecycle.stop(), 10), "the budget bounds the whole stop"
+    assert dispatcher.cancelled.is_set()
+    assert closeable.cancelled.is_set()
+    assert closed == ["close transport"], "the closes after a stuck one still run"
+    assert "overran the shutdown timeout" in caplog.text
+    assert "stuck bus" in caplog.text
+
+
 async def test_stop_lets_a_command_in_flight_finish() -> None:
     gate = asyncio.Event()
     entered = asyncio.Event()

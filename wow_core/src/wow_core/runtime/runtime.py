@@ -34,7 +34,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from wow_core.cluster.intake import CommandIntake
 from wow_core.command.coordinator import WaitCoordinator
@@ -196,14 +196,26 @@ class Lifecycle:
 
         clean = True
         try:
+            # Each part gets what is left of the budget and a short grace, then is cancelled
+            # and named: the shutdown timeout bounds the whole stop, whatever a part does.
             results = await asyncio.gather(
-                *(d.stop(remaining()) for d in self.dispatchers), return_exceptions=True
+                *(_bounded(d.stop(remaining()), remaining() + _GRACE) for d in self.dispatchers),
+                return_exceptions=True,
             )
             for dispatcher, result in zip(self.dispatchers, results, strict=True):
-                if result is not True:
+                if isinstance(result, TimeoutError):
+                    clean = False
+                    log.warning(
+                        "dispatcher %r overran the shutdown timeout (%.1fs); cancelled", dispatcher, budget
+                    )
+                elif result is not True:
                     clean = False
                     log.warning("dispatcher %r did not stop cleanly: %r", dispatcher, result)
-            await self.after_dispatchers(remaining())
+            try:
+                await _bounded(self.after_dispatchers(remaining()), remaining() + _GRACE)
+            except TimeoutError:
+                clean = False
+                log.warning("closing the executor overran the shutdown timeout (%.1fs); cancelled", budget)
             for name, flush in self._flushes:
                 left = remaining()
                 try:
@@ -216,7 +228,11 @@ class Lifecycle:
                     log.exception("flush %s failed", name)
             for name, closeable in reversed(self._closeables):
                 try:
-                    await closeable.close()
+                    # past the budget, each close still gets a moment to close its connections
+                    await _bounded(closeable.close(), max(remaining(), _CLOSE_AT_LEAST))
+                except TimeoutError:
+                    clean = False
+                    log.warning("closing %s overran the shutdown timeout (%.1fs); cancelled", name, budget)
                 except Exception:
                     clean = False
                     log.exception("closing %s failed", name)
@@ -227,6 +243,15 @@ class Lifecycle:
 
     async def after_dispatchers(self, timeout: float) -> None:
         """Hook between stopping the dispatchers and flushing (the runtime closes its executor)."""
+
+
+_T = TypeVar("_T")
+_GRACE = 1.0  # seconds a part may take beyond the shutdown budget before it is cancelled
+_CLOSE_AT_LEAST = 2.0  # seconds each close gets even when the budget is spent
+
+
+async def _bounded(work: Awaitable[_T], timeout: float) -> _T:
+    return await asyncio.wait_for(work, timeout)
 
 
 class WowRuntime(Lifecycle):
