@@ -8,7 +8,6 @@ afterwards: the database is shared.
 from __future__ import annotations
 
 import os
-import socket
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -16,26 +15,18 @@ from typing import Any
 import asyncpg
 import pytest
 
+from tests.services import reachable, skip_folder_unless_reachable
 from wow_postgres import PostgresSettings
 
 POSTGRES_DSN = os.environ.get("WOW_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
 
-def postgres_reachable(host: str = "127.0.0.1", port: int = 5432) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=1):
-            return True
-    except OSError:
-        return False
+def postgres_reachable() -> bool:
+    return reachable(5432)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if postgres_reachable() or os.environ.get("CI") == "true":
-        return
-    skip = pytest.mark.skip(reason="PostgreSQL is not reachable on 127.0.0.1:5432")
-    for item in items:
-        if "wow_postgres" in str(item.fspath):
-            item.add_marker(skip)
+    skip_folder_unless_reachable(items, "wow_postgres", "PostgreSQL", 5432)
 
 
 @pytest.fixture

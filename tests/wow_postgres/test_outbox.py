@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -17,6 +16,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from tests.services import in_ci, reachable
 from tests.wow_postgres.conftest import POSTGRES_DSN
 from wow_core.eventsourcing import EventVersionConflictError
 from wow_core.metrics import InMemoryMetrics
@@ -238,14 +238,6 @@ async def test_a_failed_send_stops_its_aggregate_and_the_rest_of_the_batch_is_ma
 # -- a relay SIGKILLed mid-publish --------------------------------------------------------
 
 
-def _redis_reachable() -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", 6379), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
 AGGREGATES = 4
 VERSIONS = 60
 
@@ -258,7 +250,7 @@ async def test_a_relay_killed_mid_publish_loses_nothing_and_repeats_only_its_bat
     """``wow postgres relay`` publishes to Redis (WOW_TRANSPORT=redis) and is SIGKILLed once
     some records arrived; a second relay finishes. Every message arrives; per aggregate the
     first deliveries keep the version order; what arrived twice is at most one batch."""
-    if not _redis_reachable() and os.environ.get("CI") != "true":
+    if not reachable(6379) and not in_ci():
         pytest.skip("Redis is not reachable on 127.0.0.1:6379")
     from redis.asyncio import Redis
 
@@ -369,7 +361,7 @@ async def test_a_service_killed_after_its_appends_committed_loses_no_event(schem
     stream and its state event reach the Redis consumers, in version order per aggregate;
     nothing that was not committed does; what arrived twice is at most the relay's batch
     in flight (the runtime published nothing itself)."""
-    if not _redis_reachable() and os.environ.get("CI") != "true":
+    if not reachable(6379) and not in_ci():
         pytest.skip("Redis is not reachable on 127.0.0.1:6379")
     from redis.asyncio import Redis
 

@@ -7,7 +7,6 @@ Every test gets its own key prefix; everything under it is deleted afterwards.
 from __future__ import annotations
 
 import os
-import socket
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -15,27 +14,19 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from tests.services import reachable, skip_folder_unless_reachable
 from wow_core.metrics import Metrics
 from wow_redis import RedisMessageBusObserver, RedisSettings, RedisStreamTransport
 
 REDIS_URL = os.environ.get("WOW_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
-def redis_reachable(host: str = "127.0.0.1", port: int = 6379) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=1):
-            return True
-    except OSError:
-        return False
+def redis_reachable() -> bool:
+    return reachable(6379)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if redis_reachable() or os.environ.get("CI") == "true":
-        return
-    skip = pytest.mark.skip(reason="Redis is not reachable on 127.0.0.1:6379")
-    for item in items:
-        if "wow_redis" in str(item.fspath):
-            item.add_marker(skip)
+    skip_folder_unless_reachable(items, "wow_redis", "Redis", 6379)
 
 
 @pytest.fixture

@@ -796,6 +796,27 @@ class TracingEventStore(EventStoreDecorator):
 # -- gateway ----------------------------------------------------------------------------
 
 
+def _start_wait_span(
+    tracer: Tracer,
+    command: CommandMessage[Any],
+    wait: WaitPlan | None,
+    wait_stage: str,
+    *,
+    streaming: bool | None = None,
+) -> Span:
+    """The ``wait <command>`` span of ``send_and_wait`` (and, with ``streaming``, of a stream)."""
+    attributes: dict[str, str | bool] = {
+        sc.AGGREGATE: str(command.aggregate_id.named_aggregate),
+        sc.MESSAGE: command.name,
+        sc.WAIT_STAGE: wait_stage if wait is None else str(wait),
+        sc.COMMAND_ID: command.id,
+        sc.REQUEST_ID: command.request_id,
+    }
+    if streaming is not None:
+        attributes["wow.command.wait.streaming"] = streaming
+    return tracer.start_span(f"wait {command.name}", attributes=attributes)
+
+
 def _wait_outcome(result: CommandResult) -> str:
     if result.duplicate:
         return "duplicate"
@@ -907,17 +928,7 @@ class TracingCommandGateway(CommandGatewayDecorator):
         token: object | None = None
         marker = None
         if tracer is not None:
-            named = command.aggregate_id.named_aggregate
-            span = tracer.start_span(
-                f"wait {command.name}",
-                attributes={
-                    sc.AGGREGATE: str(named),
-                    sc.MESSAGE: command.name,
-                    sc.WAIT_STAGE: wait_stage if wait is None else str(wait),
-                    sc.COMMAND_ID: command.id,
-                    sc.REQUEST_ID: command.request_id,
-                },
-            )
+            span = _start_wait_span(tracer, command, wait, wait_stage)
             token = otel_context.attach(trace.set_span_in_context(span))
             marker = waiting.set(Waiting(span, command.id))
         started = _clock()
@@ -1002,18 +1013,7 @@ class TracingCommandGateway(CommandGatewayDecorator):
         wait_stage = (wait.stage if wait is not None else CommandStage.PROCESSED).value
         span: Span | None = None
         if tracer is not None:
-            named = command.aggregate_id.named_aggregate
-            span = tracer.start_span(
-                f"wait {command.name}",
-                attributes={
-                    sc.AGGREGATE: str(named),
-                    sc.MESSAGE: command.name,
-                    sc.WAIT_STAGE: wait_stage if wait is None else str(wait),
-                    sc.COMMAND_ID: command.id,
-                    sc.REQUEST_ID: command.request_id,
-                    "wow.command.wait.streaming": streaming,
-                },
-            )
+            span = _start_wait_span(tracer, command, wait, wait_stage, streaming=streaming)
         started = _clock()
         stage = ""
         outcome = "closed"
