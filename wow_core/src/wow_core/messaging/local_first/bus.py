@@ -54,6 +54,7 @@ from wow_core.messaging.contract import (
     CommandBus,
     DomainEventBus,
     EventStreamExchange,
+    HandOffReceipt,
     LocalMessageBus,
     MessageBus,
     MessageExchange,
@@ -200,33 +201,14 @@ class LocalFirstMessageBus(Generic[M, E]):
             await self._wait_sent(skipped, done)
             return
         entry = self.copies.queue(distributed_copy, start=False)
-        local_copy = message.copy()
-        local_copy.header[Header.LOCAL_FIRST] = "true"
-        try:
-            receipt = self._local.hand_off(local_copy)
-        except Exception as error:
+        receipt = self._hand_off_marked(message, "sending it distributed")
+        if receipt is None:
             if self._observer is not None:
                 self._observer.on_send(message, SendRoute.ERROR)
-            log.error(
-                "local-first %s: handing %s %s (id %s) to the local bus failed; "
-                "sending it distributed: %s: %s",
-                self.bus_name,
-                message.name,
-                message.aggregate_id,
-                message.id,
-                type(error).__name__,
-                error,
-            )
-            receipt = None
-        if receipt is not None and receipt.accepted:
-            if self._observer is not None:
-                self._observer.on_send(message, SendRoute.HANDED_OFF)
-            entry.handed_off_with(
-                receipt.admission, asyncio.get_running_loop().time() + self.hand_off_timeout
-            )
-            self.copies.start(entry)
+        elif receipt.accepted:
+            self._started_after_hand_off(message, entry, receipt)
             return
-        if receipt is not None:
+        else:
             if self._observer is not None:
                 self._observer.on_send(message, SendRoute.REFUSED)
             log.debug(
@@ -279,35 +261,43 @@ class LocalFirstMessageBus(Generic[M, E]):
             raise BusClosedError(f"local-first {self.bus_name} bus is closed")
         entry = self.copies.queue(message.copy(), start=False)
         entry.outboxed = True
-        local_copy = message.copy()
-        local_copy.header[Header.LOCAL_FIRST] = "true"
-        try:
-            receipt = self._local.hand_off(local_copy)
-        except Exception as error:
-            log.error(
-                "local-first %s: handing the outboxed %s %s (id %s) to the local bus failed; "
-                "sending a local_first=false copy: %s: %s",
-                self.bus_name,
-                message.name,
-                message.aggregate_id,
-                message.id,
-                type(error).__name__,
-                error,
-            )
-            receipt = None
+        receipt = self._hand_off_marked(message, "sending a local_first=false copy", outboxed=True)
         if receipt is not None and receipt.accepted:
-            if self._observer is not None:
-                self._observer.on_send(message, SendRoute.HANDED_OFF)
-            entry.handed_off_with(
-                receipt.admission, asyncio.get_running_loop().time() + self.hand_off_timeout
-            )
-            self.copies.start(entry)
+            self._started_after_hand_off(message, entry, receipt)
             return
         if self._observer is not None:
             self._observer.on_send(message, SendRoute.REFUSED if receipt is not None else SendRoute.ERROR)
         done = entry.completion()
         self.copies.start(entry)
         await self._wait_sent(entry, done)
+
+    def _hand_off_marked(self, message: M, instead: str, *, outboxed: bool = False) -> HandOffReceipt | None:
+        """Hand a ``local_first=true`` copy of ``message`` to the local bus; None (logged,
+        saying what happens ``instead``) when the hand-off raised."""
+        local_copy = message.copy()
+        local_copy.header[Header.LOCAL_FIRST] = "true"
+        try:
+            return self._local.hand_off(local_copy)
+        except Exception as error:
+            log.error(
+                "local-first %s: handing %s%s %s (id %s) to the local bus failed; %s: %s: %s",
+                self.bus_name,
+                "the outboxed " if outboxed else "",
+                message.name,
+                message.aggregate_id,
+                message.id,
+                instead,
+                type(error).__name__,
+                error,
+            )
+            return None
+
+    def _started_after_hand_off(self, message: M, entry: QueuedCopy[M], receipt: HandOffReceipt) -> None:
+        """The local bus took ``message``: its queued copy waits for the admission's result."""
+        if self._observer is not None:
+            self._observer.on_send(message, SendRoute.HANDED_OFF)
+        entry.handed_off_with(receipt.admission, asyncio.get_running_loop().time() + self.hand_off_timeout)
+        self.copies.start(entry)
 
     def _hand_off_only(self, message: M) -> None:
         """A send whose distributed copy reaches nobody: hand it off (unless it skips
@@ -317,23 +307,10 @@ class LocalFirstMessageBus(Generic[M, E]):
             if self._observer is not None:
                 self._observer.on_send(message, SendRoute.SKIPPED)
             return
-        local_copy = message.copy()
-        local_copy.header[Header.LOCAL_FIRST] = "true"
-        try:
-            receipt = self._local.hand_off(local_copy)
-        except Exception as error:
+        receipt = self._hand_off_marked(message, "no receiver could get its distributed copy")
+        if receipt is None:
             if self._observer is not None:
                 self._observer.on_send(message, SendRoute.ERROR)
-            log.error(
-                "local-first %s: handing %s %s (id %s) to the local bus failed; "
-                "no receiver could get its distributed copy: %s: %s",
-                self.bus_name,
-                message.name,
-                message.aggregate_id,
-                message.id,
-                type(error).__name__,
-                error,
-            )
             return
         if self._observer is not None:
             self._observer.on_send(message, SendRoute.HANDED_OFF if receipt.accepted else SendRoute.REFUSED)
