@@ -17,7 +17,11 @@ Each command costs a node: one record read, the kernel's decision, three broker 
 (memory storage) unless ``WOW_BENCH_KAFKA_BOOTSTRAP`` names one; it shares the machine
 with the nodes.
 
-    python -m benchmarks.cluster_intake [--quick] [--repeat R]
+    python -m benchmarks.cluster_intake [--quick] [--repeat R] [--commands N]
+
+``--commands`` (6,000) sets the backlog of each round (a tenth as many aggregates). On a
+quiet machine 6,000 commands take about a second and a half per round, too short a
+window to compare node counts; 30,000 give windows of several seconds.
 
 Each figure also says where the machine's CPU went during the measured window (from
 ``/proc``): the CPU seconds of each node, of the broker and of this sending process, and
@@ -47,6 +51,7 @@ install py-spy``; not a dependency) and writes its collapsed stacks to
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import re
@@ -281,7 +286,7 @@ async def run(h: Harness) -> list[Figure]:
     broker_pid = broker.process.pid if broker is not None and broker.process is not None else None
     counts = (1, 2, 3)
     try:
-        count = h.n(6_000)
+        count = h.n(getattr(h.options, "commands", None) or 6_000)
         aggregates = max(60, count // 10)
         rounds: dict[int, list[dict[str, Any]]] = {nodes: [] for nodes in counts}
         for _ in range(max(1, min(h.repeat, 3))):
@@ -354,5 +359,9 @@ async def run(h: Harness) -> list[Figure]:
             broker.stop()
 
 
+def _options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--commands", type=int, default=None, help="commands per round (6,000)")
+
+
 if __name__ == "__main__":
-    Harness.main("cluster_intake", run, __doc__)
+    Harness.main("cluster_intake", run, __doc__, options=_options)
