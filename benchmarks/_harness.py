@@ -16,9 +16,10 @@ and found by ``python -m benchmarks``. With this harness it looks like::
 ``Harness.main`` parses ``--quick`` / ``--repeat``, runs, prints every figure and writes
 ``benchmarks/results/<name>.json`` in the shape ``python -m benchmarks`` plots:
 ``{"benchmark", "machine", "yardstick", "figures": [{"name", "value", "unit",
-"hops"?, "goal_hops"?, "ratio"?, ...}]}``. ``hops`` is the cost of one operation in
-asyncio-queue hops measured in the same run; ``ratio`` is framework over raw client
-throughput (a transport figure), 1.0 meaning "as fast as the raw client".
+"hops"?, "goal_hops"?, "ratio"?, "ratio_of"?, ...}]}``. ``hops`` is the cost of one
+operation in asyncio-queue hops measured in the same run; ``ratio`` is the figure over
+another measure of the same run, which ``ratio_of`` names (the raw client, a peer, the
+same run without a feature, a CPU-time ratio...), 1.0 meaning "equal".
 """
 
 from __future__ import annotations
@@ -53,8 +54,15 @@ class Figure:
     """Cost of one operation in queue hops of the same run (lower is better)."""
     goal_hops: float | None = None
     ratio: float | None = None
-    """Framework throughput over the raw client's (higher is better, 1.0 = equal)."""
+    """This figure over another measure of the same run (1.0 = equal), named by ``ratio_of``."""
+    ratio_of: str | None = None
+    """What ``ratio`` is against (``"raw redis-py"``, ``"local-first off"``, ``"otel off, per CPU
+    second"``...); required with a ratio, printed by :meth:`line`."""
     detail: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.ratio is not None and not self.ratio_of:
+            raise ValueError(f"{self.name}: a ratio says what it is against (ratio_of)")
 
     @property
     def meets_goal(self) -> bool | None:
@@ -75,7 +83,7 @@ class Figure:
             if self.goal_hops is not None:
                 text += f" (goal <= {self.goal_hops:g}: {'met' if self.meets_goal else 'missed'})"
         if self.ratio is not None:
-            text += f", ratio {self.ratio:.2f} of raw"
+            text += f", ratio {self.ratio:.2f} of {self.ratio_of}"
         return text
 
 

@@ -746,7 +746,7 @@ def summarise(count: int, seconds: dict[Row, list[Timing]]) -> tuple[list[dict[s
     figures: list[Figure] = []
     for row in table:
         broker, what, impl = row["broker"], row["measure"], row["implementation"]
-        ratio = None
+        ratio = ratio_of = None
         detail: dict[str, Any] = {"min": row["min"], "max": row["max"], "runs": row["runs"]}
         if impl.startswith("wow"):
             raw = medians.get((broker, what, "raw awaiting each ack" if what == "send" else "raw"))
@@ -756,6 +756,7 @@ def summarise(count: int, seconds: dict[Row, list[Timing]]) -> tuple[list[dict[s
             own_cpu = cpu_medians[(broker, what, impl)]
             if raw:
                 ratio = medians[(broker, what, impl)] / raw
+                ratio_of = f"{broker} {what}: {raw_row[2]}"
                 row["ratio_to_raw"] = detail["ratio_to_raw"] = round(ratio, 3)
                 row["goal_ratio_to_raw"] = detail["goal_ratio_to_raw"] = 0.8
                 if own_cpu > 0 and raw_row in cpu_medians:
@@ -773,7 +774,14 @@ def summarise(count: int, seconds: dict[Row, list[Timing]]) -> tuple[list[dict[s
                     )
         detail["cpu_us_per_message"] = row["cpu_us_per_message"]
         figures.append(
-            Figure(f"{broker} {what}: {impl}", row["median"], "messages/s", ratio=ratio, detail=detail)
+            Figure(
+                f"{broker} {what}: {impl}",
+                row["median"],
+                "messages/s",
+                ratio=ratio,
+                ratio_of=ratio_of,
+                detail=detail,
+            )
         )
     return table, figures
 

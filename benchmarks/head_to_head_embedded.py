@@ -407,7 +407,16 @@ async def measure(args: argparse.Namespace) -> tuple[list[Figure], dict[str, Any
             if row.name == "wow embedded default":
                 detail["goal_ratio"] = GOAL_RATIO
                 detail["meets_goal"] = ratio >= GOAL_RATIO
-        figures.append(Figure(f"{row.name}: throughput", rate, "commands/s", ratio=ratio, detail=detail))
+        figures.append(
+            Figure(
+                f"{row.name}: throughput",
+                rate,
+                "commands/s",
+                ratio=ratio,
+                ratio_of=BASELINE if ratio is not None else None,
+                detail=detail,
+            )
+        )
     for row in found:
         for q, values in ((50, p50), (99, p99)):
             figures.append(

@@ -204,6 +204,7 @@ async def run(h: Harness) -> list[Figure]:
                     rates[name],
                     "requests/s",
                     ratio=rates["wow"] / rates["bare"] if name == "wow" else None,
+                    ratio_of="bare FastAPI" if name == "wow" else None,
                     detail=detail,
                 ),
                 Figure(f"{label}: latency p50", percentile(latencies, 50) * 1e3, "ms"),

@@ -286,7 +286,8 @@ async def measure(h: Harness, bootstrap: str) -> list[Figure]:
         if goal is not None:
             extra["goal_ratio"] = goal
         ratio = None if run == "raw" else results["raw"][0] / wall
-        return Figure(name, count / wall, unit, ratio=ratio, detail={**detail, **extra})
+        ratio_of = None if ratio is None else "raw aiokafka"
+        return Figure(name, count / wall, unit, ratio=ratio, ratio_of=ratio_of, detail={**detail, **extra})
 
     return [
         figure("kafka raw aiokafka send_and_wait", send, "raw", "records/s", None),

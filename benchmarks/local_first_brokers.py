@@ -179,6 +179,7 @@ async def measure_broker(broker: Broker, args: argparse.Namespace, loads: list[s
             on_rate,
             "commands/s",
             ratio=on_rate / off_rate,
+            ratio_of=f"{broker.name} local-first off",
             detail={
                 "ratio_to": f"{broker.name} local-first off",
                 "goal_ratio": THROUGHPUT_GOAL,
@@ -205,6 +206,7 @@ async def measure_broker(broker: Broker, args: argparse.Namespace, loads: list[s
             on_p50,
             "µs",
             ratio=on_p50 / off_p50,
+            ratio_of=f"{broker.name} local-first off's p50 (lower is better)",
             detail={
                 "ratio_to": f"{broker.name} local-first off",
                 "meets_goal": on_p50 < off_p50,

@@ -193,7 +193,16 @@ def figures(label: str, unit: str, rates: dict[str, Rates], detail: dict[str, An
         if name in GOALS:
             extra |= {"goal_ratio": GOALS[name], "wall_ratio": wall / wall_off}
         ratio = None if name == "off" else cpu / cpu_off
-        found.append(Figure(f"{label}, otel {name}", wall, unit, ratio=ratio, detail=extra))
+        found.append(
+            Figure(
+                f"{label}, otel {name}",
+                wall,
+                unit,
+                ratio=ratio,
+                ratio_of=None if ratio is None else "otel off, per CPU second",
+                detail=extra,
+            )
+        )
     return found
 
 

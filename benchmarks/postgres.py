@@ -156,6 +156,7 @@ async def append_figures(h: Harness, admin: asyncpg.Connection[Any]) -> list[Fig
             "appends/s",
             hops=1 / framework_rate / hop,
             ratio=framework_rate / raw_rate,
+            ratio_of="raw asyncpg INSERT",
             detail={
                 "appends": count,
                 "pool": POOL,
@@ -242,6 +243,7 @@ async def transport_figures(h: Harness, admin: asyncpg.Connection[Any]) -> list[
             "records/s",
             hops=1 / rates["fw_send"] / hop,
             ratio=rates["fw_send"] / rates["raw_send"],
+            ratio_of="raw INSERT",
             detail={"records": count, "raw_per_s": rates["raw_send"], "baseline": "raw INSERT, 64 in flight"},
         ),
         Figure(
@@ -250,6 +252,7 @@ async def transport_figures(h: Harness, admin: asyncpg.Connection[Any]) -> list[
             "records/s",
             hops=1 / rates["fw_consume"] / hop,
             ratio=rates["fw_consume"] / rates["raw_consume"],
+            ratio_of="raw SELECT ... SKIP LOCKED",
             detail={
                 "records": count,
                 "raw_per_s": rates["raw_consume"],
@@ -351,6 +354,7 @@ async def relay_figures(h: Harness, admin: asyncpg.Connection[Any]) -> list[Figu
             rates["batched"],
             "rows/s",
             ratio=rates["batched"] / rates["sequential"],
+            ratio_of="one row at a time",
             detail={
                 "rows": count,
                 "aggregates": AGGREGATES,
@@ -418,6 +422,7 @@ async def demo_figures(h: Harness, admin: asyncpg.Connection[Any]) -> list[Figur
             pg_rate,
             "commands/s",
             ratio=pg_rate / redis_rate,
+            ratio_of="the Redis event store",
             detail={
                 "accounts": accounts,
                 "transfers": transfers,

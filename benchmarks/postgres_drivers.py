@@ -106,6 +106,7 @@ async def run(h: Harness) -> list[Figure]:
             rates["asyncpg"],
             "inserts/s",
             ratio=rates["asyncpg"] / rates["psycopg"],
+            ratio_of="psycopg",
             detail={
                 "rows": count,
                 "psycopg_per_s": rates["psycopg"],

@@ -172,6 +172,7 @@ async def run(h: Harness) -> list[Figure]:
             "records/s",
             hops=1 / fw_send_rate / hop,
             ratio=fw_send_rate / raw_send_rate,
+            ratio_of="raw redis-py",
             detail={
                 **common,
                 "raw_per_s": raw_send_rate,
@@ -186,6 +187,7 @@ async def run(h: Harness) -> list[Figure]:
             "records/s",
             hops=1 / fw_consume_rate / hop,
             ratio=fw_consume_rate / raw_consume_rate,
+            ratio_of="raw redis-py",
             detail={
                 **common,
                 "read_batch": READ_BATCH,

@@ -134,6 +134,7 @@ async def run(h: Harness) -> list[Figure]:
             "commands/s",
             hops=bus_seconds / count / bus_hop,
             ratio=raw_seconds / bus_seconds,
+            ratio_of="the raw in-memory transport",
             detail={"commands": count, "baseline": "raw in-memory transport, same payloads"},
         ),
         Figure(

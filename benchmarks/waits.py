@@ -585,6 +585,7 @@ def figures_of(broker: str, subjects: dict[str, Subject], hop: float, hop_latenc
                 unit,
                 hops=1 / many.rate / hop,
                 ratio=None if key == "raw" else many.rate / raw_rate,
+                ratio_of=None if key == "raw" else subjects["raw"].label,
                 detail={
                     "round_trips": len(many.latencies),
                     "in_flight": IN_FLIGHT,

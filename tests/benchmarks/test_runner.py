@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from benchmarks import __main__ as runner
 
 
@@ -50,3 +52,17 @@ def test_labels_fit_their_column_and_ratios_show_their_absolute_figure() -> None
         assert float(x) + runner.text_width(text, float(size)) <= runner.WIDTH, f"cut on the right: {text!r}"
     assert "2.50x  (6,543 commands/s)" in svg
     assert "(vs eventsourcing cached)" in svg
+
+
+def test_a_figure_line_names_what_its_ratio_is_against() -> None:
+    from benchmarks._harness import Figure
+
+    cpu = Figure("bus, otel metrics", 1000.0, ratio=0.98, ratio_of="otel off, per CPU second")
+    assert cpu.line() == "bus, otel metrics: 1,000 ops/s, ratio 0.98 of otel off, per CPU second"
+    peer = Figure("asyncpg inserts", 10.0, "inserts/s", ratio=1.5, ratio_of="psycopg")
+    assert peer.line().endswith("ratio 1.50 of psycopg")
+    assert peer.as_json()["ratio_of"] == "psycopg"
+    assert "ratio" not in Figure("raw", 5.0).line()
+    # a ratio that does not say what it is against is refused, not printed as "of raw"
+    with pytest.raises(ValueError, match="ratio_of"):
+        Figure("bus", 5.0, ratio=0.5)

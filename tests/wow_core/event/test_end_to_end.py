@@ -336,11 +336,13 @@ def transport_runtime(
     store: EventStore,
     *,
     local_first: bool = False,
+    event: EventSettings | None = None,
 ) -> WowRuntime:
     """A runtime whose event buses go over ``transport``; the event store is shared by
     the "processes" of one test, as a real store would be. With ``local_first`` the event
-    buses are local-first over the transport buses, as the runtime builds them by default."""
-    event = EventSettings(ack_on_unrecorded_failure=ack_on_unrecorded)
+    buses are local-first over the transport buses, as the runtime builds them by default.
+    ``event`` replaces the event settings (``ack_on_unrecorded`` then applies to them)."""
+    event = (event or EventSettings()).model_copy(update={"ack_on_unrecorded_failure": ack_on_unrecorded})
     settings = WowSettings(service_name=service, metrics="in_memory", event=event)
     container = create_container(settings)
     codec = container.codec()

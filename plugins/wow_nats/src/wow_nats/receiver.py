@@ -524,6 +524,9 @@ class _Puller:
         return max(0.0, self._request_expiry - time.monotonic())
 
     async def subscribe(self) -> None:
+        # No flush, no probe needed (unlike the wait notifier's subject): only JetStream
+        # writes to this inbox, answering pull requests this connection sends after the
+        # SUB, and the server handles one connection's commands in order.
         nc = await self.receiver.client()
         self.sub = await nc.subscribe(nc.new_inbox(), cb=self._on_msg)
 

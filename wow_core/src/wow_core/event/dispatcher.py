@@ -19,6 +19,10 @@ An :class:`AbstractAggregateEventDispatcher` consumes one bus for the functions 
   own rules; on Kafka the partition stops at it until a restart or rebalance). Under
   local-first a released local exchange rejects its admission, so its distributed copy
   goes out unmarked and the transport delivers it again: withholding holds there too.
+* :meth:`~AbstractAggregateEventDispatcher.stop` first sets the dispatcher's
+  :class:`~wow_core.event.stopping.StopSignal`: a function waiting in a retry backoff or
+  for a saga's commands ends at once (``RELEASED``) and its source is released
+  unacknowledged for redelivery; then the stop waits for the rest in flight.
 
 :class:`CompositeEventDispatcher` pairs an :class:`EventStreamDispatcher` (EVENT
 functions, ``DomainEventBus``) with a :class:`StateEventDispatcher` (STATE_EVENT
@@ -36,9 +40,11 @@ from typing import Any, Generic, TypeVar
 from wow_core.concurrency import start_task
 from wow_core.event.compensation import CompensationTarget, InvalidCompensationHeaderError
 from wow_core.event.exchange import FunctionExchange
+from wow_core.event.failure import ProcessingOutcome
 from wow_core.event.function import ComponentKind, FunctionKind, MessageFunction, MessageFunctionRegistrar
 from wow_core.event.handler import EventFunctionHandler, Settled
 from wow_core.event.observer import EventProcessingObserver
+from wow_core.event.stopping import StopSignal
 from wow_core.executor import Executor
 from wow_core.messaging.contract import (
     EventStreamExchange,
@@ -94,6 +100,7 @@ class AbstractAggregateEventDispatcher(Generic[E]):
         self._loops: list[asyncio.Task[None]] = []
         self._selection: dict[tuple[NamedAggregate, Hashable], tuple[MessageFunction, ...]] = {}
         self._running = False
+        self._stop = StopSignal()
         # Lanes are per dispatcher: one aggregate is serial here, not across dispatchers.
         self._lane = f"{name}:{self.function_kind.value}"
 
@@ -128,6 +135,8 @@ class AbstractAggregateEventDispatcher(Generic[E]):
             return
         await self.prepare()
         self._running = True
+        if self._stop.is_set:
+            self._stop = StopSignal()
         for receiver in self._receivers:
             receiver.open_processing()
             self._loops.append(asyncio.create_task(self._consume(receiver), name=f"{self.name}:{receiver!r}"))
@@ -141,7 +150,9 @@ class AbstractAggregateEventDispatcher(Generic[E]):
     async def stop(self, timeout: float | None = None) -> bool:
         """Stop taking messages, let those in flight finish (up to ``timeout``), close.
 
-        Returns True when everything in flight settled before the receivers closed.
+        Functions that only wait (a retry backoff, a saga's commands) are not waited for:
+        they end at once and their source is released for redelivery. Returns True when
+        everything in flight settled before the receivers closed.
         """
         if not self._running:
             for receiver in self._receivers:  # prepared, never started
@@ -149,6 +160,7 @@ class AbstractAggregateEventDispatcher(Generic[E]):
             self._receivers.clear()
             return True
         self._running = False
+        self._stop.set()
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         settled = True
@@ -191,7 +203,7 @@ class AbstractAggregateEventDispatcher(Generic[E]):
 
     async def dispatch(self, exchange: E) -> None:
         """Run every selected function of ``exchange``; then acknowledge it (or withhold)."""
-        withhold = False
+        withhold = released = False
         try:
             compensation = CompensationTarget.from_header(exchange.message.header)
         except InvalidCompensationHeaderError as error:
@@ -210,10 +222,11 @@ class AbstractAggregateEventDispatcher(Generic[E]):
             for index, (message, functions) in enumerate(pairs):
                 settled = await self._run(exchange, message, functions, compensation, last_of, index)
                 withhold = withhold or any(not item.acknowledges for item in settled)
+                released = released or any(item.outcome is ProcessingOutcome.RELEASED for item in settled)
         except Exception:
             logger.exception("%s: dispatching %r failed", self.name, exchange)
             withhold = True
-        await self._finish(exchange, withhold=withhold)
+        await self._finish(exchange, withhold=withhold, released=released)
 
     def work(
         self, message: Any, compensation: CompensationTarget | None
@@ -252,16 +265,17 @@ class AbstractAggregateEventDispatcher(Generic[E]):
     ) -> list[Settled]:
         handle = self.handler.handle
         component = self.component
+        stop = self._stop
         if len(functions) == 1:
             function = functions[0]
             exchange = FunctionExchange(
-                component, source, message, function, compensation, last=last_of[function] == index
+                component, source, message, function, compensation, last=last_of[function] == index, stop=stop
             )
             return [await handle(exchange)]
         # The first function runs in this task, the others as tasks: all run concurrently
         # (each starts while another waits), and one task per event is saved.
         exchanges = [
-            FunctionExchange(component, source, message, f, compensation, last=last_of[f] == index)
+            FunctionExchange(component, source, message, f, compensation, last=last_of[f] == index, stop=stop)
             for f in functions
         ]
         # On Python 3.12+ eager tasks: a function that does not wait costs no scheduling
@@ -280,7 +294,7 @@ class AbstractAggregateEventDispatcher(Generic[E]):
             raise
         return settled
 
-    async def _finish(self, exchange: E, *, withhold: bool) -> None:
+    async def _finish(self, exchange: E, *, withhold: bool, released: bool = False) -> None:
         """Acknowledge the source, or release it when an outcome withholds acknowledgement.
 
         A source a function already acknowledged itself (the snapshot function acknowledges
@@ -297,9 +311,12 @@ class AbstractAggregateEventDispatcher(Generic[E]):
                     exchange,
                 )
                 return
-            logger.warning(
-                "%s: %r left unacknowledged (a function outcome withholds it)", self.name, exchange
-            )
+            if released:
+                logger.info("%s: %r released unacknowledged for redelivery (stopping)", self.name, exchange)
+            else:
+                logger.warning(
+                    "%s: %r left unacknowledged (a function outcome withholds it)", self.name, exchange
+                )
             exchange.release()
             return
         try:

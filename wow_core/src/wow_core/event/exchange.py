@@ -15,6 +15,7 @@ from typing import Any
 
 from wow_core.event.compensation import CompensationTarget
 from wow_core.event.function import ComponentKind, MessageFunction
+from wow_core.event.stopping import StopSignal
 from wow_core.messaging.contract import MessageExchange
 from wow_core.model import DomainEvent, DomainEventStream, StateEvent
 
@@ -26,6 +27,8 @@ class FunctionExchange:
     ``message`` is the :class:`DomainEvent` for an EVENT function and the
     :class:`StateEvent` for a STATE_EVENT function. ``result`` holds what the function
     returned once it completed; ``attempts`` counts invocations (retries included).
+    ``stop`` is the signal of the dispatcher that runs it: the pipeline's waits (a retry
+    backoff, a saga's command waits) end when it is set (:mod:`wow_core.event.stopping`).
     """
 
     component: ComponentKind
@@ -38,6 +41,7 @@ class FunctionExchange:
     attempts: int = 0
     last: bool = True
     """False while this function has a later event of the same stream still to handle."""
+    stop: StopSignal | None = None
 
     @property
     def stream(self) -> DomainEventStream:

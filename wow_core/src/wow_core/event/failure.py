@@ -19,6 +19,9 @@ class ProcessingOutcome(StrEnum):
     FAILURE_WAIVED = "FAILURE_WAIVED"
     FAILURE_UNRECORDED = "FAILURE_UNRECORDED"
     RECORDING_FAILED = "RECORDING_FAILED"
+    RELEASED = "RELEASED"
+    """Not settled: the dispatcher stopped while the function waited (a retry backoff,
+    a saga's commands); not recorded, not acknowledged, delivered again."""
 
 
 class RecordResult(StrEnum):

@@ -21,7 +21,9 @@ this function on this event, retried by running the function again (the commands
 already got through are then duplicates the kernel recognises by their request ids).
 When the function runs as a compensation, it waits for each command to be ``PROCESSED``
 and fails with :class:`SagaCommandRejectedError` if one is rejected, so the compensation
-settles on what the commands did, not on their having been sent.
+settles on what the commands did, not on their having been sent. That wait ends at once
+when the dispatcher stops (:mod:`wow_core.event.stopping`): the replay is released for
+redelivery and its record stays ``PREPARED``; a stop does not wait for the commands.
 """
 
 from __future__ import annotations
@@ -142,7 +144,11 @@ class SagaCommandSender:
                     if origin is not None:
                         command.header.update(origin)
                 if isinstance(waiting, WaitingCommandSender):
-                    result = await waiting.send_and_wait(command, CommandWait.processed())
+                    sent = waiting.send_and_wait(command, CommandWait.processed())
+                    stop = exchange.stop
+                    if stop is not None:
+                        sent = stop.interrupt(sent, f"waiting for {command.name} {command.id}")
+                    result = await sent
                     if not result.succeeded:
                         raise SagaCommandRejectedError(command, result.error_code, result.error_msg)
                 else:

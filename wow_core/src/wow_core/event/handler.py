@@ -11,6 +11,9 @@ through the :class:`~wow_core.event.failure.FailureRecorder`:
 * FAILURE_UNRECORDED: no recorder records failures (the default). Acknowledged only
   while ``ack_on_unrecorded_failure`` (``WOW_EVENT__ACK_ON_UNRECORDED_FAILURE``) is true.
 * RECORDING_FAILED: recording failed, even after ``record_attempts``. Never acknowledged.
+* RELEASED: the dispatcher stopped while the function waited (a retry backoff, a saga's
+  commands: :class:`~wow_core.event.stopping.DispatchStopped`). Not a failure: nothing is
+  recorded, no error handler runs, never acknowledged, so it is delivered again.
 
 The processing error (the last attempt's, never a "retries exhausted" wrapper) then goes
 to the component's :class:`ErrorHandler` (default :class:`LogResumeErrorHandler`), with
@@ -42,6 +45,7 @@ from wow_core.event.failure import (
 from wow_core.event.filter import FilterChain
 from wow_core.event.observer import EventProcessingObserver
 from wow_core.event.retryable import DEFAULT_CLASSIFIER, ErrorClassifier
+from wow_core.event.stopping import DispatchStopped
 
 logger = logging.getLogger("wow.event.handler")
 
@@ -112,6 +116,7 @@ def _record_result(value: object) -> RecordResult:
 
 
 _HANDLED = Settled(ProcessingOutcome.HANDLED, True)
+_RELEASED = Settled(ProcessingOutcome.RELEASED, False)
 
 
 @runtime_checkable
@@ -171,6 +176,9 @@ class FailureRecordingHandler:
             await self.chain.invoke(exchange)
         except Exception as error:
             settled = await self._settle_failure(exchange, error)
+        except DispatchStopped as stopped:
+            logger.info("%r released for redelivery: the dispatcher stops (%s)", exchange, stopped)
+            settled = _RELEASED
         else:
             settled = await self._settle_success(exchange) if self.recorder.records_failures else _HANDLED
         if observer is not None:

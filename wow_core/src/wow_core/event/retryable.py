@@ -4,7 +4,9 @@
 chains and invokes the rest of the chain again when the error is classified
 :attr:`Recoverability.RECOVERABLE`: up to ``max_retries`` retries (default 3), waiting an
 exponential backoff of at least ``min_backoff`` seconds (default 2) between attempts.
-The last attempt's error goes outward unchanged.
+The last attempt's error goes outward unchanged. The backoff ends at once when the
+dispatcher stops (:mod:`wow_core.event.stopping`): the exchange is then released for
+redelivery, neither acknowledged nor recorded as failed.
 
 It keeps no durable state: it cannot recover after the process exits, and it ignores the
 durable-compensation ``retry(...)`` marking of a function. A retry calls the same
@@ -145,4 +147,8 @@ class RetryableFilter:
                     self.max_retries,
                     delay,
                 )
-            await self._sleep(delay)
+            stop = exchange.stop
+            if stop is None:
+                await self._sleep(delay)
+            else:
+                await stop.interrupt(self._sleep(delay), f"retry {retry}/{self.max_retries} in {delay:.2f}s")
