@@ -82,6 +82,7 @@ from wow_core.transport.bus import TransportMessageBus
 from wow_core.transport.defaults import DefaultTopicNaming, TopicNaming
 from wow_otel import semconv as sc
 from wow_otel.histograms import duration_histogram
+from wow_otel.lean import lean_tracer
 from wow_otel.propagation import Waiting, extract, inject, waiting
 
 M = TypeVar("M", bound=Message)
@@ -237,7 +238,7 @@ class OtelMiddleware(Middleware):
         event_send_spans: bool = False,
         command_outcomes: Metrics | None = None,
     ) -> None:
-        self.tracer = tracer
+        self.tracer = None if tracer is None else lean_tracer(tracer)
         self.command_outcomes = None if command_outcomes is None else CommandOutcomeCounts(command_outcomes)
         self.event_send_spans = event_send_spans
         self.instruments = Instruments(meter) if meter is not None else None
