@@ -36,9 +36,11 @@ count and the point of a duration once per attribute set and keeps them: a measu
 operation is one ``perf_counter_ns`` pair, one lookup, an int addition and one bucket
 update. The command handler decorator also counts the core's ``wow.command.*`` outcomes
 (:class:`~wow_core.middleware.CommandOutcomeCounts`): the core's metrics middleware then
-leaves the handler alone, one decorator frame per command. Per span the SDK spends 15-60 µs (ids, sampler,
-attribute validation, the processor); the decorators pass every attribute in the start
-call and set the rest in one call at the end.
+leaves the handler alone, one decorator frame per command. Spans go through
+:func:`~wow_otel.lean.lean_tracer` (a recording span in slots, the SDK's
+``ReadableSpan`` handed to the processors at its end, sampling decided once at the
+root; the SDK's tracer itself when its pipeline needs it); the decorators pass every
+attribute in the start call and set the rest in one call at the end.
 
 Attributes are bounded: named aggregates, message and function names, groups, stages and
 outcomes, never an aggregate or message id (ids go on spans only).
