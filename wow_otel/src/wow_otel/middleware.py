@@ -407,8 +407,9 @@ class _BusRecorder:
             # an event stream sent by the kernel: its functions are children of the
             # current (process) span; no producer span of its own
             tracer = None
-            if trace.get_current_span().get_span_context().is_valid:
-                message = inject(message)
+            active = trace.get_current_span().get_span_context()
+            if active.is_valid:
+                message = inject(message, span_context=active)
         if tracer is None:
             if instruments is None:
                 await inner(message)
@@ -443,7 +444,7 @@ class _BusRecorder:
                 },
             )
             token = otel_context.attach(trace.set_span_in_context(span))
-            message = inject(message)
+            message = inject(message, span_context=span.get_span_context())
         started = _clock()
         try:
             await inner(message)

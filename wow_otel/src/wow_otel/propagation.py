@@ -69,9 +69,10 @@ def _trace_state(header: Header) -> TraceState | None:
     return TraceState.from_header([state] if isinstance(state, str) else list(state))
 
 
-def inject(message: M, context: Context | None = None) -> M:
-    """``message`` with the span context of ``context`` (default: the current one) in its
-    header, replacing what it carried (a header copied from the command that caused it).
+def inject(message: M, context: Context | None = None, *, span_context: SpanContext | None = None) -> M:
+    """``message`` with ``span_context`` (default: the span context of ``context``, by
+    default the current one) in its header, replacing what it carried (a header copied
+    from the command that caused it).
 
     A read-only header (a message already emitted once) is copied first, so what an
     earlier receiver saw never changes.
@@ -82,7 +83,8 @@ def inject(message: M, context: Context | None = None) -> M:
         header = message.header
     if TRACESTATE in header:
         del header[TRACESTATE]
-    span_context = trace.get_current_span(context).get_span_context()
+    if span_context is None:
+        span_context = trace.get_current_span(context).get_span_context()
     if span_context.is_valid:
         header[TRACEPARENT] = traceparent(span_context)
         if span_context.trace_state:
