@@ -36,9 +36,11 @@ count and the point of a duration once per attribute set and keeps them: a measu
 operation is one ``perf_counter_ns`` pair, one lookup, an int addition and one bucket
 update. The command handler decorator also counts the core's ``wow.command.*`` outcomes
 (:class:`~wow_core.middleware.CommandOutcomeCounts`): the core's metrics middleware then
-leaves the handler alone, one decorator frame per command. Per span the SDK spends 15-60 µs (ids, sampler,
-attribute validation, the processor); the decorators pass every attribute in the start
-call and set the rest in one call at the end.
+leaves the handler alone, one decorator frame per command. Spans go through
+:func:`~wow_otel.lean.lean_tracer` (a recording span in slots, the SDK's
+``ReadableSpan`` handed to the processors at its end, sampling decided once at the
+root; the SDK's tracer itself when its pipeline needs it); the decorators pass every
+attribute in the start call and set the rest in one call at the end.
 
 Attributes are bounded: named aggregates, message and function names, groups, stages and
 outcomes, never an aggregate or message id (ids go on spans only).
@@ -82,6 +84,7 @@ from wow_core.transport.bus import TransportMessageBus
 from wow_core.transport.defaults import DefaultTopicNaming, TopicNaming
 from wow_otel import semconv as sc
 from wow_otel.histograms import duration_histogram
+from wow_otel.lean import lean_tracer
 from wow_otel.propagation import Waiting, extract, inject, waiting
 
 M = TypeVar("M", bound=Message)
@@ -237,7 +240,7 @@ class OtelMiddleware(Middleware):
         event_send_spans: bool = False,
         command_outcomes: Metrics | None = None,
     ) -> None:
-        self.tracer = tracer
+        self.tracer = None if tracer is None else lean_tracer(tracer)
         self.command_outcomes = None if command_outcomes is None else CommandOutcomeCounts(command_outcomes)
         self.event_send_spans = event_send_spans
         self.instruments = Instruments(meter) if meter is not None else None
@@ -404,8 +407,9 @@ class _BusRecorder:
             # an event stream sent by the kernel: its functions are children of the
             # current (process) span; no producer span of its own
             tracer = None
-            if trace.get_current_span().get_span_context().is_valid:
-                message = inject(message)
+            active = trace.get_current_span().get_span_context()
+            if active.is_valid:
+                message = inject(message, span_context=active)
         if tracer is None:
             if instruments is None:
                 await inner(message)
@@ -440,7 +444,7 @@ class _BusRecorder:
                 },
             )
             token = otel_context.attach(trace.set_span_in_context(span))
-            message = inject(message)
+            message = inject(message, span_context=span.get_span_context())
         started = _clock()
         try:
             await inner(message)

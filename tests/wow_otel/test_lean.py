@@ -1,0 +1,237 @@
+"""The lean span path (``wow_otel.lean``) against the SDK's own tracer, its fallbacks, and
+the direct ``traceparent`` format and parse against the SDK's propagator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import Span as SdkSpan
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import (
+    Decision,
+    ParentBased,
+    Sampler,
+    SamplingResult,
+    TraceIdRatioBased,
+)
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from wow_core.model import Header
+from wow_otel.lean import LeanSpan, LeanTracer, lean_tracer
+from wow_otel.propagation import TRACEPARENT, TRACESTATE, extract, traceparent
+
+
+def _pipeline(**provider: Any) -> tuple[TracerProvider, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider(**provider)
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return tracer_provider, exporter
+
+
+def _work(tracer: trace.Tracer) -> None:
+    """What the decorators do with a span: attributes at the start, a child through the
+    context, events, attributes and status at the end, an exception."""
+    root = tracer.start_span("wait Open", attributes={"wow.message": "Open", "n": 1, "ok": True, "f": 0.5})
+    child = tracer.start_span(
+        "send t", context=trace.set_span_in_context(root), kind=SpanKind.PRODUCER, attributes={"a": "b"}
+    )
+    child.set_attribute("wow.outcome", "ok")
+    child.set_attribute("listed", ["x", "y"])  # a sequence: cleaned as the SDK does (a tuple)
+    child.end(end_time=2**62)
+    root.add_event("SENT")
+    root.add_event("PROCESSED", attributes={"wow.processor": "p"}, timestamp=1_000)
+    root.set_attributes({"wow.stage": "PROCESSED", "none": None})  # type: ignore[dict-item]
+    root.set_status(Status(StatusCode.ERROR, "E: failed"))
+    root.set_status(Status(StatusCode.UNSET))  # ignored
+    try:
+        raise ValueError("boom")
+    except ValueError as error:
+        root.record_exception(error)
+    root.end()
+    root.set_attribute("late", 1)  # after the end: ignored
+    root.add_event("late")
+
+
+def _view(span: ReadableSpan) -> dict[str, Any]:
+    context = span.context
+    assert context is not None
+    events = [
+        (event.name, {k: v for k, v in event.attributes.items() if k != "exception.stacktrace"})
+        for event in span.events
+    ]
+    return {
+        "name": span.name,
+        "kind": span.kind,
+        "attributes": dict(span.attributes or {}),
+        "events": events,
+        "status": (span.status.status_code, span.status.description),
+        "parent": span.parent is not None,
+        "sampled": context.trace_flags.sampled,
+        "remote": context.is_remote,
+        "resource": span.resource,
+        "scope": span.instrumentation_scope,
+        "dropped": (span.dropped_attributes, span.dropped_events, span.dropped_links),
+        "end_set": span.end_time is not None and span.start_time is not None,
+    }
+
+
+def test_a_lean_span_reaches_the_exporter_as_the_sdks_span_does() -> None:
+    sdk_provider, sdk_exporter = _pipeline()
+    lean_provider, lean_exporter = _pipeline()
+    sdk = sdk_provider.get_tracer("wow")
+    lean = lean_tracer(lean_provider.get_tracer("wow"))
+    assert isinstance(lean, LeanTracer)
+    _work(sdk)
+    _work(lean)
+    expected = [_view(span) for span in sdk_exporter.get_finished_spans()]
+    found = [_view(span) for span in lean_exporter.get_finished_spans()]
+    assert [view["resource"] for view in found] == [lean_provider.resource] * 2
+    for view in expected + found:
+        view.pop("resource")
+    assert found == expected
+    child, root = lean_exporter.get_finished_spans()
+    assert child.parent == root.context
+    assert child.context is not None
+    assert root.context is not None
+    assert child.context.trace_id == root.context.trace_id
+    assert child.end_time == 2**62
+    assert all(isinstance(span, ReadableSpan) for span in (child, root))
+
+
+def test_sampling_is_decided_once_at_the_root_and_a_dropped_trace_still_propagates() -> None:
+    calls: list[str] = []
+
+    class Counting(Sampler):
+        def __init__(self, decision: Decision) -> None:
+            self.decision = decision
+
+        def should_sample(self, *args: Any, **kwargs: Any) -> SamplingResult:
+            calls.append(kwargs["name"] if "name" in kwargs else args[2])
+            return SamplingResult(self.decision)
+
+        def get_description(self) -> str:
+            return "counting"
+
+    provider, exporter = _pipeline(sampler=ParentBased(Counting(Decision.DROP)))
+    tracer = lean_tracer(provider.get_tracer("wow"))
+    root = tracer.start_span("root")
+    assert isinstance(root, NonRecordingSpan)
+    child = tracer.start_span("child", context=trace.set_span_in_context(root))
+    assert isinstance(child, NonRecordingSpan)
+    root_context, child_context = root.get_span_context(), child.get_span_context()
+    assert child_context.trace_id == root_context.trace_id
+    assert child_context.span_id != root_context.span_id
+    assert not child_context.trace_flags.sampled
+    assert calls == ["root"]  # the child of a dropped root: no sampler call
+    header = Header()
+    header[TRACEPARENT] = traceparent(child_context)
+    assert not int(header[TRACEPARENT][-2:], 16) & TraceFlags.SAMPLED  # the flags: 00 (02: random id)
+    parent = trace.get_current_span(extract(header)).get_span_context()
+    assert (parent.trace_id, parent.span_id, parent.is_remote) == (
+        child_context.trace_id,
+        child_context.span_id,
+        True,
+    )
+    assert not exporter.get_finished_spans()
+
+    calls.clear()  # a sampler that is not parent-based decides every span
+    provider, _ = _pipeline(sampler=Counting(Decision.RECORD_AND_SAMPLE))
+    tracer = lean_tracer(provider.get_tracer("wow"))
+    root = tracer.start_span("root")
+    tracer.start_span("child", context=trace.set_span_in_context(root)).end()
+    assert calls == ["root", "child"]
+
+
+def test_a_ratio_sampler_gives_the_sdks_decisions() -> None:
+    for ratio in (0.0, 1.0):
+        provider, exporter = _pipeline(sampler=ParentBased(TraceIdRatioBased(ratio)))
+        tracer = lean_tracer(provider.get_tracer("wow"))
+        assert isinstance(tracer, LeanTracer)
+        root = tracer.start_span("root")
+        tracer.start_span("child", context=trace.set_span_in_context(root)).end()
+        root.end()
+        assert len(exporter.get_finished_spans()) == (2 if ratio else 0)
+        assert root.get_span_context().trace_flags.sampled == bool(ratio)
+
+
+class Enriching(SpanProcessor):
+    """A processor whose ``on_start`` changes the span: it must see the SDK's span."""
+
+    def on_start(self, span: Any, parent_context: Context | None = None) -> None:
+        assert isinstance(span, SdkSpan)
+        span.set_attribute("enriched", True)
+
+
+def test_another_processor_or_limits_fall_back_to_the_sdks_tracer() -> None:
+    provider, exporter = _pipeline()
+    provider.add_span_processor(Enriching())
+    tracer = provider.get_tracer("wow")
+    assert lean_tracer(tracer) is tracer
+
+    limited = TracerProvider(span_limits=SpanLimits(max_span_attribute_length=4))
+    tracer = limited.get_tracer("wow")
+    assert lean_tracer(tracer) is tracer
+
+    provider, exporter = _pipeline()  # a processor added after: its spans are the SDK's
+    lean = lean_tracer(provider.get_tracer("wow"))
+    assert isinstance(lean.start_span("before"), LeanSpan)
+    provider.add_span_processor(Enriching())
+    span = lean.start_span("after")
+    assert isinstance(span, SdkSpan)
+    span.end()
+    assert exporter.get_finished_spans()[-1].attributes == {"enriched": True}
+
+
+def test_sdk_internals_not_found_fall_back_to_the_sdks_tracer(monkeypatch: pytest.MonkeyPatch) -> None:
+    provider, _ = _pipeline()
+    tracer = provider.get_tracer("wow")
+    monkeypatch.delattr(tracer, "_instrumentation_scope")
+    assert lean_tracer(tracer) is tracer
+    tracer = provider.get_tracer("wow")
+    monkeypatch.delattr(tracer.span_processor, "_span_processors")
+    assert lean_tracer(tracer) is tracer
+
+
+def _sdk_extract(header: Header) -> SpanContext:
+    return trace.get_current_span(TraceContextTextMapPropagator().extract(header)).get_span_context()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03",
+        "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+        "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+        "00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-01",
+        "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-future",
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra",
+        "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        " 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "00-0af7651916cd43dd_448eb211c80319c-b7ad6b7169203331-01",
+        "garbage",
+    ],
+)
+def test_the_direct_traceparent_parse_agrees_with_the_sdks_propagator(value: str) -> None:
+    header = Header()
+    header[TRACEPARENT] = value
+    header[TRACESTATE] = "vendor=abc,other=1"
+    found = trace.get_current_span(extract(header)).get_span_context()
+    assert found == _sdk_extract(header)
+    assert found.trace_state == _sdk_extract(header).trace_state
+    if found.is_valid:
+        assert traceparent(found)[2:] == value.strip().lower()[2:55]  # written as version 00
+
+
+def test_traceparent_is_the_sdks_format() -> None:
+    context = SpanContext(2**127 + 5, 2**63 + 7, is_remote=False, trace_flags=TraceFlags(0x01))
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier, trace.set_span_in_context(NonRecordingSpan(context)))
+    assert traceparent(context) == carrier[TRACEPARENT]

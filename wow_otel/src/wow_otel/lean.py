@@ -1,0 +1,346 @@
+"""A lean path to the SDK's span pipeline: what the decorators' spans cost on the hot path.
+
+The SDK's ``Tracer.start_span`` builds a span of about fifteen objects tracked by the
+garbage collector (two bounded lists and their deques, two bounded attribute maps, five
+locks, a span context...), cleans every attribute value, and copies it all into a
+``ReadableSpan`` at the end. Inside the runtime, where every command holds five spans
+and a batch span processor keeps a few hundred ended ones, those objects are most of
+what the collector walks: the young collections run three times as often and the full
+ones follow (``docs/observability.md``, "Cost").
+
+:func:`lean_tracer` returns a :class:`LeanTracer` in front of an SDK tracer when the
+span processors are the SDK's batch and simple processors (their ``on_start`` does
+nothing; their ``on_end`` and the exporters read a ``ReadableSpan``). A recording
+:class:`LeanSpan` keeps its name, context, attributes, events and status in slots and
+hands the processors the SDK's own ``ReadableSpan`` when it ends, built with the
+tracer's resource and instrumentation scope: exporters receive the same spans as from
+the SDK's tracer. The tracer's sampler decides every root and every child of a sampled
+parent (its attributes and trace state are kept); a child of a parent that was not
+sampled, under a ``parentbased_*`` sampler that drops such children (the SDK's
+defaults), is a :class:`~opentelemetry.trace.NonRecordingSpan` with a new span id and
+the parent's trace id, flags and trace state, without a call to the sampler.
+
+Anything else goes to the SDK tracer itself: another processor (one whose
+``on_start`` may read or change the span), span limits tighter than the decorators'
+spans need or an attribute length limit, the SDK's own tracer metrics, a disabled
+tracer, or an SDK whose internals are not the ones this module reads (the processor
+list of ``SynchronousMultiSpanProcessor``, the tracer's span limits and scope).
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Mapping, Sequence
+from time import time_ns
+from types import TracebackType
+from typing import Any
+
+from opentelemetry import trace as trace_api
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, SynchronousMultiSpanProcessor
+from opentelemetry.sdk.trace import Tracer as SdkTracer
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, Decision, ParentBased
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.util import types
+
+log = logging.getLogger(__name__)
+
+QUIET_ON_START = (BatchSpanProcessor, SimpleSpanProcessor)
+"""Span processors whose ``on_start`` does nothing: a lean span never reaches them
+before it ends."""
+
+_MIN_ATTRIBUTES = 64
+"""The decorators' spans carry at most about twenty attributes and a few events: limits
+at or above this are never reached."""
+
+_PLAIN = frozenset((str, bool, int, float))
+_SAMPLED = TraceFlags.SAMPLED
+_RANDOM = TraceFlags.RANDOM_TRACE_ID
+_UNSET = Status(StatusCode.UNSET)
+FLAGS = tuple(TraceFlags(value) for value in range(256))
+"""Every ``TraceFlags`` value, built once: a ``TraceFlags`` is an ``int`` subclass the
+collector tracks, one per span context otherwise."""
+
+
+def _processors(tracer: SdkTracer) -> tuple[Any, ...] | None:
+    """The span processors of ``tracer`` if a lean span may bypass their ``on_start``."""
+    multi = tracer.span_processor
+    if type(multi) is not SynchronousMultiSpanProcessor:
+        return None
+    found = getattr(multi, "_span_processors", None)
+    if not isinstance(found, tuple) or not all(type(item) in QUIET_ON_START for item in found):
+        return None
+    return found
+
+
+def _limits_fit(limits: object) -> bool:
+    if not isinstance(limits, SpanLimits):
+        return False
+    if (
+        getattr(limits, "max_span_attribute_length", 0) is not None
+        or getattr(limits, "max_attribute_length", 0) is not None
+    ):
+        return False
+    counts = [
+        getattr(limits, name, 0) for name in ("max_span_attributes", "max_events", "max_event_attributes")
+    ]
+    return all(count is None or count >= _MIN_ATTRIBUTES for count in counts)
+
+
+def _delegates(sampler: object, *names: str) -> tuple[object, ...]:
+    """The delegates ``names`` of a ``ParentBased`` sampler (``()`` for another sampler)."""
+    if not isinstance(sampler, ParentBased):
+        return ()
+    return tuple(getattr(sampler, name, None) for name in names)
+
+
+def _all(found: tuple[object, ...], sampler: object) -> bool:
+    return bool(found) and all(item is sampler for item in found)
+
+
+def lean_tracer(tracer: trace_api.Tracer) -> trace_api.Tracer:
+    """A :class:`LeanTracer` in front of ``tracer`` when its pipeline allows (module
+    docstring), else ``tracer`` itself."""
+    if type(tracer) is not SdkTracer:
+        return tracer
+    scope = getattr(tracer, "_instrumentation_scope", None)
+    enabled = getattr(tracer, "_is_enabled", None)
+    metrics = getattr(tracer, "_tracer_metrics", None)
+    if (
+        scope is None
+        or not callable(enabled)
+        or type(metrics).__name__ != "NoOpTracerMetrics"
+        or not _limits_fit(getattr(tracer, "_span_limits", None))
+        or _processors(tracer) is None
+    ):
+        return tracer
+    return LeanTracer(tracer)
+
+
+class LeanTracer(trace_api.Tracer):
+    """Starts :class:`LeanSpan` s for an SDK tracer (module docstring); anything it does not
+    cover (links, a start time, a processor added since) goes to the SDK tracer."""
+
+    def __init__(self, tracer: SdkTracer) -> None:
+        self.sdk = tracer
+        sampler = self.sampler = tracer.sampler
+        # What the sampler decides without being called (the SDK's samplers, exactly):
+        # a root always sampled; a child of a sampled parent sampled; a child of a parent
+        # not sampled dropped (decided once, at the root).
+        always = sampler is ALWAYS_ON
+        self.samples_roots = always or _all(_delegates(sampler, "_root"), ALWAYS_ON)
+        self.follows_sampled = always or _all(
+            _delegates(sampler, "_remote_parent_sampled", "_local_parent_sampled"), ALWAYS_ON
+        )
+        self.drops_unsampled = _all(
+            _delegates(sampler, "_remote_parent_not_sampled", "_local_parent_not_sampled"), ALWAYS_OFF
+        )
+        self.resource = tracer.resource
+        self.scope = tracer._instrumentation_scope
+        self.info = tracer.instrumentation_info
+        self.processor = tracer.span_processor
+        self._processors = _processors(tracer)
+        self._ids = tracer.id_generator
+        self.span_id = tracer.id_generator.generate_span_id
+        random = getattr(tracer.id_generator, "is_trace_id_random", None)
+        self._random_ids = bool(random()) if callable(random) else False
+
+    def _lean(self) -> bool:
+        multi: Any = self.processor
+        if multi._span_processors is not self._processors:  # one added since: check again
+            self._processors = _processors(self.sdk)
+        return self._processors is not None and self.sdk._is_enabled()
+
+    def start_span(
+        self,
+        name: str,
+        context: Context | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: types.Attributes = None,
+        links: Sequence[trace_api.Link] | None = (),
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+    ) -> trace_api.Span:
+        if links or start_time is not None or not self._lean():
+            return self.sdk.start_span(
+                name, context, kind, attributes, links, start_time, record_exception, set_status_on_exception
+            )
+        parent: SpanContext | None = trace_api.get_current_span(context).get_span_context()
+        if parent is None or not parent.is_valid:
+            parent = None
+            trace_id = self._ids.generate_trace_id()
+            flags = _RANDOM if self._random_ids else 0
+            if self.samples_roots:
+                span_context = SpanContext(trace_id, self.span_id(), False, FLAGS[flags | _SAMPLED])
+                return LeanSpan(self, name, span_context, None, kind, attributes)
+        else:
+            trace_id = parent.trace_id
+            flags = parent.trace_flags & _RANDOM
+            if parent.trace_flags & _SAMPLED:
+                if self.follows_sampled:
+                    span_context = SpanContext(
+                        trace_id, self.span_id(), False, FLAGS[flags | _SAMPLED], parent.trace_state
+                    )
+                    return LeanSpan(self, name, span_context, parent, kind, attributes)
+            elif self.drops_unsampled:  # decided at the root: not sampled, nothing records
+                return NonRecordingSpan(
+                    SpanContext(trace_id, self.span_id(), False, FLAGS[flags], parent.trace_state)
+                )
+        result = self.sampler.should_sample(context, trace_id, name, kind, attributes, ())
+        decision = result.decision
+        if decision is Decision.RECORD_AND_SAMPLE:
+            flags |= _SAMPLED
+        span_context = SpanContext(trace_id, self.span_id(), False, FLAGS[flags], result.trace_state)
+        if decision is Decision.DROP:
+            return NonRecordingSpan(span_context)
+        return LeanSpan(self, name, span_context, parent, kind, result.attributes)
+
+    def start_as_current_span(self, *args: Any, **kwargs: Any) -> Any:
+        return self.sdk.start_as_current_span(*args, **kwargs)
+
+
+def _cleaned(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """``attributes`` with the SDK's validation when a value is not a plain scalar."""
+    if _PLAIN.issuperset(map(type, attributes.values())):
+        return dict(attributes)
+    return dict(BoundedAttributes(attributes=attributes))
+
+
+class LeanSpan(trace_api.Span):
+    """A recording span of a :class:`LeanTracer`: the SDK's ``ReadableSpan`` goes to the
+    processors when it ends (module docstring). Used from the event loop's thread, as
+    the decorators do; changes after the end are ignored, as the SDK's are."""
+
+    __slots__ = (
+        "_attributes",
+        "_context",
+        "_end_time",
+        "_events",
+        "_kind",
+        "_name",
+        "_parent",
+        "_start_time",
+        "_status",
+        "_tracer",
+    )
+
+    def __init__(
+        self,
+        tracer: LeanTracer,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        kind: SpanKind,
+        attributes: types.Attributes,
+    ) -> None:
+        self._tracer = tracer
+        self._name = name
+        self._context = context
+        self._parent = parent
+        self._kind = kind
+        self._attributes = _cleaned(attributes) if attributes else {}
+        self._events: list[Event] | None = None
+        self._status = _UNSET
+        self._start_time = time_ns()
+        self._end_time: int | None = None
+
+    def get_span_context(self) -> SpanContext:
+        return self._context
+
+    def is_recording(self) -> bool:
+        return self._end_time is None
+
+    def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
+        if self._end_time is None:
+            self._attributes.update(_cleaned(attributes))
+
+    def set_attribute(self, key: str, value: types.AttributeValue) -> None:
+        if self._end_time is None:
+            if type(value) in _PLAIN:
+                self._attributes[key] = value
+            else:
+                self._attributes.update(_cleaned({key: value}))
+
+    def add_event(self, name: str, attributes: types.Attributes = None, timestamp: int | None = None) -> None:
+        if self._end_time is not None:
+            return
+        event = Event(name, _cleaned(attributes) if attributes else {}, timestamp)
+        if self._events is None:
+            self._events = [event]
+        else:
+            self._events.append(event)
+
+    def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
+        log.warning("a link added after the start of span %r is not kept", self._name)
+
+    def update_name(self, name: str) -> None:
+        if self._end_time is None:
+            self._name = name
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        if self._end_time is not None or self._status.status_code is StatusCode.OK:
+            return
+        if isinstance(status, Status):
+            if status.status_code is not StatusCode.UNSET:
+                self._status = status
+        elif status is not StatusCode.UNSET:
+            self._status = Status(status, description)
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: types.Attributes = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        """The SDK's ``exception`` event (type, message, stack trace, escaped)."""
+        module = type(exception).__module__
+        qualname = type(exception).__qualname__
+        recorded: dict[str, Any] = {
+            "exception.type": f"{module}.{qualname}" if module and module != "builtins" else qualname,
+            "exception.message": str(exception),
+            "exception.stacktrace": "".join(traceback.format_exception(exception)),
+            "exception.escaped": str(escaped),
+        }
+        if attributes:
+            recorded.update(attributes)
+        self.add_event("exception", recorded, timestamp)
+
+    def end(self, end_time: int | None = None) -> None:
+        if self._end_time is not None:
+            log.warning("Calling end() on an ended span.")
+            return
+        self._end_time = end = end_time if end_time is not None else time_ns()
+        tracer = self._tracer
+        events = self._events
+        tracer.processor.on_end(
+            ReadableSpan(
+                name=self._name,
+                context=self._context,
+                parent=self._parent,
+                resource=tracer.resource,
+                attributes=self._attributes,
+                events=() if events is None else tuple(events),
+                kind=self._kind,
+                instrumentation_info=tracer.info,
+                status=self._status,
+                start_time=self._start_time,
+                end_time=end,
+                instrumentation_scope=tracer.scope,
+            )
+        )
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        if exc_val is not None and self._end_time is None:
+            self.record_exception(exc_val, escaped=True)
+            self.set_status(Status(StatusCode.ERROR, f"{type(exc_val).__name__}: {exc_val}"))
+        self.end()
