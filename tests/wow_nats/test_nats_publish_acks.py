@@ -245,12 +245,16 @@ async def test_a_send_whose_ack_never_comes_fails_after_the_publish_timeout(
     topic = names.topic()
     await transport.send(message(topic, "k0"))  # the stream exists, the connection is up
     nc = await transport.connection()
-    dropped: list[str] = []
+    dropped: list[bytes] = []
+    send_command = nc._send_command
 
-    async def publish(subject: str, payload: bytes = b"", reply: str = "", headers: Any = None) -> None:
-        dropped.append(reply)  # never reaches the server: no ack comes
+    async def drop_publishes(command: bytes, priority: bool = False) -> None:
+        if command.startswith((b"PUB ", b"HPUB ")):
+            dropped.append(command.split(b" ")[2])  # its reply subject; it never reaches the server
+            return
+        await send_command(command, priority)
 
-    monkeypatch.setattr(nc, "publish", publish)
+    monkeypatch.setattr(nc, "_send_command", drop_publishes)
     started_at = time.monotonic()
     with pytest.raises(nats.errors.TimeoutError):
         await asyncio.wait_for(transport.send(message(topic, "k1")), WAIT)

@@ -39,6 +39,8 @@ import nats.errors
 import nats.js.errors
 from nats.js.api import PubAck
 
+from wow_nats.hpub import supports_direct_writes, write_hpub
+
 if TYPE_CHECKING:
     from nats.aio.client import Client as NatsClient
     from nats.aio.msg import Msg
@@ -91,6 +93,7 @@ class PublishAcks:
         "_probe",
         "_room",
         "_start_lock",
+        "direct",
         "max_pending",
         "timeout",
     )
@@ -108,6 +111,8 @@ class PublishAcks:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._probe: asyncio.Future[None] | None = None
         self._start_lock = asyncio.Lock()
+        self.direct = False
+        """Whether :meth:`publish_record` writes the message itself (:mod:`wow_nats.hpub`)."""
 
     @property
     def started(self) -> bool:
@@ -141,9 +146,20 @@ class PublishAcks:
             finally:
                 self._probe = None
             self._client = client
+            self.direct = supports_direct_writes(client)
 
     async def publish(self, subject: str, data: bytes, headers: dict[str, str]) -> PubAck:
         """Publish with a reply subject of this inbox; return the ack (or raise its error)."""
+        return await self._publish(subject, data, headers, None)
+
+    async def publish_record(self, subject: str, data: bytes, header: bytes) -> PubAck:
+        """:meth:`publish` with the header block already written (:func:`~wow_nats.hpub.record_header`);
+        only when :attr:`direct`."""
+        return await self._publish(subject, data, None, header)
+
+    async def _publish(
+        self, subject: str, data: bytes, headers: dict[str, str] | None, header: bytes | None
+    ) -> PubAck:
         client = self._client
         if client is None:
             raise RuntimeError("the publish-ack inbox is not started")
@@ -163,7 +179,10 @@ class PublishAcks:
         if self._handle is None:
             self._handle = loop.call_at(deadline, self._expire)
         try:
-            await client.publish(subject, data, reply=self._prefix + token, headers=headers)
+            if header is None:
+                await client.publish(subject, data, reply=self._prefix + token, headers=headers)
+            else:
+                await write_hpub(client, subject, self._prefix + token, header, data)
             return await future
         except BaseException:
             # cancelled, or the publish itself failed: its room is free again

@@ -40,6 +40,7 @@ from wow_core.transport import (
 )
 from wow_nats.acks import PublishAcks
 from wow_nats.connection import NatsConnection
+from wow_nats.hpub import MSG_ID_HEADER, record_header
 from wow_nats.layout import StreamLayout
 from wow_nats.record import TIMESTAMP_HEADER, key_headers
 from wow_nats.settings import SECTION, NatsSettings
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("wow_nats")
 
-MSG_ID_HEADER = "Nats-Msg-Id"
 _PUBLISH_ATTEMPTS = 3
 _TRANSIENT = (nats.errors.TimeoutError, nats.errors.ConnectionReconnectingError, TimeoutError)
 
@@ -114,12 +114,18 @@ class NatsTransport(TransportBase["NatsReceiver"]):
     async def send(self, message: TransportMessage) -> None:
         """Publish to the topic's subject; return on JetStream's publish ack."""
         self._check_open()
+        # unique per record, reused by retries: JetStream stores a retried record once
+        msg_id = self._id_prefix + str(next(self._id_counter)) if self._deduplicate else None
+        data = message.payload.encode("utf-8")
+        if self._acks.direct:
+            header = record_header(message.key, message.timestamp, msg_id)
+            await self._publish(message.topic, data, None, header)
+            return
         headers = key_headers(message.key)
         headers[TIMESTAMP_HEADER] = str(message.timestamp)
-        if self._deduplicate:
-            # unique per record, reused by retries: JetStream stores a retried record once
-            headers[MSG_ID_HEADER] = self._id_prefix + str(next(self._id_counter))
-        await self.publish(message.topic, message.payload.encode("utf-8"), headers)
+        if msg_id is not None:
+            headers[MSG_ID_HEADER] = msg_id
+        await self.publish(message.topic, data, headers)
 
     async def send_many(self, messages: Sequence[TransportMessage]) -> None:
         """Publish every message, pipelined on the one connection, in the given order.
@@ -186,6 +192,13 @@ class NatsTransport(TransportBase["NatsReceiver"]):
         at most ``max_pending_publishes`` acks are awaited at once, a publish beyond
         waits for room.
         """
+        return await self._publish(subject, data, headers, None)
+
+    async def _publish(
+        self, subject: str, data: bytes, headers: dict[str, str] | None, header: bytes | None
+    ) -> PubAck:
+        """:meth:`publish` of either a header dict or a header block written by
+        :func:`~wow_nats.hpub.record_header` (when the inbox writes directly)."""
         attempt = 0
         while True:
             attempt += 1
@@ -195,6 +208,10 @@ class NatsTransport(TransportBase["NatsReceiver"]):
                 acks = self._acks
                 if not acks.started:
                     await self._start_acks()
+                if header is not None and acks.direct:
+                    return await acks.publish_record(subject, data, header)
+                if headers is None:
+                    raise RuntimeError("a header block needs the inbox's direct writes")
                 return await acks.publish(subject, data, headers)
             except nats.js.errors.NoStreamResponseError:
                 if attempt >= _PUBLISH_ATTEMPTS or self._closed:
