@@ -261,3 +261,19 @@ async def test_a_send_whose_ack_never_comes_fails_after_the_publish_timeout(
     assert time.monotonic() - started_at >= 3 * 0.2 - 0.05, "three attempts, each waited for its ack"
     assert len(dropped) == 3
     assert len(set(dropped)) == 3, "each attempt had its own reply subject"
+
+
+async def test_a_reply_that_is_no_publish_ack_fails_its_publish(
+    client: NatsClient, responder: Responder
+) -> None:
+    acks = await started(client)
+    sends = [asyncio.ensure_future(acks.publish(responder.subject, b"a", {})) for _ in range(3)]
+    requests = await responder.got(3)
+    for request, reply in zip(requests, (b"not json", b"[1, 2]", b'{"seq": 1}'), strict=True):
+        await responder.nc.publish(request.reply, reply)
+    await responder.nc.flush()
+    for send in sends:
+        with pytest.raises(nats.js.errors.APIError, match="not a publish ack"):
+            await asyncio.wait_for(send, WAIT)
+    assert len(acks) == 0
+    acks.close()
