@@ -12,7 +12,8 @@ token, a semaphore and a done-callback per publish; this inbox does it with:
   comes back through it before the first publish uses it (``flush()`` is no proof: nats-py
   writes its ``PING`` ahead of a ``SUB`` still in its buffer);
 - a reply subject ``<inbox>.<counter>`` per publish, the future of each in one dict;
-- the ack's JSON parsed here, into :class:`nats.js.api.PubAck` or the exception nats-py
+- the ack's JSON parsed here (a :class:`nats.js.api.PubAck` is built only for
+  :meth:`PublishAcks.publish`), or the exception nats-py
   raises for the same reply (:class:`nats.js.errors.NoStreamResponseError`,
   :class:`nats.js.errors.APIError` and its subclasses);
 - one timer for every deadline in flight (all publishes share one timeout, so deadlines
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import nats.errors
 import nats.js.errors
@@ -50,7 +51,11 @@ _STATUS = "Status"
 _NO_RESPONDERS = "503"
 
 
-def ack_of(msg: Msg) -> PubAck | Exception:
+Ack = dict[str, Any]
+"""A publish ack as JetStream wrote it (``stream``, ``seq``, maybe ``duplicate``, ``domain``)."""
+
+
+def ack_of(msg: Msg) -> Ack | Exception:
     """The publish ack a reply carries, or the exception it stands for."""
     headers = msg.headers
     if headers and headers.get(_STATUS) == _NO_RESPONDERS:
@@ -60,14 +65,18 @@ def ack_of(msg: Msg) -> PubAck | Exception:
         error = reply.get("error")
         if error is not None:
             return _api_error(error)
-        return PubAck(
-            stream=reply["stream"],
-            seq=reply["seq"],
-            domain=reply.get("domain"),
-            duplicate=reply.get("duplicate"),
-        )
+        if isinstance(reply["stream"], str) and isinstance(reply["seq"], int):
+            return cast(Ack, reply)
+        raise TypeError("stream or seq of the wrong type")
     except (ValueError, TypeError, KeyError, AttributeError) as error:
         return nats.js.errors.APIError(description=f"not a publish ack: {msg.data[:200]!r} ({error!r})")
+
+
+def pub_ack(ack: Ack) -> PubAck:
+    """nats-py's :class:`~nats.js.api.PubAck` of an ack (built only for who asks for it)."""
+    return PubAck(
+        stream=ack["stream"], seq=ack["seq"], domain=ack.get("domain"), duplicate=ack.get("duplicate")
+    )
 
 
 def _api_error(error: dict[str, object]) -> Exception:
@@ -104,8 +113,8 @@ class PublishAcks:
         self._client: NatsClient | None = None
         self._prefix = ""
         self._counter = 0
-        self._futures: dict[str, asyncio.Future[PubAck]] = {}
-        self._deadlines: deque[tuple[float, str, asyncio.Future[PubAck]]] = deque()
+        self._futures: dict[str, asyncio.Future[Ack]] = {}
+        self._deadlines: deque[tuple[float, str, asyncio.Future[Ack]]] = deque()
         self._room: deque[asyncio.Future[None]] = deque()
         self._handle: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -150,16 +159,20 @@ class PublishAcks:
 
     async def publish(self, subject: str, data: bytes, headers: dict[str, str]) -> PubAck:
         """Publish with a reply subject of this inbox; return the ack (or raise its error)."""
+        return pub_ack(await self._publish(subject, data, headers, None))
+
+    async def publish_raw(self, subject: str, data: bytes, headers: dict[str, str]) -> Ack:
+        """:meth:`publish`, the ack as JetStream wrote it."""
         return await self._publish(subject, data, headers, None)
 
-    async def publish_record(self, subject: str, data: bytes, header: bytes) -> PubAck:
-        """:meth:`publish` with the header block already written (:func:`~wow_nats.hpub.record_header`);
-        only when :attr:`direct`."""
+    async def publish_record(self, subject: str, data: bytes, header: bytes) -> Ack:
+        """:meth:`publish_raw` with the header block already written
+        (:func:`~wow_nats.hpub.record_header`); only when :attr:`direct`."""
         return await self._publish(subject, data, None, header)
 
     async def _publish(
         self, subject: str, data: bytes, headers: dict[str, str] | None, header: bytes | None
-    ) -> PubAck:
+    ) -> Ack:
         client = self._client
         if client is None:
             raise RuntimeError("the publish-ack inbox is not started")
@@ -169,7 +182,7 @@ class PublishAcks:
         assert loop is not None
         self._counter += 1
         token = str(self._counter)
-        future: asyncio.Future[PubAck] = loop.create_future()
+        future: asyncio.Future[Ack] = loop.create_future()
         self._futures[token] = future
         deadlines = self._deadlines
         while deadlines and deadlines[0][2].done():

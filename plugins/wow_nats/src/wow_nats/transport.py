@@ -38,7 +38,7 @@ from wow_core.transport import (
     TransportBase,
     TransportMessage,
 )
-from wow_nats.acks import PublishAcks
+from wow_nats.acks import Ack, PublishAcks, pub_ack
 from wow_nats.connection import NatsConnection
 from wow_nats.hpub import MSG_ID_HEADER, record_header
 from wow_nats.layout import StreamLayout
@@ -192,11 +192,11 @@ class NatsTransport(TransportBase["NatsReceiver"]):
         at most ``max_pending_publishes`` acks are awaited at once, a publish beyond
         waits for room.
         """
-        return await self._publish(subject, data, headers, None)
+        return pub_ack(await self._publish(subject, data, headers, None))
 
     async def _publish(
         self, subject: str, data: bytes, headers: dict[str, str] | None, header: bytes | None
-    ) -> PubAck:
+    ) -> Ack:
         """:meth:`publish` of either a header dict or a header block written by
         :func:`~wow_nats.hpub.record_header` (when the inbox writes directly)."""
         attempt = 0
@@ -212,7 +212,7 @@ class NatsTransport(TransportBase["NatsReceiver"]):
                     return await acks.publish_record(subject, data, header)
                 if headers is None:
                     raise RuntimeError("a header block needs the inbox's direct writes")
-                return await acks.publish(subject, data, headers)
+                return await acks.publish_raw(subject, data, headers)
             except nats.js.errors.NoStreamResponseError:
                 if attempt >= _PUBLISH_ATTEMPTS or self._closed:
                     raise
