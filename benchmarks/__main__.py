@@ -133,10 +133,13 @@ def bars(data: dict[str, Any]) -> tuple[list[tuple[str, float, float | None]], l
 
 
 def load() -> list[dict[str, Any]]:
-    """Every result file; the parts of ``head_to_head`` only when it was not merged."""
+    """Every result file (not the ``.rows.json`` of rows run alone); the parts of
+    ``head_to_head`` only when it was not merged."""
     found = []
     merged = (RESULTS / "head_to_head.json").exists()
     for path in sorted(RESULTS.glob("*.json")):
+        if path.name.endswith(".rows.json"):
+            continue  # some rows run alone (head_to_head_brokers --rows), not a result
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as error:

@@ -36,6 +36,7 @@ their goals (issue 15: send and end to end at least 0.8 of raw and 1.5x FastStre
 this module in its own process and merges the file.
 
     python -m benchmarks.head_to_head_brokers [--quick] [--repeat 3] [--brokers kafka,redis,nats]
+    python -m benchmarks.head_to_head_brokers --brokers nats --rows "send: wow gateway SENT"
 """
 
 from __future__ import annotations
@@ -703,6 +704,9 @@ async def measure(h: Harness, rows: Any, count: int, skipped: list[str]) -> dict
     if not skipped:
         runs[(rows.broker, "send", "faststream publish")] = lambda: rows.faststream_send(count, width)
         runs[(rows.broker, "end to end", "faststream")] = lambda: rows.faststream_end_to_end(count, width)
+    only = [name.strip() for name in str(getattr(h.options, "rows", "") or "").split(",") if name.strip()]
+    if only:  # e.g. --rows "send: wow gateway SENT" (to profile one row alone)
+        runs = {row: run for row, run in runs.items() if f"{row[1]}: {row[2]}" in only}
     seconds: dict[Row, list[Timing]] = {row: [] for row in runs}
     names = list(runs)
     for repeat in range(h.repeat):
@@ -790,6 +794,11 @@ def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--brokers", default="kafka,redis,nats", help="comma-separated: kafka,redis,nats")
     parser.add_argument("--senders", type=int, default=SENDERS, help="concurrent senders")
     parser.add_argument("--messages", type=int, default=None, help="messages per row and run")
+    parser.add_argument(
+        "--rows",
+        default="",
+        help='comma-separated "<measure>: <implementation>" rows to run alone, e.g. "send: wow gateway SENT"',
+    )
 
 
 REPORT: dict[str, Any] = {}
@@ -839,6 +848,7 @@ async def run(h: Harness) -> list[Figure]:
                 MessageCodec(BodyTypeRegistry([Deposit])).encode(WowSide.commands(1)[0]).encode()
             ),
             "rows": table,
+            "only": str(getattr(h.options, "rows", "") or ""),
             "skipped": skipped,
         }
     )
@@ -849,6 +859,8 @@ def main() -> None:
     original = Harness.write
 
     def write(benchmark: str, figures: list[Figure], report: dict[str, Any]) -> Any:
+        if REPORT.get("only"):  # some rows alone: not the full run's file
+            benchmark += ".rows"
         return original(benchmark, figures, {**report, **REPORT})
 
     Harness.write = staticmethod(write)  # type: ignore[method-assign]

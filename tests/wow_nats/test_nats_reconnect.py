@@ -134,3 +134,24 @@ async def test_sends_and_receivers_survive_a_server_restart(server: PrivateServe
             await record.ack()
     finally:
         await transport.close()
+
+
+async def test_the_ack_inbox_survives_a_restart_and_every_send_is_stored_once(server: PrivateServer) -> None:
+    settings = NatsSettings(servers=[server.url], reconnect_time_wait=0.1, publish_timeout=5)
+    transport = NatsTransport(settings)
+    topic = "wow.restart.agg.command"
+    try:
+        stream = await transport.ensure_stream(topic)
+        await transport.send(message(topic, "before"))
+        await server.stop()
+        during = [asyncio.create_task(transport.send(message(topic, f"during-{n}"))) for n in range(5)]
+        await asyncio.sleep(0.2)
+        await server.start()
+        await asyncio.wait_for(asyncio.gather(*during), 15)
+        for n in range(5):  # acked through the inbox subscribed again after the reconnect
+            await asyncio.wait_for(transport.send(message(topic, f"after-{n}")), 15)
+        info = await (await transport.jetstream()).stream_info(stream)
+        assert info.state.messages == 11, "each send stored once"
+        assert len(transport._acks) == 0, "no ack left awaited"
+    finally:
+        await transport.close()

@@ -1,8 +1,9 @@
 """``NatsTransport``: the wow-py Transport SPI over NATS JetStream (nats-py).
 
 What ``send`` proves (SENT): JetStream stored the record in the context's stream and
-answered with a publish ack (stream and sequence). It does not prove that any group
-received, processed or acknowledged it.
+answered with a publish ack (stream and sequence), received through the transport's own
+reply inbox (:mod:`wow_nats.acks`). It does not prove that any group received, processed
+or acknowledged it.
 
 The transport owns one NATS connection. Streams are created (or their subjects added)
 the first time a topic of their context is sent to or opened; consumers are created by
@@ -19,7 +20,6 @@ import asyncio
 import itertools
 import logging
 import uuid
-from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -38,7 +38,9 @@ from wow_core.transport import (
     TransportBase,
     TransportMessage,
 )
+from wow_nats.acks import Ack, PublishAcks, pub_ack
 from wow_nats.connection import NatsConnection
+from wow_nats.hpub import MSG_ID_HEADER, record_header
 from wow_nats.layout import StreamLayout
 from wow_nats.record import TIMESTAMP_HEADER, key_headers
 from wow_nats.settings import SECTION, NatsSettings
@@ -50,77 +52,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("wow_nats")
 
-MSG_ID_HEADER = "Nats-Msg-Id"
 _PUBLISH_ATTEMPTS = 3
 _TRANSIENT = (nats.errors.TimeoutError, nats.errors.ConnectionReconnectingError, TimeoutError)
-
-
-def _expire(future: asyncio.Future[PubAck]) -> None:
-    if not future.done():
-        future.set_exception(nats.errors.TimeoutError())
-
-
-class AckDeadlines:
-    """The publish-ack deadlines of one transport, under one timer.
-
-    Every publish waits at most ``timeout`` seconds for its ack, then fails with
-    :class:`nats.errors.TimeoutError` (its ack may still come: JetStream stored it or
-    not, the caller cannot tell, as with any timeout). All publishes share the same
-    timeout, so their deadlines arrive in the order they were added: they queue in a
-    deque, acked ones are dropped from its head as new ones arrive, and a single timer
-    is armed for the oldest pending deadline, instead of a timer per publish (whose
-    creation and cancellation were a tenth of a send's CPU time).
-    """
-
-    __slots__ = ("_handle", "_loop", "_pending", "timeout")
-
-    def __init__(self, timeout: float) -> None:
-        self.timeout = timeout
-        self._pending: deque[tuple[float, asyncio.Future[PubAck]]] = deque()
-        self._handle: asyncio.TimerHandle | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def add(self, future: asyncio.Future[PubAck]) -> None:
-        """``future`` fails at ``timeout`` seconds from now unless it is done by then."""
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            loop = self._loop = future.get_loop()
-            self._pending.clear()
-            self._handle = None
-        pending = self._pending
-        while pending and pending[0][1].done():
-            pending.popleft()
-        deadline = loop.time() + self.timeout
-        pending.append((deadline, future))
-        if self._handle is None:
-            self._handle = loop.call_at(deadline, self._expire)
-
-    def __len__(self) -> int:
-        return len(self._pending)
-
-    def _expire(self) -> None:
-        self._handle = None
-        loop = self._loop
-        if loop is None:
-            return
-        now = loop.time()
-        pending = self._pending
-        while pending:
-            deadline, future = pending[0]
-            if future.done():
-                pending.popleft()
-            elif deadline <= now:
-                pending.popleft()
-                _expire(future)
-            else:
-                self._handle = loop.call_at(deadline, self._expire)
-                return
-
-    def cancel(self) -> None:
-        """Drop the timer (the transport closed; its connection fails what is pending)."""
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
 
 
 class NatsTransport(TransportBase["NatsReceiver"]):
@@ -156,7 +89,7 @@ class NatsTransport(TransportBase["NatsReceiver"]):
         self._id_prefix = uuid.uuid4().hex[:16] + "-"
         self._id_counter = itertools.count()
         self._deduplicate = self.settings.deduplicate
-        self._deadlines = AckDeadlines(self.settings.publish_timeout)
+        self._acks = PublishAcks(self.settings.publish_timeout, self.settings.max_pending_publishes)
 
     @classmethod
     def from_settings(cls, settings: ProcessSettings, *, metrics: Metrics | None = None) -> NatsTransport:
@@ -176,17 +109,23 @@ class NatsTransport(TransportBase["NatsReceiver"]):
         return "nats"
 
     async def start(self) -> None:
-        await self.jetstream()
+        await self._start_acks()
 
     async def send(self, message: TransportMessage) -> None:
         """Publish to the topic's subject; return on JetStream's publish ack."""
         self._check_open()
+        # unique per record, reused by retries: JetStream stores a retried record once
+        msg_id = self._id_prefix + str(next(self._id_counter)) if self._deduplicate else None
+        data = message.payload.encode("utf-8")
+        if self._acks.direct:
+            header = record_header(message.key, message.timestamp, msg_id)
+            await self._publish(message.topic, data, None, header)
+            return
         headers = key_headers(message.key)
         headers[TIMESTAMP_HEADER] = str(message.timestamp)
-        if self._deduplicate:
-            # unique per record, reused by retries: JetStream stores a retried record once
-            headers[MSG_ID_HEADER] = self._id_prefix + str(next(self._id_counter))
-        await self.publish(message.topic, message.payload.encode("utf-8"), headers)
+        if msg_id is not None:
+            headers[MSG_ID_HEADER] = msg_id
+        await self.publish(message.topic, data, headers)
 
     async def send_many(self, messages: Sequence[TransportMessage]) -> None:
         """Publish every message, pipelined on the one connection, in the given order.
@@ -225,7 +164,7 @@ class NatsTransport(TransportBase["NatsReceiver"]):
             await receiver.close()
         self._topics.cancel()
         await self._connection.close()  # flushes the last acks and publishes
-        self._deadlines.cancel()
+        self._acks.close()
 
     # -- shared with the receivers and tools ----------------------------------------------
 
@@ -248,18 +187,32 @@ class NatsTransport(TransportBase["NatsReceiver"]):
     async def publish(self, subject: str, data: bytes, headers: dict[str, str]) -> PubAck:
         """JetStream publish, completed by its ack; transient failures are tried again.
 
-        At most ``max_pending_publishes`` acks are awaited at once (nats-py's bound on
-        asynchronous publishes); a publish beyond waits for room.
+        The ack comes back through the transport's own reply inbox
+        (:class:`~wow_nats.acks.PublishAcks`: one subscription, one deadline timer);
+        at most ``max_pending_publishes`` acks are awaited at once, a publish beyond
+        waits for room.
         """
+        return pub_ack(await self._publish(subject, data, headers, None))
+
+    async def _publish(
+        self, subject: str, data: bytes, headers: dict[str, str] | None, header: bytes | None
+    ) -> Ack:
+        """:meth:`publish` of either a header dict or a header block written by
+        :func:`~wow_nats.hpub.record_header` (when the inbox writes directly)."""
         attempt = 0
         while True:
             attempt += 1
             try:
                 if subject not in self._ready:
                     await self._topics.ensure(subject)
-                js = self._connection.js or await self._connection.jetstream()
-                future = await js.publish_async(subject, data, headers=headers)
-                return await self._ack_of(future)
+                acks = self._acks
+                if not acks.started:
+                    await self._start_acks()
+                if header is not None and acks.direct:
+                    return await acks.publish_record(subject, data, header)
+                if headers is None:
+                    raise RuntimeError("a header block needs the inbox's direct writes")
+                return await acks.publish_raw(subject, data, headers)
             except nats.js.errors.NoStreamResponseError:
                 if attempt >= _PUBLISH_ATTEMPTS or self._closed:
                     raise
@@ -272,8 +225,6 @@ class NatsTransport(TransportBase["NatsReceiver"]):
                 log.warning("publish to %s failed (%r); attempt %d", subject, error, attempt)
                 await asyncio.sleep(self.settings.reconnect_time_wait)
 
-    async def _ack_of(self, future: asyncio.Future[PubAck]) -> PubAck:
-        # one timer for every publish in flight (AckDeadlines), not the task and future
-        # of wait_for, nor a timer each
-        self._deadlines.add(future)
-        return await future
+    async def _start_acks(self) -> None:
+        client = await self._connection.client()
+        await self._acks.start(client, self.settings.connect_timeout)
