@@ -414,8 +414,34 @@ class LocalFirstDistributedCopies(Generic[M]):
         if lane.state is not _WAITING:
             return
         lane.disarm()
+        while self._settles_unsent(lane.copies[0]):
+            # Its turn is now (first in its lane, its result known) and there is nothing
+            # to send: settled here, in the admission's callback, without a worker's turn.
+            lane.state = _RUNNING
+            lane.copies.popleft()
+            self._add_backlog(lane.key.named_aggregate, -1)
+            if not self._advance(lane):
+                return  # the next copy waits for its own result, or the lane went idle
         lane.state = _READY
         self._pool.ready(lane)
+
+    def _settles_unsent(self, entry: QueuedCopy[M]) -> bool:
+        """True (and ``entry`` resolved) when the copy, whose turn it is, goes nowhere: its
+        admission confirmed and every receiver of its topic would drop a copy handled
+        locally (or there is none), or its outboxed copy is relayed. Anything else (a
+        rejection, a timeout, a copy some receiver could process) is sent by a worker."""
+        admission = entry.admission
+        if admission is None or not admission.done() or admission.cancelled():
+            return False
+        if admission.exception() is not None or admission.result() is not True:
+            return False
+        if not entry.outboxed:
+            delivers = self._delivers
+            if delivers is None or delivers(entry.message, handled_locally=True):
+                return False
+            entry.message.header[Header.LOCAL_FIRST] = "true"
+        entry._resolve(None)
+        return True
 
     async def _turn(self, lane: _Lane) -> bool:
         """Send a lane's first copy (the lane is owned by the calling task); True when the
