@@ -12,6 +12,11 @@ stops waiting changes nothing about the copy, so there is neither a duplicate no
 A result that does not arrive within the hand-off timeout counts as a refusal (logged,
 the copy goes out with ``local_first=false``).
 
+A queued copy may hold an *emitted* message (its header read-only: the local copy a
+local bus took): it is copied, with its own writable header, only when it goes out. An
+admitted copy that nobody could process is settled in the admission's callback, without
+a worker's turn.
+
 Guarantees and limits:
 
 - Queues of different aggregates never wait for one another; there is no lock shared by
@@ -439,7 +444,9 @@ class LocalFirstDistributedCopies(Generic[M]):
             delivers = self._delivers
             if delivers is None or delivers(entry.message, handled_locally=True):
                 return False
-            entry.message.header[Header.LOCAL_FIRST] = "true"
+            header = entry.message.header
+            if not header.read_only:  # an emitted local copy already says "true"
+                header[Header.LOCAL_FIRST] = "true"
         entry._resolve(None)
         return True
 
@@ -494,6 +501,10 @@ class LocalFirstDistributedCopies(Generic[M]):
         """Send one copy; raises only when the task sending it is cancelled itself."""
         local_first = self._decide(entry)
         message = entry.message
+        if message.header.read_only:
+            # The emitted (immutable) local copy of a handed-off message: the copy that goes
+            # out gets its own writable header now, not at every send (most go nowhere).
+            message = entry.message = message.copy()
         if entry.outboxed and local_first:
             # Admitted locally: the outbox's relay sends the copy marked true; nothing more.
             entry._resolve(None)
