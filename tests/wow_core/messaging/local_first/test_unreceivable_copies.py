@@ -116,13 +116,16 @@ async def test_an_admitted_copy_every_receiver_would_drop_settles_in_its_callbac
     copies.start(second)
     first_admission.set_result(True)
     await asyncio.sleep(0)  # the admission's callbacks run
-    assert first_done is not None and first_done.done(), "settled when its result came"
+    assert first_done is not None
+    assert first_done.done(), "settled when its result came"
     assert copies.workers == 0, "no worker's turn for a copy that goes nowhere"
-    assert second_done is not None and not second_done.done(), "the next waits for its own result"
+    assert second_done is not None
+    assert not second_done.done(), "the next waits for its own result"
     assert copies.backlog() == 1
     second_admission.set_result(False)  # rejected locally: its copy must still go out
     await asyncio.wait_for(second_done, 5)
-    assert [(a.message.id, a.message.header.local_first) for a in bus.arrivals] == [(second.message.id, False)]
+    sent = [(a.message.id, a.message.header.local_first) for a in bus.arrivals]
+    assert sent == [(second.message.id, False)]
     assert copies.backlog() == 0
     await copies.flush(1)
 
