@@ -205,8 +205,13 @@ class _Lane:
     def disarm(self) -> None:
         if self.armed:
             self.owner._deadlines.forget(self)
-        if self.admission is not None:
-            self.admission.remove_done_callback(self.decided)
+        admission = self.admission
+        if admission is not None:
+            unlisten = getattr(admission, "unlisten", None)
+            if unlisten is not None:
+                unlisten(self.decided)
+            else:
+                admission.remove_done_callback(self.decided)
             self.admission = None
 
 
@@ -409,8 +414,14 @@ class LocalFirstDistributedCopies(Generic[M]):
         ):
             lane.state = _WAITING
             lane.admission = admission
-            admission.add_done_callback(lane.decided, context=self._empty_context)
             self._deadlines.add(lane, entry.deadline)
+            listen = getattr(admission, "listen", None)
+            if listen is not None:
+                # The in-memory bus's admission calls back in the call that decides it
+                # (no loop turn); the callback only moves lanes and sets no variable.
+                listen(lane.decided)
+            else:
+                admission.add_done_callback(lane.decided, context=self._empty_context)
             return False
         lane.state = _READY
         return True
