@@ -496,6 +496,27 @@ async def test_original_and_both_copies_have_independent_headers(
     assert distributed_copy.header[Header.LOCAL_FIRST] == "true"
 
 
+async def test_the_copy_of_a_rejected_hand_off_is_made_from_what_was_handed_off(
+    bus: LocalFirstCommandBus, local: ControlledLocalBus, distributed: RecordingDistributedBus
+) -> None:
+    message = command()
+    message.header["tenant"] = "t1"
+    await bus.send(message)
+    local_copy = local.deliveries[0].message
+    message.header["tenant"] = "changed by the sender"  # after SENT: reaches no copy
+    local.reject(local.deliveries[0])
+    await bus.copies.join()
+    distributed_copy = distributed.arrivals[0].message
+
+    assert distributed_copy.header is not local_copy.header
+    assert distributed_copy.header is not message.header
+    assert distributed_copy.header["tenant"] == "t1"
+    assert distributed_copy.header[Header.LOCAL_FIRST] == "false"
+    assert distributed_copy.id == message.id
+    assert local_copy.header[Header.LOCAL_FIRST] == "true", "the emitted local copy is left as it was"
+    assert Header.LOCAL_FIRST not in message.header
+
+
 async def test_local_bus_and_distributed_bus_must_carry_the_same_kind(
     distributed: RecordingDistributedBus,
 ) -> None:

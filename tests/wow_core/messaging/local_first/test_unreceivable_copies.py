@@ -99,6 +99,37 @@ async def test_a_copy_handled_locally_that_every_receiver_would_drop_is_not_sent
     await copies.flush(1)
 
 
+async def test_an_admitted_copy_every_receiver_would_drop_settles_in_its_callback_without_a_worker() -> None:
+    bus = Deaf()
+    bus.drops_handled_locally = True
+    copies = copies_over(bus)
+    loop = asyncio.get_running_loop()
+    first_admission: asyncio.Future[bool] = loop.create_future()
+    second_admission: asyncio.Future[bool] = loop.create_future()
+    first = copies.queue(command("a1", n=1), start=False)
+    first.handed_off_with(first_admission, loop.time() + 60)
+    first_done = first.completion()
+    copies.start(first)
+    second = copies.queue(command("a1", n=2), start=False)
+    second.handed_off_with(second_admission, loop.time() + 60)
+    second_done = second.completion()
+    copies.start(second)
+    first_admission.set_result(True)
+    await asyncio.sleep(0)  # the admission's callbacks run
+    assert first_done is not None
+    assert first_done.done(), "settled when its result came"
+    assert copies.workers == 0, "no worker's turn for a copy that goes nowhere"
+    assert second_done is not None
+    assert not second_done.done(), "the next waits for its own result"
+    assert copies.backlog() == 1
+    second_admission.set_result(False)  # rejected locally: its copy must still go out
+    await asyncio.wait_for(second_done, 5)
+    sent = [(a.message.id, a.message.header.local_first) for a in bus.arrivals]
+    assert sent == [(second.message.id, False)]
+    assert copies.backlog() == 0
+    await copies.flush(1)
+
+
 class Observed:
     """What a local-first observer heard: routes of sends and backlog changes."""
 

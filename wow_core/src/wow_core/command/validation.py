@@ -5,16 +5,24 @@ A body is valid when pydantic validates it against its own class: field types an
 constraints (``Annotated[int, Field(gt=0)]``, pydantic validators) of a dataclass or a
 pydantic model. A body may add cross-field rules with a ``violations()`` method that
 returns messages (or :class:`Violation` s); any it returns make the command invalid.
+
+pydantic is not called for a plain dataclass body whose fields are all annotated ``str``,
+``int``, ``float``, ``bool`` or ``bytes`` (no ``Annotated`` constraint, no
+``__post_init__``) and hold values of exactly those types: pydantic would find nothing
+to report. Any other value (an ``int`` for a ``float``, a subclass, ``None``) and every
+other body goes through pydantic, so the violations are the same either way.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
 
 from wow_core.command.stages import Violation
 
@@ -26,6 +34,45 @@ def _adapter(cls: type[Any]) -> TypeAdapter[Any]:
     if adapter is None:
         adapter = _adapters[cls] = TypeAdapter(cls)
     return adapter
+
+
+_EXACT = (str, int, float, bool, bytes)
+"""Field types a value of exactly that type always satisfies in pydantic (no constraint)."""
+
+_exact_types: dict[type[Any], tuple[tuple[str, type[Any]], ...] | None] = {}
+
+
+def _exact_fields(cls: type[Any]) -> tuple[tuple[str, type[Any]], ...] | None:
+    """For a plain dataclass whose every init field is annotated with one of :data:`_EXACT`
+    (no ``Annotated`` constraint, no ``__post_init__``, no pydantic configuration): its
+    ``(name, type)`` pairs; otherwise None (pydantic validates every body of the class)."""
+    if cls in _exact_types:
+        return _exact_types[cls]
+    exact: tuple[tuple[str, type[Any]], ...] | None = None
+    if (
+        dataclasses.is_dataclass(cls)
+        and not hasattr(cls, "__post_init__")
+        and not hasattr(cls, "__pydantic_config__")
+        and not hasattr(cls, "__pydantic_validator__")
+    ):
+        try:
+            hints = typing.get_type_hints(cls, include_extras=True)
+        except Exception:
+            hints = None
+        if hints is not None:
+            init = [f for f in dataclasses.fields(cls) if f.init]
+            pairs = [(f.name, hints.get(f.name)) for f in init]
+            constrained = any(isinstance(f.default, FieldInfo) for f in init)
+            if not constrained and all(kind in _EXACT for _, kind in pairs):
+                exact = tuple((name, kind) for name, kind in pairs if isinstance(kind, type))
+    _exact_types[cls] = exact
+    return exact
+
+
+def _exactly_typed(body: object, exact: tuple[tuple[str, type[Any]], ...]) -> bool:
+    """Every field holds a value of exactly its annotated type (then pydantic finds no
+    violation: none of these types has a constraint; ``bool`` is not taken for ``int``)."""
+    return all(type(getattr(body, name)) is kind for name, kind in exact)
 
 
 _plans: dict[type[Any], tuple[tuple[str, ...], Any] | None] = {}
@@ -48,7 +95,11 @@ def _plan(cls: type[Any]) -> tuple[tuple[str, ...], Any] | None:
 
 
 def _field_violations(body: object) -> list[Violation]:
-    plan = _plan(type(body))
+    cls = type(body)
+    exact = _exact_fields(cls)
+    if exact is not None and _exactly_typed(body, exact):
+        return []  # what pydantic would find, without building a dict and validating it
+    plan = _plan(cls)
     if plan is None:
         return []
     names, validate = plan

@@ -75,12 +75,47 @@ M = TypeVar("M", bound=Message)
 E = TypeVar("E", bound=SimpleExchange[Any])
 
 
+class AdmissionFuture(asyncio.Future[bool]):
+    """The admission future of a hand-off (:attr:`HandOffReceipt.admission`), which also
+    calls *listeners* synchronously, in the call that decides it (an acknowledgement, a
+    release, a quiescence or a close), right after its result is set: a local-first copy
+    queue learns the result without a loop turn. Its done-callbacks run as any future's
+    (scheduled on the loop). A listener that raises is logged; the others still run."""
+
+    def __init__(self, *, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop=loop)
+        self._listeners: list[Callable[[], object]] = []
+
+    def listen(self, listener: Callable[[], object]) -> None:
+        """Call ``listener()`` when the admission is decided (at once if it is)."""
+        if self.done():
+            listener()
+        else:
+            self._listeners.append(listener)
+
+    def unlisten(self, listener: Callable[[], object]) -> None:
+        """Forget ``listener`` (equal bound methods match); nothing when it is not there."""
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def decide(self, admitted: bool) -> None:
+        if self.done():
+            return
+        self.set_result(admitted)
+        listeners, self._listeners = self._listeners, []
+        for listener in listeners:
+            try:
+                listener()
+            except Exception:
+                _log.exception("a listener of an admission failed")
+
+
 class _Admission:
     """The admission of one hand-off: true once every counted receiver confirmed it."""
 
     __slots__ = ("future", "pending")
 
-    def __init__(self, future: asyncio.Future[bool], pending: int) -> None:
+    def __init__(self, future: AdmissionFuture, pending: int) -> None:
         self.future = future
         self.pending = pending
 
@@ -89,11 +124,10 @@ class _Admission:
             return
         self.pending -= 1
         if self.pending <= 0:
-            self.future.set_result(True)
+            self.future.decide(True)
 
     def reject(self) -> None:
-        if not self.future.done():
-            self.future.set_result(False)
+        self.future.decide(False)
 
 
 class _Settlement:
@@ -571,7 +605,7 @@ class _InMemoryBus(Generic[M, E]):
                     plain.append(chosen)
         if not counted:
             return HandOffReceipt.refused(f"no runtime-owned receiver for {aggregate_id.named_aggregate}")
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        future = AdmissionFuture(loop=asyncio.get_running_loop())
         admission = _Admission(future, len(counted))
         message.with_read_only()
         for receiver in counted:

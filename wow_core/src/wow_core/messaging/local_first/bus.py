@@ -190,18 +190,26 @@ class LocalFirstMessageBus(Generic[M, E]):
             # go out now and reach nobody, marked or not. Only the local hand-off is left.
             self._hand_off_only(message)
             return
-        distributed_copy = message.copy()
         if self._skips_local_first(message):
             # Distributed only, but still in its turn behind the aggregate's earlier copies.
             if self._observer is not None:
                 self._observer.on_send(message, SendRoute.SKIPPED)
-            skipped = self.copies.queue(distributed_copy, start=False)
+            skipped = self.copies.queue(message.copy(), start=False)
             done = skipped.completion()
             self.copies.start(skipped)
             await self._wait_sent(skipped, done)
             return
-        entry = self.copies.queue(distributed_copy, start=False)
-        receipt = self._hand_off_marked(message, "sending it distributed")
+        # Queued before the hand-off (nothing runs in between); what it holds is settled
+        # below, before anything else can run.
+        entry = self.copies.queue(message, start=False)
+        local_copy = message.copy()
+        receipt = self._hand_off_copy(local_copy, message, "sending it distributed")
+        if receipt is not None and receipt.accepted and local_copy.header.read_only:
+            # The emitted local copy is immutable: the distributed copy is made from it
+            # (its own writable header) only if it must go out (LocalFirstDistributedCopies).
+            entry.message = local_copy
+        else:
+            entry.message = message.copy()
         if receipt is None:
             if self._observer is not None:
                 self._observer.on_send(message, SendRoute.ERROR)
@@ -274,7 +282,13 @@ class LocalFirstMessageBus(Generic[M, E]):
     def _hand_off_marked(self, message: M, instead: str, *, outboxed: bool = False) -> HandOffReceipt | None:
         """Hand a ``local_first=true`` copy of ``message`` to the local bus; None (logged,
         saying what happens ``instead``) when the hand-off raised."""
-        local_copy = message.copy()
+        return self._hand_off_copy(message.copy(), message, instead, outboxed=outboxed)
+
+    def _hand_off_copy(
+        self, local_copy: M, message: M, instead: str, *, outboxed: bool = False
+    ) -> HandOffReceipt | None:
+        """Mark ``local_copy`` (an independent copy of ``message``) ``local_first=true`` and
+        hand it to the local bus, as :meth:`_hand_off_marked`."""
         local_copy.header[Header.LOCAL_FIRST] = "true"
         try:
             return self._local.hand_off(local_copy)

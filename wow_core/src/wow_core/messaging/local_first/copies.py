@@ -12,6 +12,11 @@ stops waiting changes nothing about the copy, so there is neither a duplicate no
 A result that does not arrive within the hand-off timeout counts as a refusal (logged,
 the copy goes out with ``local_first=false``).
 
+A queued copy may hold an *emitted* message (its header read-only: the local copy a
+local bus took): it is copied, with its own writable header, only when it goes out. An
+admitted copy that nobody could process is settled in the admission's callback, without
+a worker's turn.
+
 Guarantees and limits:
 
 - Queues of different aggregates never wait for one another; there is no lock shared by
@@ -200,8 +205,13 @@ class _Lane:
     def disarm(self) -> None:
         if self.armed:
             self.owner._deadlines.forget(self)
-        if self.admission is not None:
-            self.admission.remove_done_callback(self.decided)
+        admission = self.admission
+        if admission is not None:
+            unlisten = getattr(admission, "unlisten", None)
+            if unlisten is not None:
+                unlisten(self.decided)
+            else:
+                admission.remove_done_callback(self.decided)
             self.admission = None
 
 
@@ -404,8 +414,14 @@ class LocalFirstDistributedCopies(Generic[M]):
         ):
             lane.state = _WAITING
             lane.admission = admission
-            admission.add_done_callback(lane.decided, context=self._empty_context)
             self._deadlines.add(lane, entry.deadline)
+            listen = getattr(admission, "listen", None)
+            if listen is not None:
+                # The in-memory bus's admission calls back in the call that decides it
+                # (no loop turn); the callback only moves lanes and sets no variable.
+                listen(lane.decided)
+            else:
+                admission.add_done_callback(lane.decided, context=self._empty_context)
             return False
         lane.state = _READY
         return True
@@ -414,8 +430,36 @@ class LocalFirstDistributedCopies(Generic[M]):
         if lane.state is not _WAITING:
             return
         lane.disarm()
+        while self._settles_unsent(lane.copies[0]):
+            # Its turn is now (first in its lane, its result known) and there is nothing
+            # to send: settled here, in the admission's callback, without a worker's turn.
+            lane.state = _RUNNING
+            lane.copies.popleft()
+            self._add_backlog(lane.key.named_aggregate, -1)
+            if not self._advance(lane):
+                return  # the next copy waits for its own result, or the lane went idle
         lane.state = _READY
         self._pool.ready(lane)
+
+    def _settles_unsent(self, entry: QueuedCopy[M]) -> bool:
+        """True (and ``entry`` resolved) when the copy, whose turn it is, goes nowhere: its
+        admission confirmed and every receiver of its topic would drop a copy handled
+        locally (or there is none), or its outboxed copy is relayed. Anything else (a
+        rejection, a timeout, a copy some receiver could process) is sent by a worker."""
+        admission = entry.admission
+        if admission is None or not admission.done() or admission.cancelled():
+            return False
+        if admission.exception() is not None or admission.result() is not True:
+            return False
+        if not entry.outboxed:
+            delivers = self._delivers
+            if delivers is None or delivers(entry.message, handled_locally=True):
+                return False
+            header = entry.message.header
+            if not header.read_only:  # an emitted local copy already says "true"
+                header[Header.LOCAL_FIRST] = "true"
+        entry._resolve(None)
+        return True
 
     async def _turn(self, lane: _Lane) -> bool:
         """Send a lane's first copy (the lane is owned by the calling task); True when the
@@ -468,6 +512,10 @@ class LocalFirstDistributedCopies(Generic[M]):
         """Send one copy; raises only when the task sending it is cancelled itself."""
         local_first = self._decide(entry)
         message = entry.message
+        if message.header.read_only:
+            # The emitted (immutable) local copy of a handed-off message: the copy that goes
+            # out gets its own writable header now, not at every send (most go nowhere).
+            message = entry.message = message.copy()
         if entry.outboxed and local_first:
             # Admitted locally: the outbox's relay sends the copy marked true; nothing more.
             entry._resolve(None)
