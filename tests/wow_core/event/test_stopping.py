@@ -3,10 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
 
 import pytest
 
 from wow_core.event.stopping import DispatchStopped, StopSignal
+
+
+def _until_cancelled(
+    started: asyncio.Event, cancelled: asyncio.Event
+) -> Callable[[], Coroutine[None, None, None]]:
+    """Work that sets ``started``, then waits until it is cancelled and sets ``cancelled``."""
+
+    async def forever() -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    return forever
 
 
 async def test_the_work_s_result_and_error_pass_through_while_not_stopped() -> None:
@@ -27,15 +44,7 @@ async def test_the_work_s_result_and_error_pass_through_while_not_stopped() -> N
 async def test_setting_the_signal_cancels_the_work_and_raises_dispatch_stopped() -> None:
     signal = StopSignal()
     started, cancelled = asyncio.Event(), asyncio.Event()
-
-    async def forever() -> None:
-        started.set()
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-
+    forever = _until_cancelled(started, cancelled)
     waiting = asyncio.ensure_future(signal.interrupt(forever(), "a backoff"))
     await asyncio.wait_for(started.wait(), 5)
     signal.set()
@@ -56,15 +65,7 @@ async def test_setting_the_signal_cancels_the_work_and_raises_dispatch_stopped()
 async def test_cancelling_the_waiter_cancels_the_work() -> None:
     signal = StopSignal()
     started, cancelled = asyncio.Event(), asyncio.Event()
-
-    async def forever() -> None:
-        started.set()
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-
+    forever = _until_cancelled(started, cancelled)
     waiting = asyncio.ensure_future(signal.interrupt(forever(), "a wait"))
     await asyncio.wait_for(started.wait(), 5)
     waiting.cancel()
