@@ -46,6 +46,8 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, Decision, Pa
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.util import types
 
+from wow_otel.current import span_of
+
 log = logging.getLogger(__name__)
 
 QUIET_ON_START = (BatchSpanProcessor, SimpleSpanProcessor)
@@ -169,7 +171,7 @@ class LeanTracer(trace_api.Tracer):
             return self.sdk.start_span(
                 name, context, kind, attributes, links, start_time, record_exception, set_status_on_exception
             )
-        parent: SpanContext | None = trace_api.get_current_span(context).get_span_context()
+        parent: SpanContext | None = span_of(context).get_span_context()
         if parent is None or not parent.is_valid:
             parent = None
             trace_id = self._ids.generate_trace_id()
