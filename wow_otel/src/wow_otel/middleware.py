@@ -1012,11 +1012,13 @@ class TracingCommandGateway(CommandGatewayDecorator):
             stage = result.stage.value
             outcome = _wait_outcome(result)
             if result.stage is not CommandStage.SENT:
-                attributes: Attributes = {}
-                if result.processor_name:
-                    attributes[sc.PROCESSOR] = result.processor_name
-                if result.function_name:
-                    attributes[sc.FUNCTION] = result.function_name
+                attributes: Attributes | None = None
+                if result.processor_name or result.function_name:
+                    attributes = {}
+                    if result.processor_name:
+                        attributes[sc.PROCESSOR] = result.processor_name
+                    if result.function_name:
+                        attributes[sc.FUNCTION] = result.function_name
                 span.add_event(
                     stage,
                     attributes=attributes,
