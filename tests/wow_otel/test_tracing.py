@@ -238,3 +238,43 @@ async def test_a_trace_not_sampled_starts_no_span_below_its_root_and_keeps_its_c
         assert not otel.spans()
         waits = otel.metric_points("wow.command.waits")
         assert sum(p.value for p in waits if p.attributes["wow.message"] == "Open") == 1
+
+
+async def test_an_appended_stream_keeps_the_process_span_and_its_sends_carry_it_uncopied(
+    otel: OtelCapture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store's decorator writes the ``process`` span's context into the stream before
+    the append marks it read-only: the stream read back carries it, and the event send
+    (which carries the same context) sends the stream itself: tracing copies no stream."""
+    from wow_core.model import DomainEventStream
+    from wow_otel import propagation
+
+    copies: list[str] = []
+    copy = DomainEventStream.copy
+
+    def counting(self: DomainEventStream) -> DomainEventStream:
+        copies.append(self.id)
+        return copy(self)
+
+    async def opened() -> tuple[DomainEventStream, int]:
+        runtime = WowApp("bank", aggregates=[Account], components=[Balances]).runtime(WowSettings())
+        async with runtime:
+            monkeypatch.setattr(DomainEventStream, "copy", counting)
+            result = await runtime.gateway.send_and_wait(
+                runtime.aggregates.command(Open("eve")), CommandWait.projected(), timeout=5
+            )
+            monkeypatch.setattr(DomainEventStream, "copy", copy)
+            assert result.succeeded
+            assert result.aggregate_id is not None
+            (stream,) = await runtime.event_store.load(result.aggregate_id)
+        return stream, copies.count(stream.id)
+
+    stream, traced_copies = await opened()
+    (process,) = [s for s in otel.spans() if s.name == f"process {COMMANDS}"]
+    assert stream.header[propagation.TRACEPARENT] == propagation.traceparent(process.get_span_context())
+    (projected,) = [s for s in otel.spans() if s.name == "projection bank.Balances.on_opened"]
+    assert projected.parent is not None
+    assert projected.parent.span_id == process.get_span_context().span_id
+    monkeypatch.setenv("WOW_OTEL__TRACING", "false")
+    _, untraced_copies = await opened()
+    assert traced_copies == untraced_copies, "tracing adds no copy of the stream"

@@ -765,17 +765,23 @@ class TracingEventStore(EventStoreDecorator):
         instruments = middleware.instruments
         named = stream.aggregate_id.named_aggregate
         span: Span | None = None
-        if tracer is not None and not (middleware.skips_unsampled and _unsampled(current_span_context())):
-            span = tracer.start_span(
-                f"append {named}",
-                attributes={
-                    sc.AGGREGATE: str(named),
-                    sc.AGGREGATE_ID: stream.aggregate_id.id,
-                    sc.AGGREGATE_VERSION: stream.version,
-                    sc.COMMAND_ID: stream.command_id,
-                    "wow.events": len(stream.events),
-                },
-            )
+        if tracer is not None:
+            active = current_span_context()
+            if active.is_valid and not stream.header.read_only:
+                # the stream keeps the current (process) span's context: its sends carry it
+                # as they are, not a copy of the stream each
+                inject(stream, span_context=active)
+            if not (middleware.skips_unsampled and _unsampled(active)):
+                span = tracer.start_span(
+                    f"append {named}",
+                    attributes={
+                        sc.AGGREGATE: str(named),
+                        sc.AGGREGATE_ID: stream.aggregate_id.id,
+                        sc.AGGREGATE_VERSION: stream.version,
+                        sc.COMMAND_ID: stream.command_id,
+                        "wow.events": len(stream.events),
+                    },
+                )
         started = _clock()
         outcome = "ok"
         try:

@@ -85,20 +85,25 @@ def inject(message: M, context: Context | None = None, *, span_context: SpanCont
     from the command that caused it).
 
     A read-only header (a message already emitted once) is copied first, so what an
-    earlier receiver saw never changes.
+    earlier receiver saw never changes, unless it carries this span context already (an
+    event stream whose store append wrote it): then ``message`` itself.
     """
+    if span_context is None:
+        span_context = current_span_context() if context is None else span_of(context).get_span_context()
     header = message.header
+    value = traceparent(span_context) if span_context.is_valid else None
+    state = span_context.trace_state.to_header() if value is not None and span_context.trace_state else None
     if header.read_only:
+        if header.get(TRACEPARENT) == value and header.get(TRACESTATE) == state:
+            return message
         message = message.copy()
         header = message.header
     if TRACESTATE in header:
         del header[TRACESTATE]
-    if span_context is None:
-        span_context = current_span_context() if context is None else span_of(context).get_span_context()
-    if span_context.is_valid:
-        header[TRACEPARENT] = traceparent(span_context)
-        if span_context.trace_state:
-            header[TRACESTATE] = span_context.trace_state.to_header()
+    if value is not None:
+        header[TRACEPARENT] = value
+        if state is not None:
+            header[TRACESTATE] = state
     return message
 
 
