@@ -37,10 +37,14 @@ operation is one ``perf_counter_ns`` pair, one lookup, an int addition and one b
 update. The command handler decorator also counts the core's ``wow.command.*`` outcomes
 (:class:`~wow_core.middleware.CommandOutcomeCounts`): the core's metrics middleware then
 leaves the handler alone, one decorator frame per command. Spans go through
-:func:`~wow_otel.lean.lean_tracer` (a recording span in slots, the SDK's
-``ReadableSpan`` handed to the processors at its end, sampling decided once at the
-root; the SDK's tracer itself when its pipeline needs it); the decorators pass every
-attribute in the start call and set the rest in one call at the end.
+:func:`~wow_otel.lean.lean_tracer` (a recording span is the SDK's ``ReadableSpan``
+the processors receive at its end, sampling decided once at the root; the SDK's tracer
+itself when its pipeline needs it); the decorators pass every attribute in the start
+call and set the rest in one call at the end. Below a root that was not sampled (a
+``parentbased_*`` sampler) no span is started: the sends write the current trace context
+into the header, the handler and the event functions make the header's context current
+(:func:`_parent`), so the trace stays unsampled everywhere at the cost of its
+propagation only. The current context goes through :mod:`wow_otel.current`.
 
 Attributes are bounded: named aggregates, message and function names, groups, stages and
 outcomes, never an aggregate or message id (ids go on spans only).
