@@ -196,3 +196,85 @@ async def test_a_streaming_wait_is_one_span_with_an_event_per_stage_yielded(otel
         s for s in otel.spans() if s.name == f"send {COMMANDS}" and s.parent == done.get_span_context()
     ]
     assert send.kind is trace.SpanKind.PRODUCER
+
+
+async def test_a_trace_not_sampled_starts_no_span_below_its_root_and_keeps_its_context(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The root decides (``parentbased_always_off``): the wait span is the only span
+    started per command; the command, its events and the saga's command carry the root's
+    trace id with the flags not sampled, and the metrics are recorded as ever."""
+    from wow_otel.lean import LeanTracer
+
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_always_off")
+    started: list[tuple[str, int, bool]] = []
+    start_span = LeanTracer.start_span
+
+    def counting(self: LeanTracer, name: str, *args: object, **kwargs: object) -> trace.Span:
+        span = start_span(self, name, *args, **kwargs)  # type: ignore[arg-type]
+        context = span.get_span_context()
+        started.append((name, context.trace_id, context.trace_flags.sampled))
+        return span
+
+    monkeypatch.setattr(LeanTracer, "start_span", counting)
+    with OtelCapture() as otel:
+        runtime = app().runtime(WowSettings(metrics="otel"))
+        async with runtime:
+            command = runtime.aggregates.command(Open("dee"))
+            result = await runtime.gateway.send_and_wait(command, CommandWait.projected(), timeout=5)
+            assert result.succeeded
+
+            async def deposit_waited() -> bool:
+                waits = otel.metric_points("wow.command.waits")
+                return any(p.attributes["wow.message"] == "Deposit" for p in waits)
+
+            await eventually(deposit_waited, timeout=5)
+            await runtime.command_bus.copies.flush(5)
+        assert [name for name, _, _ in started] == ["wait Open", "wait Deposit"]
+        (root_trace,) = {trace_id for _, trace_id, _ in started}  # the saga's command: same trace
+        assert not any(sampled for _, _, sampled in started)
+        _, trace_id, _, flags = command.header["traceparent"].split("-")
+        assert (int(trace_id, 16), int(flags, 16) & 1) == (root_trace, 0)
+        assert not otel.spans()
+        waits = otel.metric_points("wow.command.waits")
+        assert sum(p.value for p in waits if p.attributes["wow.message"] == "Open") == 1
+
+
+async def test_an_appended_stream_keeps_the_process_span_and_its_sends_carry_it_uncopied(
+    otel: OtelCapture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store's decorator writes the ``process`` span's context into the stream before
+    the append marks it read-only: the stream read back carries it, and the event send
+    (which carries the same context) sends the stream itself: tracing copies no stream."""
+    from wow_core.model import DomainEventStream
+    from wow_otel import propagation
+
+    copies: list[str] = []
+    copy = DomainEventStream.copy
+
+    def counting(self: DomainEventStream) -> DomainEventStream:
+        copies.append(self.id)
+        return copy(self)
+
+    async def opened() -> tuple[DomainEventStream, int]:
+        runtime = WowApp("bank", aggregates=[Account], components=[Balances]).runtime(WowSettings())
+        async with runtime:
+            monkeypatch.setattr(DomainEventStream, "copy", counting)
+            result = await runtime.gateway.send_and_wait(
+                runtime.aggregates.command(Open("eve")), CommandWait.projected(), timeout=5
+            )
+            monkeypatch.setattr(DomainEventStream, "copy", copy)
+            assert result.succeeded
+            assert result.aggregate_id is not None
+            (stream,) = await runtime.event_store.load(result.aggregate_id)
+        return stream, copies.count(stream.id)
+
+    stream, traced_copies = await opened()
+    (process,) = [s for s in otel.spans() if s.name == f"process {COMMANDS}"]
+    assert stream.header[propagation.TRACEPARENT] == propagation.traceparent(process.get_span_context())
+    (projected,) = [s for s in otel.spans() if s.name == "projection bank.Balances.on_opened"]
+    assert projected.parent is not None
+    assert projected.parent.span_id == process.get_span_context().span_id
+    monkeypatch.setenv("WOW_OTEL__TRACING", "false")
+    _, untraced_copies = await opened()
+    assert traced_copies == untraced_copies, "tracing adds no copy of the stream"

@@ -18,6 +18,8 @@ from contextlib import AbstractContextManager
 
 from opentelemetry import context as otel_context
 
+from wow_otel.current import attach, current, detach
+
 _active = False
 _NOTHING: AbstractContextManager[None] = contextlib.nullcontext()
 
@@ -34,7 +36,7 @@ class LocalFirstContextCapture:
     name = "trace_context"
 
     def capture(self) -> object:
-        return otel_context.get_current() if _active else None
+        return current() if _active else None
 
     def restore(self, captured: object) -> AbstractContextManager[None]:
         if not isinstance(captured, otel_context.Context):
@@ -50,9 +52,9 @@ class _Attached:
         self._token: object | None = None
 
     def __enter__(self) -> None:
-        self._token = otel_context.attach(self._context)
+        self._token = attach(self._context)
 
     def __exit__(self, *exc_info: object) -> None:
         if self._token is not None:
-            otel_context.detach(self._token)  # type: ignore[arg-type]
+            detach(self._token)
             self._token = None

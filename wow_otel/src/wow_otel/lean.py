@@ -11,10 +11,13 @@ ones follow (``docs/observability.md``, "Cost").
 :func:`lean_tracer` returns a :class:`LeanTracer` in front of an SDK tracer when the
 span processors are the SDK's batch and simple processors (their ``on_start`` does
 nothing; their ``on_end`` and the exporters read a ``ReadableSpan``). A recording
-:class:`LeanSpan` keeps its name, context, attributes, events and status in slots and
-hands the processors the SDK's own ``ReadableSpan`` when it ends, built with the
-tracer's resource and instrumentation scope: exporters receive the same spans as from
-the SDK's tracer. The tracer's sampler decides every root and every child of a sampled
+:class:`LeanSpan` is an SDK ``ReadableSpan`` itself, as the SDK's own span is (its
+name, context, attributes, events and status in the ``ReadableSpan``'s fields, the
+tracer's resource and instrumentation scope), handed to the processors as it is when it
+ends: exporters receive the same spans as from the SDK's tracer, and no copy is made
+at the end (one object per span fewer for the collector to walk while the batch
+processor holds it). An event without attributes shares one empty read-only mapping.
+The tracer's sampler decides every root and every child of a sampled
 parent (its attributes and trace state are kept); a child of a parent that was not
 sampled, under a ``parentbased_*`` sampler that drops such children (the SDK's
 defaults), is a :class:`~opentelemetry.trace.NonRecordingSpan` with a new span id and
@@ -33,7 +36,7 @@ import logging
 import traceback
 from collections.abc import Mapping, Sequence
 from time import time_ns
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import Any
 
 from opentelemetry import trace as trace_api
@@ -45,6 +48,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, Decision, ParentBased
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.util import types
+
+from wow_otel.current import span_of
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +65,8 @@ _PLAIN = frozenset((str, bool, int, float))
 _SAMPLED = TraceFlags.SAMPLED
 _RANDOM = TraceFlags.RANDOM_TRACE_ID
 _UNSET = Status(StatusCode.UNSET)
+_NO_ATTRIBUTES: types.Attributes = MappingProxyType({})
+"""The attributes of every event that has none (one mapping, read-only)."""
 FLAGS = tuple(TraceFlags(value) for value in range(256))
 """Every ``TraceFlags`` value, built once: a ``TraceFlags`` is an ``int`` subclass the
 collector tracks, one per span context otherwise."""
@@ -169,7 +176,7 @@ class LeanTracer(trace_api.Tracer):
             return self.sdk.start_span(
                 name, context, kind, attributes, links, start_time, record_exception, set_status_on_exception
             )
-        parent: SpanContext | None = trace_api.get_current_span(context).get_span_context()
+        parent: SpanContext | None = span_of(context).get_span_context()
         if parent is None or not parent.is_valid:
             parent = None
             trace_id = self._ids.generate_trace_id()
@@ -210,23 +217,15 @@ def _cleaned(attributes: Mapping[str, Any]) -> dict[str, Any]:
     return dict(BoundedAttributes(attributes=attributes))
 
 
-class LeanSpan(trace_api.Span):
-    """A recording span of a :class:`LeanTracer`: the SDK's ``ReadableSpan`` goes to the
-    processors when it ends (module docstring). Used from the event loop's thread, as
-    the decorators do; changes after the end are ignored, as the SDK's are."""
+class LeanSpan(trace_api.Span, ReadableSpan):
+    """A recording span of a :class:`LeanTracer`, and the SDK's ``ReadableSpan`` the
+    processors receive when it ends (as the SDK's own span is both): no copy at the end
+    (module docstring). Used from the event loop's thread, as the decorators do;
+    changes after the end are ignored, as the SDK's are."""
 
-    __slots__ = (
-        "_attributes",
-        "_context",
-        "_end_time",
-        "_events",
-        "_kind",
-        "_name",
-        "_parent",
-        "_start_time",
-        "_status",
-        "_tracer",
-    )
+    __slots__ = ("_tracer",)
+    _attributes: dict[str, Any]
+    _context: SpanContext
 
     def __init__(
         self,
@@ -243,10 +242,14 @@ class LeanSpan(trace_api.Span):
         self._parent = parent
         self._kind = kind
         self._attributes = _cleaned(attributes) if attributes else {}
-        self._events: list[Event] | None = None
+        self._events = ()
+        self._links = ()
         self._status = _UNSET
+        self._resource = tracer.resource
+        self._instrumentation_info = tracer.info
+        self._instrumentation_scope = tracer.scope
         self._start_time = time_ns()
-        self._end_time: int | None = None
+        self._end_time = None
 
     def get_span_context(self) -> SpanContext:
         return self._context
@@ -268,11 +271,12 @@ class LeanSpan(trace_api.Span):
     def add_event(self, name: str, attributes: types.Attributes = None, timestamp: int | None = None) -> None:
         if self._end_time is not None:
             return
-        event = Event(name, _cleaned(attributes) if attributes else {}, timestamp)
-        if self._events is None:
-            self._events = [event]
+        event = Event(name, _cleaned(attributes) if attributes else _NO_ATTRIBUTES, timestamp)
+        events = self._events
+        if type(events) is list:
+            events.append(event)
         else:
-            self._events.append(event)
+            self._events = [event]
 
     def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
         log.warning("a link added after the start of span %r is not kept", self._name)
@@ -314,25 +318,8 @@ class LeanSpan(trace_api.Span):
         if self._end_time is not None:
             log.warning("Calling end() on an ended span.")
             return
-        self._end_time = end = end_time if end_time is not None else time_ns()
-        tracer = self._tracer
-        events = self._events
-        tracer.processor.on_end(
-            ReadableSpan(
-                name=self._name,
-                context=self._context,
-                parent=self._parent,
-                resource=tracer.resource,
-                attributes=self._attributes,
-                events=() if events is None else tuple(events),
-                kind=self._kind,
-                instrumentation_info=tracer.info,
-                status=self._status,
-                start_time=self._start_time,
-                end_time=end,
-                instrumentation_scope=tracer.scope,
-            )
-        )
+        self._end_time = end_time if end_time is not None else time_ns()
+        self._tracer.processor.on_end(self)
 
     def __exit__(
         self,

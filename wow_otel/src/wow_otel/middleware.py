@@ -37,10 +37,14 @@ operation is one ``perf_counter_ns`` pair, one lookup, an int addition and one b
 update. The command handler decorator also counts the core's ``wow.command.*`` outcomes
 (:class:`~wow_core.middleware.CommandOutcomeCounts`): the core's metrics middleware then
 leaves the handler alone, one decorator frame per command. Spans go through
-:func:`~wow_otel.lean.lean_tracer` (a recording span in slots, the SDK's
-``ReadableSpan`` handed to the processors at its end, sampling decided once at the
-root; the SDK's tracer itself when its pipeline needs it); the decorators pass every
-attribute in the start call and set the rest in one call at the end.
+:func:`~wow_otel.lean.lean_tracer` (a recording span is the SDK's ``ReadableSpan``
+the processors receive at its end, sampling decided once at the root; the SDK's tracer
+itself when its pipeline needs it); the decorators pass every attribute in the start
+call and set the rest in one call at the end. Below a root that was not sampled (a
+``parentbased_*`` sampler) no span is started: the sends write the current trace context
+into the header, the handler and the event functions make the header's context current
+(:func:`_parent`), so the trace stays unsampled everywhere at the cost of its
+propagation only. The current context goes through :mod:`wow_otel.current`.
 
 Attributes are bounded: named aggregates, message and function names, groups, stages and
 outcomes, never an aggregate or message id (ids go on spans only).
@@ -51,13 +55,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import AsyncIterator, Callable, Hashable, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Hashable, Iterable
 from typing import Any, TypeVar
 
-from opentelemetry import context as otel_context
-from opentelemetry import trace
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode, Tracer
 
 from wow_core.command.errors import CommandValidationError, CommandWaitTimeoutError
 from wow_core.command.gateway import CommandGateway
@@ -83,9 +85,10 @@ from wow_core.modeling.kernel import CommandKernel, CommandOutcome
 from wow_core.transport.bus import TransportMessageBus
 from wow_core.transport.defaults import DefaultTopicNaming, TopicNaming
 from wow_otel import semconv as sc
+from wow_otel.current import attach, current_span_context, detach, with_span
 from wow_otel.histograms import duration_histogram
-from wow_otel.lean import lean_tracer
-from wow_otel.propagation import Waiting, extract, inject, waiting
+from wow_otel.lean import LeanTracer, lean_tracer
+from wow_otel.propagation import ROOT, Waiting, inject, remote_span_context, waiting
 
 M = TypeVar("M", bound=Message)
 E = TypeVar("E", bound=MessageExchange[Any])
@@ -105,6 +108,21 @@ def _fail(span: Span, error: BaseException) -> None:
     span.record_exception(error)
     span.set_status(Status(StatusCode.ERROR, f"{_error_type(error)}: {error}"))
     span.set_attribute(sc.ERROR_TYPE, _error_type(error))
+
+
+def _unsampled(context: SpanContext) -> bool:
+    """Whether ``context`` is of a trace whose root was not sampled."""
+    return context.is_valid and not context.trace_flags & 1
+
+
+def _parent(middleware: OtelMiddleware, message: Message) -> tuple[Any, bool]:
+    """The context a consumer span of ``message`` starts in (its header's span context,
+    else none) and whether no span needs starting there (a trace not sampled)."""
+    remote = remote_span_context(message.header)
+    if remote is None:
+        return ROOT, False
+    skip = middleware.skips_unsampled and not remote.trace_flags & 1
+    return with_span(NonRecordingSpan(remote), ROOT), skip
 
 
 _clock = time.perf_counter_ns
@@ -241,6 +259,9 @@ class OtelMiddleware(Middleware):
         command_outcomes: Metrics | None = None,
     ) -> None:
         self.tracer = None if tracer is None else lean_tracer(tracer)
+        self.skips_unsampled = isinstance(self.tracer, LeanTracer) and self.tracer.drops_unsampled
+        """A trace not sampled at its root records nothing below it: no span is started
+        there, its context propagates as it came (module docstring)."""
         self.command_outcomes = None if command_outcomes is None else CommandOutcomeCounts(command_outcomes)
         self.event_send_spans = event_send_spans
         self.instruments = Instruments(meter) if meter is not None else None
@@ -403,12 +424,16 @@ class _BusRecorder:
     async def send(self, inner: Callable[[Any], Any], message: Any) -> None:
         tracer = self.tracer
         instruments = self.instruments
-        if tracer is not None and not self.spans:
-            # an event stream sent by the kernel: its functions are children of the
-            # current (process) span; no producer span of its own
-            tracer = None
-            active = trace.get_current_span().get_span_context()
-            if active.is_valid:
+        if tracer is not None and (not self.spans or self.middleware.skips_unsampled):
+            active = current_span_context()
+            if not self.spans:
+                # an event stream sent by the kernel: its functions are children of the
+                # current (process) span; no producer span of its own
+                tracer = None
+                if active.is_valid:
+                    message = inject(message, span_context=active)
+            elif _unsampled(active):  # nothing records: the trace's context goes on
+                tracer = None
                 message = inject(message, span_context=active)
         if tracer is None:
             if instruments is None:
@@ -433,7 +458,6 @@ class _BusRecorder:
         token: object | None = None
         current: Waiting | None = None
         if tracer is not None:
-            current = waiting.get()
             span = tracer.start_span(
                 f"send {attributes[sc.DESTINATION]}",
                 kind=SpanKind.PRODUCER,
@@ -443,8 +467,10 @@ class _BusRecorder:
                     sc.AGGREGATE_ID: message.aggregate_id.id,
                 },
             )
-            token = otel_context.attach(trace.set_span_in_context(span))
+            token = attach(with_span(span))
             message = inject(message, span_context=span.get_span_context())
+            if span.is_recording():
+                current = waiting.get()
         started = _clock()
         try:
             await inner(message)
@@ -466,7 +492,7 @@ class _BusRecorder:
                 current.span.add_event(CommandStage.SENT.value)
         finally:
             if span is not None:
-                otel_context.detach(token)
+                detach(token)
                 span.end()
 
     def _failed_send(self, message: Message, error: BaseException, ns: int) -> None:
@@ -659,7 +685,10 @@ class TracingCommandHandler(CommandHandlerDecorator):
         span: Span | None = None
         token: object | None = None
         if tracer is not None:
-            parent = extract(command.header)
+            parent, skip = _parent(middleware, command)
+        if tracer is not None and skip:  # nothing records: the trace's context goes on
+            token = attach(parent)
+        elif tracer is not None:
             span = tracer.start_span(
                 f"process {base[sc.DESTINATION]}",
                 context=parent,
@@ -672,16 +701,17 @@ class TracingCommandHandler(CommandHandlerDecorator):
                     sc.REQUEST_ID: command.request_id,
                 },
             )
-            token = otel_context.attach(trace.set_span_in_context(span, parent))
+            token = attach(with_span(span, parent))
         started = _clock()
         try:
             outcome = await self.inner.process(command)
         except BaseException as error:
             if instruments is not None:
                 self._failed(command, error, _clock() - started)
+            if token is not None:
+                detach(token)
             if span is not None:
                 _fail(span, error)
-                otel_context.detach(token)
                 span.end()
             raise
         result = _outcome_of(outcome)
@@ -696,8 +726,9 @@ class TracingCommandHandler(CommandHandlerDecorator):
             if outcome.error_msg:
                 ended["wow.command.error_msg"] = outcome.error_msg
             span.set_attributes(ended)
-            otel_context.detach(token)
             span.end()
+        if token is not None:
+            detach(token)
         return outcome
 
 
@@ -739,16 +770,22 @@ class TracingEventStore(EventStoreDecorator):
         named = stream.aggregate_id.named_aggregate
         span: Span | None = None
         if tracer is not None:
-            span = tracer.start_span(
-                f"append {named}",
-                attributes={
-                    sc.AGGREGATE: str(named),
-                    sc.AGGREGATE_ID: stream.aggregate_id.id,
-                    sc.AGGREGATE_VERSION: stream.version,
-                    sc.COMMAND_ID: stream.command_id,
-                    "wow.events": len(stream.events),
-                },
-            )
+            active = current_span_context()
+            if active.is_valid and not stream.header.read_only:
+                # the stream keeps the current (process) span's context: its sends carry it
+                # as they are, not a copy of the stream each
+                inject(stream, span_context=active)
+            if not (middleware.skips_unsampled and _unsampled(active)):
+                span = tracer.start_span(
+                    f"append {named}",
+                    attributes={
+                        sc.AGGREGATE: str(named),
+                        sc.AGGREGATE_ID: stream.aggregate_id.id,
+                        sc.AGGREGATE_VERSION: stream.version,
+                        sc.COMMAND_ID: stream.command_id,
+                        "wow.events": len(stream.events),
+                    },
+                )
         started = _clock()
         outcome = "ok"
         try:
@@ -885,56 +922,79 @@ class TracingCommandGateway(CommandGatewayDecorator):
             },
         )
 
-    async def send_and_wait(
+    def send_and_wait(
         self,
         command: CommandMessage[Any],
         wait: WaitPlan | None = None,
         *,
         timeout: float | None = None,
-    ) -> CommandResult:
-        middleware = self.middleware
-        tracer = middleware.tracer
-        if tracer is not None and wait is not None and wait.stage.rank > CommandStage.PROCESSED.rank:
-            # Past PROCESSED the stages between are span events too: the stream yields them.
-            last: CommandResult | None = None
-            stages = self._stream(command, wait, timeout, streaming=False)
-            try:
-                async for result in stages:
-                    last = result
-            finally:
-                await _close(stages)
-            assert last is not None, "a stream yields SENT at least"
-            return last
-        instruments = middleware.instruments
+    ) -> Coroutine[Any, Any, CommandResult]:
+        """The coroutine of the wait (returned, not awaited here: one frame per wait)."""
+        tracer = self.middleware.tracer
         wait_stage = (wait.stage if wait is not None else CommandStage.PROCESSED)._value_
         if tracer is None:
-            if instruments is None:
-                return await self.inner.send_and_wait(command, wait, timeout=timeout)
-            # metrics only: one reading before and after, one count, one point update
-            began = _clock()
+            return self._measured(command, wait, timeout, wait_stage)
+        if wait is not None and wait.stage.rank > CommandStage.PROCESSED.rank:
+            return self._through_stream(command, wait, timeout)
+        return self._traced(tracer, command, wait, timeout, wait_stage)
+
+    async def _through_stream(
+        self, command: CommandMessage[Any], wait: WaitPlan, timeout: float | None
+    ) -> CommandResult:
+        """Past PROCESSED the stages between are span events too: the stream yields them."""
+        last: CommandResult | None = None
+        stages = self._stream(command, wait, timeout, streaming=False)
+        try:
+            async for result in stages:
+                last = result
+        finally:
+            await _close(stages)
+        assert last is not None, "a stream yields SENT at least"
+        return last
+
+    async def _measured(
+        self, command: CommandMessage[Any], wait: WaitPlan | None, timeout: float | None, wait_stage: str
+    ) -> CommandResult:
+        """``send_and_wait`` with metrics only (or nothing)."""
+        if self.middleware.instruments is None:
+            return await self.inner.send_and_wait(command, wait, timeout=timeout)
+        # metrics only: one reading before and after, one count, one point update
+        began = _clock()
+        try:
+            reached = await self.inner.send_and_wait(command, wait, timeout=timeout)
+        except BaseException as error:
+            self._failed(command, wait_stage, error, _clock() - began)
+            raise
+        ns = _clock() - began
+        outcome = "duplicate" if reached.duplicate else (reached.error_code or "succeeded")
+        stage = reached.stage._value_
+        named = command.aggregate_id.named_aggregate
+        entry = self._entries.get((named, command.name, wait_stage, stage, outcome))
+        if entry is None:
+            self._record(command, wait_stage, stage, outcome, ns)
+        else:
+            entry[0][1] += 1
+            entry[1].record_ns(ns)
+        return reached
+
+    async def _traced(
+        self,
+        tracer: Tracer,
+        command: CommandMessage[Any],
+        wait: WaitPlan | None,
+        timeout: float | None,
+        wait_stage: str,
+    ) -> CommandResult:
+        """``send_and_wait`` in its wait span (and the metrics, if on)."""
+        span = _start_wait_span(tracer, command, wait, wait_stage)
+        token = attach(with_span(span))
+        if not span.is_recording():  # a trace not sampled: the metrics, under its context
             try:
-                reached = await self.inner.send_and_wait(command, wait, timeout=timeout)
-            except BaseException as error:
-                self._failed(command, wait_stage, error, _clock() - began)
-                raise
-            ns = _clock() - began
-            outcome = "duplicate" if reached.duplicate else (reached.error_code or "succeeded")
-            stage = reached.stage._value_
-            named = command.aggregate_id.named_aggregate
-            entry = self._entries.get((named, command.name, wait_stage, stage, outcome))
-            if entry is None:
-                self._record(command, wait_stage, stage, outcome, ns)
-            else:
-                entry[0][1] += 1
-                entry[1].record_ns(ns)
-            return reached
-        span: Span | None = None
-        token: object | None = None
-        marker = None
-        if tracer is not None:
-            span = _start_wait_span(tracer, command, wait, wait_stage)
-            token = otel_context.attach(trace.set_span_in_context(span))
-            marker = waiting.set(Waiting(span, command.id))
+                return await self._measured(command, wait, timeout, wait_stage)
+            finally:
+                detach(token)
+        marker = waiting.set(Waiting(span, command.id))
+        instruments = self.middleware.instruments
         started = _clock()
         stage = ""
         outcome = "succeeded"
@@ -944,57 +1004,52 @@ class TracingCommandGateway(CommandGatewayDecorator):
         except CommandWaitTimeoutError as error:
             outcome = "timeout"
             stage = error.last_stage.value if error.last_stage is not None else ""
-            if span is not None:
-                _fail(span, error)
+            _fail(span, error)
             raise
         except CommandValidationError as error:
             outcome = "invalid"
-            if span is not None:
-                _fail(span, error)
+            _fail(span, error)
             raise
         except asyncio.CancelledError:
             outcome = "cancelled"
-            if span is not None:
-                span.set_status(Status(StatusCode.ERROR, "cancelled"))
+            span.set_status(Status(StatusCode.ERROR, "cancelled"))
             raise
         except BaseException as error:
             outcome = "error"
-            if span is not None:
-                _fail(span, error)
+            _fail(span, error)
             raise
         else:
             stage = result.stage.value
             outcome = _wait_outcome(result)
-            if span is not None:
-                if result.stage is not CommandStage.SENT:
-                    attributes: Attributes = {}
+            if result.stage is not CommandStage.SENT:
+                attributes: Attributes | None = None
+                if result.processor_name or result.function_name:
+                    attributes = {}
                     if result.processor_name:
                         attributes[sc.PROCESSOR] = result.processor_name
                     if result.function_name:
                         attributes[sc.FUNCTION] = result.function_name
-                    span.add_event(
-                        stage,
-                        attributes=attributes,
-                        timestamp=result.signal_time * 1_000_000 if result.signal_time else None,
-                    )
-                if result.error_code:
-                    span.set_status(Status(StatusCode.ERROR, f"{result.error_code}: {result.error_msg}"))
+                span.add_event(
+                    stage,
+                    attributes=attributes,
+                    timestamp=result.signal_time * 1_000_000 if result.signal_time else None,
+                )
+            if result.error_code:
+                span.set_status(Status(StatusCode.ERROR, f"{result.error_code}: {result.error_msg}"))
             return result
         finally:
             if instruments is not None:
                 self._record(command, wait_stage, stage, outcome, _clock() - started)
-            if span is not None:
-                ended: Attributes = {sc.STAGE: stage, sc.OUTCOME: outcome}
-                if done is not None:  # one call: the SDK locks and cleans per call
-                    if done.aggregate_version is not None:
-                        ended[sc.AGGREGATE_VERSION] = done.aggregate_version
-                    if done.aggregate_id is not None:
-                        ended[sc.AGGREGATE_ID] = done.aggregate_id.id
-                span.set_attributes(ended)
-                assert marker is not None
-                waiting.reset(marker)
-                otel_context.detach(token)
-                span.end()
+            ended: Attributes = {sc.STAGE: stage, sc.OUTCOME: outcome}
+            if done is not None:  # one call: the SDK locks and cleans per call
+                if done.aggregate_version is not None:
+                    ended[sc.AGGREGATE_VERSION] = done.aggregate_version
+                if done.aggregate_id is not None:
+                    ended[sc.AGGREGATE_ID] = done.aggregate_id.id
+            span.set_attributes(ended)
+            waiting.reset(marker)
+            detach(token)
+            span.end()
 
     def send_and_wait_stream(
         self,
@@ -1024,11 +1079,11 @@ class TracingCommandGateway(CommandGatewayDecorator):
         stream = self.inner.send_and_wait_stream(command, wait, timeout=timeout)
         try:
             if span is not None:  # the send runs in the first step: under the wait span
-                token = otel_context.attach(trace.set_span_in_context(span))
+                token = attach(with_span(span))
                 try:
                     first = await anext(stream)
                 finally:
-                    otel_context.detach(token)
+                    detach(token)
             else:
                 first = await anext(stream)
             stage, outcome = first.stage.value, _wait_outcome(first)
@@ -1157,7 +1212,10 @@ class TracingEventHandler:
         token: object | None = None
         if tracer is not None:
             source = exchange.source.message
-            parent = extract(source.header)
+            parent, skip = _parent(middleware, source)
+        if tracer is not None and skip:  # nothing records: the trace's context goes on
+            token = attach(parent)
+        elif tracer is not None:
             span = tracer.start_span(
                 f"{exchange.component.value} {exchange.function.qualified_name}",
                 context=parent,
@@ -1172,14 +1230,15 @@ class TracingEventHandler:
                     sc.AGGREGATE_VERSION: exchange.message.version,
                 },
             )
-            token = otel_context.attach(trace.set_span_in_context(span, parent))
+            token = attach(with_span(span, parent))
         started = _clock()
         try:
             settled = await self.inner.handle(exchange)
         except BaseException as error:
+            if token is not None:
+                detach(token)
             if span is not None:
                 _fail(span, error)
-                otel_context.detach(token)
                 span.end()
             raise
         outcome = settled.outcome.value
@@ -1189,8 +1248,9 @@ class TracingEventHandler:
             span.set_attribute(sc.OUTCOME, outcome)
             if settled.error is not None:
                 _fail(span, settled.error)
-            otel_context.detach(token)
             span.end()
+        if token is not None:
+            detach(token)
         return settled
 
     def __getattr__(self, name: str) -> Any:

@@ -16,12 +16,12 @@ import contextvars
 import re
 from typing import TypeVar
 
-from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, TraceState
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from wow_core.model import Header, Message
+from wow_otel.current import current_span_context, span_of, with_span
 from wow_otel.lean import FLAGS
 
 TRACEPARENT = "traceparent"
@@ -30,7 +30,8 @@ TRACESTATE = "tracestate"
 M = TypeVar("M", bound=Message)
 
 _PROPAGATOR = TraceContextTextMapPropagator()
-_ROOT = Context()
+ROOT = Context()
+"""The empty context: a span started in it is a root."""
 _COMMON = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 """A version ``00`` ``traceparent`` exactly (anything else: the SDK's propagator)."""
 
@@ -41,15 +42,16 @@ def traceparent(context: SpanContext) -> str:
     return "00-%032x-%016x-%02x" % (context.trace_id, context.span_id, context.trace_flags)  # noqa: UP031
 
 
-def extract(header: Header) -> Context:
-    """The remote span context in ``header`` (a context with no span when it has none:
-    the span started from it is a root, never a child of whatever is current)."""
+def remote_span_context(header: Header) -> SpanContext | None:
+    """The valid remote span context in ``header``, or ``None`` (no ``traceparent``, or
+    one that the W3C specification makes invalid)."""
     value = header.get(TRACEPARENT)
     if value is None:
-        return _ROOT
+        return None
     found = _COMMON.fullmatch(value) if type(value) is str else None
     if found is None:
-        return _PROPAGATOR.extract(header, context=_ROOT)
+        context = span_of(_PROPAGATOR.extract(header, context=ROOT)).get_span_context()
+        return context if context.is_valid else None
     trace_id, span_id, flags = found.groups()
     context = SpanContext(
         int(trace_id, 16),
@@ -58,9 +60,16 @@ def extract(header: Header) -> Context:
         trace_flags=FLAGS[int(flags, 16)],
         trace_state=_trace_state(header),
     )
-    if not context.is_valid:  # an all-zero id: no parent
-        return _ROOT
-    return trace.set_span_in_context(NonRecordingSpan(context), _ROOT)
+    return context if context.is_valid else None  # an all-zero id: no parent
+
+
+def extract(header: Header) -> Context:
+    """The remote span context in ``header`` (a context with no span when it has none:
+    the span started from it is a root, never a child of whatever is current)."""
+    context = remote_span_context(header)
+    if context is None:
+        return ROOT
+    return with_span(NonRecordingSpan(context), ROOT)
 
 
 def _trace_state(header: Header) -> TraceState | None:
@@ -76,20 +85,25 @@ def inject(message: M, context: Context | None = None, *, span_context: SpanCont
     from the command that caused it).
 
     A read-only header (a message already emitted once) is copied first, so what an
-    earlier receiver saw never changes.
+    earlier receiver saw never changes, unless it carries this span context already (an
+    event stream whose store append wrote it): then ``message`` itself.
     """
+    if span_context is None:
+        span_context = current_span_context() if context is None else span_of(context).get_span_context()
     header = message.header
+    value = traceparent(span_context) if span_context.is_valid else None
+    state = span_context.trace_state.to_header() if value is not None and span_context.trace_state else None
     if header.read_only:
+        if header.get(TRACEPARENT) == value and header.get(TRACESTATE) == state:
+            return message
         message = message.copy()
         header = message.header
     if TRACESTATE in header:
         del header[TRACESTATE]
-    if span_context is None:
-        span_context = trace.get_current_span(context).get_span_context()
-    if span_context.is_valid:
-        header[TRACEPARENT] = traceparent(span_context)
-        if span_context.trace_state:
-            header[TRACESTATE] = span_context.trace_state.to_header()
+    if value is not None:
+        header[TRACEPARENT] = value
+        if state is not None:
+            header[TRACESTATE] = state
     return message
 
 

@@ -1,0 +1,101 @@
+"""The current OpenTelemetry context in a few operations: what the decorators do per span.
+
+The API's ``context.attach`` / ``detach`` / ``get_current`` go through two functions and
+the runtime context object each, ``trace.get_current_span`` through four, and
+``trace.set_span_in_context`` copies the context dict twice. With the API's default
+runtime context (``ContextVarsRuntimeContext``, one ``ContextVar``) and its span key
+where this module looks for them, the functions here use that ``ContextVar`` and key
+directly: the same contexts, the same values, a fifth of the calls. Anything else (a
+runtime context chosen by ``OTEL_PYTHON_CONTEXT``, an API whose internals moved) gets the
+API's own functions.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextvars import ContextVar
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.context.context import Context
+from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+from opentelemetry.trace import INVALID_SPAN, Span, SpanContext
+from opentelemetry.trace import propagation as _propagation
+
+log = logging.getLogger(__name__)
+
+_runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
+_var: ContextVar[Context] | None = (
+    getattr(_runtime, "_current_context", None) if type(_runtime) is ContextVarsRuntimeContext else None
+)
+_key: Any = getattr(_propagation, "_SPAN_KEY", None)
+DIRECT = (
+    isinstance(_var, ContextVar)
+    and isinstance(_key, str)
+    and (trace.get_current_span(Context({_key: INVALID_SPAN})) is INVALID_SPAN)
+)
+"""Whether the functions below bypass the API (module docstring)."""
+
+
+def _api_attach(context: Context) -> object:
+    return otel_context.attach(context)
+
+
+def _api_detach(token: object) -> None:
+    otel_context.detach(token)  # type: ignore[arg-type]
+
+
+def _api_current_span_context() -> SpanContext:
+    return trace.get_current_span().get_span_context()
+
+
+def _api_with_span(span: Span, context: Context | None = None) -> Context:
+    return trace.set_span_in_context(span, context)
+
+
+if DIRECT:
+    assert _var is not None
+    _get = _var.get
+    _set = _var.set
+    _reset = _var.reset
+    _invalid = INVALID_SPAN
+
+    def current() -> Context:
+        """The current context (``context.get_current()``)."""
+        return _get()
+
+    def attach(context: Context) -> object:
+        """Make ``context`` current; the token for :func:`detach` (``context.attach``)."""
+        return _set(context)
+
+    def detach(token: object) -> None:
+        """Restore the context before ``token``'s attach (``context.detach``: an error is
+        logged, not raised)."""
+        try:
+            _reset(token)  # type: ignore[arg-type]
+        except Exception:
+            log.exception("Failed to detach context")
+
+    def current_span_context() -> SpanContext:
+        """The span context of the current span (``get_current_span().get_span_context()``)."""
+        span: Span = _get().get(_key, _invalid)  # type: ignore[assignment]
+        return span.get_span_context()
+
+    def span_of(context: Context | None) -> Span:
+        """The span of ``context`` (default: the current one), ``trace.get_current_span``."""
+        found: Any = (_get() if context is None else context).get(_key, _invalid)
+        return found  # type: ignore[no-any-return]
+
+    def with_span(span: Span, context: Context | None = None) -> Context:
+        """``context`` (default: the current one) with ``span`` as its span
+        (``trace.set_span_in_context``, one dict built)."""
+        return Context({**(_get() if context is None else context), _key: span})
+
+else:  # pragma: no cover - another runtime context, or API internals moved
+    current = otel_context.get_current
+    attach = _api_attach
+    detach = _api_detach
+    current_span_context = _api_current_span_context
+    span_of = trace.get_current_span
+    with_span = _api_with_span
