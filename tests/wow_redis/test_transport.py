@@ -439,6 +439,30 @@ async def test_entries_of_a_dead_consumer_are_claimed_by_a_living_one(
     assert metrics.counter_value(CLAIMED, stream=topic, group="g1") == 10
 
 
+async def test_entries_waiting_in_the_read_ahead_are_not_claimed_again_by_their_own_consumer(
+    make_transport: Make, redis: Redis
+) -> None:
+    # A slow consumer leaves entries it read waiting in its read-ahead longer than the
+    # idle time; its own recovery scan must not deliver them a second time (it did: the
+    # entries came twice to the same handler loop).
+    transport = make_transport(claim_idle_time=0.2)
+    topic = topic_of(transport)
+    receiver = await opened(transport, "g1", [topic])
+    await transport.send_many([message(topic, key=f"k{n}", payload=str(n)) for n in range(20)])
+    records = aiter(receiver)
+    [first] = await take(records, 1)
+    await first.ack()
+    await asyncio.sleep(1.0)  # holding the consumer: several recovery scans pass meanwhile
+    rest = await take(records, 19)
+    assert sorted(int(r.payload) for r in rest) == list(range(1, 20)), "each entry once"
+    for record in rest:
+        await record.ack()
+    with pytest.raises(TimeoutError):
+        await take(records, 1, timeout=0.6)  # and nothing comes after them
+    await receiver.close()
+    assert await pending_count(redis, topic, "g1") == 0
+
+
 async def test_an_entry_past_max_deliveries_goes_to_the_dead_letter_stream(
     make_transport: Make, redis: Redis
 ) -> None:

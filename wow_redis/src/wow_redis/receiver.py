@@ -27,7 +27,9 @@ over some streams. What it guarantees:
   reads, whether recovery is on or off), possibly after newer entries of their key.
 - Recovery (``claim_idle_time``): entries pending in any consumer of the group for
   longer than the idle time are claimed with ``XAUTOCLAIM`` and delivered again, so a
-  crashed member's work is done by the living ones. An entry delivered more than
+  crashed member's work is done by the living ones. Entries that wait in this receiver's
+  read-ahead are claimed by its own scan too (their idle time restarts) but not delivered
+  a second time. An entry delivered more than
   ``max_deliveries`` times is copied to ``<stream>.dlq`` and acknowledged, atomically,
   instead of being delivered forever.
 - An entry that is not a message (no UTF-8 ``msg`` field) is reported through the
@@ -186,6 +188,10 @@ class RedisStreamReceiver:
         the own pending entries past it are read again (a reply lost on the wire)."""
         self._dead_letter: AsyncScript | None = None
         self._handed_back: set[tuple[str, str]] = set()
+        self._waiting: set[tuple[str, str]] = set()
+        """The entries read into the read-ahead and not yet yielded (topic, id): in flight
+        here, so a recovery scan that claims them (their idle time counts while they wait)
+        does not deliver them a second time."""
         self._hand_back_cursor: dict[str, str] = {}
         """Per stream, where the next scan for handed-back entries goes on (``XAUTOCLAIM``)."""
         self._read_ids_new = [">"] * len(self.topics)
@@ -279,10 +285,19 @@ class RedisStreamReceiver:
                 batch = await buffer.get()  # a loop's failure is raised here, once
             except StopAsyncIteration:
                 return
-            for record in batch:
-                if self._closing:
-                    return  # taken but not yielded: pending, handed back by the close
-                yield record
+            yielded = 0
+            try:
+                for record in batch:
+                    if self._closing:
+                        return  # taken but not yielded: pending, handed back by the close
+                    self._waiting.discard((record.topic, record.entry_id))
+                    yielded += 1
+                    yield record
+            finally:
+                # An iteration left mid-read: what it did not yield is pending and no
+                # longer waiting here, so recovery may deliver it again.
+                for record in batch[yielded:]:
+                    self._waiting.discard((record.topic, record.entry_id))
 
     async def _push(self, records: list[RedisRecord]) -> None:
         """Hand one read to the iterators; wait while ``READ_AHEAD`` reads are untaken."""
@@ -392,10 +407,16 @@ class RedisStreamReceiver:
             )
         return {_text(row["message_id"]): int(row["times_delivered"]) for row in rows}  # type: ignore[arg-type]
 
-    async def _deliver(self, topic: str, entries: Sequence[Any], counts: dict[str, int] | None) -> None:
+    async def _deliver(
+        self, topic: str, entries: Sequence[Any], counts: dict[str, int] | None, *, claimed: bool = False
+    ) -> None:
+        """Push ``entries`` to the read-ahead; ``claimed``: skip those already waiting there."""
         records: list[RedisRecord] = []
+        waiting = self._waiting
         for raw_id, fields in entries:
             entry_id = raw_id.decode() if isinstance(raw_id, bytes) else raw_id
+            if claimed and (topic, entry_id) in waiting:
+                continue  # claimed from this very consumer while it waits in the read-ahead
             if not fields:
                 await self._trimmed(topic, entry_id)
                 continue
@@ -408,6 +429,7 @@ class RedisStreamReceiver:
             record = self._record(topic, entry_id, fields, deliveries)
             if record is not None:
                 records.append(record)
+                waiting.add((topic, entry_id))
         if records:
             await self._push(records)
 
@@ -496,7 +518,7 @@ class RedisStreamReceiver:
                     total += len(entries)
                     self._observer.claimed(topic, self.group, self.consumer, len(entries))
                     counts = await self._delivery_counts(topic, entries)
-                    await self._deliver(topic, entries, counts)
+                    await self._deliver(topic, entries, counts, claimed=True)
                 cursor = _text(next_cursor)
                 scanned += self._settings.batch_size
                 if cursor == "0-0" or scanned >= self._settings.batch_size * 16:
@@ -533,7 +555,7 @@ class RedisStreamReceiver:
             if entries:
                 self._observer.claimed(topic, self.group, self.consumer, len(entries))
                 counts = await self._delivery_counts(topic, entries)
-                await self._deliver(topic, entries, counts)
+                await self._deliver(topic, entries, counts, claimed=True)
 
     async def _send_to_dead_letter(self, topic: str, entry_id: str, deliveries: int, reason: str) -> None:
         if self._dead_letter is None:
