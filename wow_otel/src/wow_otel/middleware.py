@@ -85,10 +85,10 @@ from wow_core.modeling.kernel import CommandKernel, CommandOutcome
 from wow_core.transport.bus import TransportMessageBus
 from wow_core.transport.defaults import DefaultTopicNaming, TopicNaming
 from wow_otel import semconv as sc
-from wow_otel.current import attach, current_span_context, detach, with_span
+from wow_otel.current import attach, current_span_context, detach, flags_of, is_valid_of, with_span
 from wow_otel.histograms import duration_histogram
 from wow_otel.lean import LeanTracer, lean_tracer
-from wow_otel.propagation import ROOT, Waiting, inject, remote_span_context, waiting
+from wow_otel.propagation import ROOT, Waiting, inject, remote_parent, waiting
 
 M = TypeVar("M", bound=Message)
 E = TypeVar("E", bound=MessageExchange[Any])
@@ -112,17 +112,16 @@ def _fail(span: Span, error: BaseException) -> None:
 
 def _unsampled(context: SpanContext) -> bool:
     """Whether ``context`` is of a trace whose root was not sampled."""
-    return context.is_valid and not context.trace_flags & 1
+    return is_valid_of(context) and not flags_of(context) & 1  # type: ignore[no-any-return]
 
 
 def _parent(middleware: OtelMiddleware, message: Message) -> tuple[Any, bool]:
     """The context a consumer span of ``message`` starts in (its header's span context,
     else none) and whether no span needs starting there (a trace not sampled)."""
-    remote = remote_span_context(message.header)
-    if remote is None:
+    found = remote_parent(message.header)
+    if found is None:
         return ROOT, False
-    skip = middleware.skips_unsampled and not remote.trace_flags & 1
-    return with_span(NonRecordingSpan(remote), ROOT), skip
+    return found[1], middleware.skips_unsampled and not flags_of(found[0]) & 1
 
 
 _clock = time.perf_counter_ns
@@ -430,7 +429,7 @@ class _BusRecorder:
                 # an event stream sent by the kernel: its functions are children of the
                 # current (process) span; no producer span of its own
                 tracer = None
-                if active.is_valid:
+                if is_valid_of(active):
                     message = inject(message, span_context=active)
             elif _unsampled(active):  # nothing records: the trace's context goes on
                 tracer = None
@@ -771,7 +770,7 @@ class TracingEventStore(EventStoreDecorator):
         span: Span | None = None
         if tracer is not None:
             active = current_span_context()
-            if active.is_valid and not stream.header.read_only:
+            if is_valid_of(active) and not stream.header.read_only:
                 # the stream keeps the current (process) span's context: its sends carry it
                 # as they are, not a copy of the stream each
                 inject(stream, span_context=active)
