@@ -55,7 +55,6 @@ def _api_with_span(span: Span, context: Context | None = None) -> Context:
     return trace.set_span_in_context(span, context)
 
 
-
 def _fields_indexed() -> bool:
     """Whether a ``SpanContext`` is the tuple ``(trace_id, span_id, is_remote,
     trace_flags, trace_state, is_valid)`` its properties read (the API's layout)."""

@@ -18,8 +18,8 @@ from typing import TypeVar
 
 from opentelemetry.context import Context
 from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, TraceState
-from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 
 from wow_core.model import Header, Message
 from wow_otel.current import current_span_context, ids_flags_of, is_valid_of, span_of, state_of, with_span
