@@ -62,7 +62,7 @@ def _fields_indexed() -> bool:
     probe = SpanContext(3, 5, True, TraceFlags(1), state)
     invalid = SpanContext(0, 5, False)
     try:
-        return tuple(probe) == (3, 5, True, 1, state, True) and invalid[5] is False  # type: ignore[misc]
+        return tuple(probe) == (3, 5, True, 1, state, True) and invalid[5] is False
     except Exception:  # pragma: no cover - another SpanContext
         return False
 

@@ -112,7 +112,7 @@ def _fail(span: Span, error: BaseException) -> None:
 
 def _unsampled(context: SpanContext) -> bool:
     """Whether ``context`` is of a trace whose root was not sampled."""
-    return is_valid_of(context) and not flags_of(context) & 1  # type: ignore[no-any-return]
+    return is_valid_of(context) and not flags_of(context) & 1
 
 
 def _parent(middleware: OtelMiddleware, message: Message) -> tuple[Any, bool]:
