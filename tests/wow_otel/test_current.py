@@ -51,3 +51,20 @@ async def test_a_detach_from_another_context_is_logged_not_raised(caplog: pytest
     assert current.current_span_context().trace_id == 3, "this task's context is unchanged"
     current.detach(token)
     assert current.current_span_context() == trace.INVALID_SPAN_CONTEXT
+
+
+@pytest.mark.parametrize(
+    "context",
+    [
+        SpanContext(2**100, 7, True, TraceFlags(1), trace.TraceState([("k", "v")])),
+        SpanContext(3, 5, False),
+        SpanContext(0, 5, False),
+        trace.INVALID_SPAN_CONTEXT,
+    ],
+)
+def test_the_field_readers_are_the_properties(context: SpanContext) -> None:
+    assert current.INDEXED, "the API's SpanContext layout: the item readers are the ones measured"
+    assert current.is_valid_of(context) is context.is_valid
+    assert current.flags_of(context) == context.trace_flags
+    assert current.state_of(context) is context.trace_state
+    assert current.ids_flags_of(context) == (context.trace_id, context.span_id, context.trace_flags)

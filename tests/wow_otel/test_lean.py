@@ -22,9 +22,9 @@ from opentelemetry.sdk.trace.sampling import (
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from wow_core.model import Header
+from wow_core.model import AggregateId, CommandMessage, Header, NamedAggregate
 from wow_otel.lean import LeanSpan, LeanTracer, lean_tracer
-from wow_otel.propagation import TRACEPARENT, TRACESTATE, extract, traceparent
+from wow_otel.propagation import TRACEPARENT, TRACESTATE, extract, inject, remote_parent, traceparent
 
 
 def _pipeline(**provider: Any) -> tuple[TracerProvider, InMemorySpanExporter]:
@@ -235,3 +235,46 @@ def test_traceparent_is_the_sdks_format() -> None:
     carrier: dict[str, str] = {}
     TraceContextTextMapPropagator().inject(carrier, trace.set_span_in_context(NonRecordingSpan(context)))
     assert traceparent(context) == carrier[TRACEPARENT]
+
+
+def test_a_header_that_carries_the_context_already_is_not_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    context = SpanContext(2**100 + 3, 2**40 + 9, is_remote=False, trace_flags=TraceFlags(0x00))
+    message = CommandMessage(AggregateId(NamedAggregate("t", "a"), "a-1"), {"n": 1}, "add")
+    message.header[TRACEPARENT] = traceparent(context)
+
+    def refuse(self: Header, key: str, value: str = "") -> None:
+        raise AssertionError(f"header written: {key}")
+
+    monkeypatch.setattr(Header, "__setitem__", refuse)
+    monkeypatch.setattr(Header, "__delitem__", refuse)
+    assert inject(message, span_context=context) is message  # writable, not rewritten
+    monkeypatch.undo()
+    other = SpanContext(2**100 + 3, 2**40 + 10, is_remote=False, trace_flags=TraceFlags(0x01))
+    message.header[TRACESTATE] = "vendor=abc"
+    assert inject(message, span_context=other) is message
+    assert message.header.get(TRACEPARENT) == traceparent(other)
+    assert TRACESTATE not in message.header, "the context's (empty) trace state replaces the header's"
+
+
+def test_a_traceparent_read_again_gives_the_same_parent_without_a_parse() -> None:
+    value = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+    first, second = Header(), Header()
+    first[TRACEPARENT] = second[TRACEPARENT] = value
+    found = remote_parent(first)
+    assert found is not None
+    assert remote_parent(second) is found
+    remote, parent = found
+    assert remote == trace.get_current_span(extract(first)).get_span_context() == _sdk_extract(first)
+    assert remote.is_remote
+    assert trace.get_current_span(parent).get_span_context() is remote
+    with_state = Header()
+    with_state[TRACEPARENT] = value
+    with_state[TRACESTATE] = "vendor=abc"
+    stated = remote_parent(with_state)
+    assert stated is not None
+    assert stated is not found
+    assert stated[0].trace_state == _sdk_extract(with_state).trace_state
+    invalid = Header()
+    invalid[TRACEPARENT] = "00-00000000000000000000000000000000-b7ad6b7169203331-01"
+    assert remote_parent(invalid) is None
+    assert remote_parent(Header()) is None

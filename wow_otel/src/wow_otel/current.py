@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import logging
 from contextvars import ContextVar
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context.context import Context
 from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
-from opentelemetry.trace import INVALID_SPAN, Span, SpanContext
+from opentelemetry.trace import INVALID_SPAN, Span, SpanContext, TraceFlags, TraceState
 from opentelemetry.trace import propagation as _propagation
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,31 @@ def _api_current_span_context() -> SpanContext:
 
 def _api_with_span(span: Span, context: Context | None = None) -> Context:
     return trace.set_span_in_context(span, context)
+
+
+def _fields_indexed() -> bool:
+    """Whether a ``SpanContext`` is the tuple ``(trace_id, span_id, is_remote,
+    trace_flags, trace_state, is_valid)`` its properties read (the API's layout)."""
+    state = TraceState([("k", "v")])
+    probe = SpanContext(3, 5, True, TraceFlags(1), state)
+    invalid = SpanContext(0, 5, False)
+    try:
+        return tuple(probe) == (3, 5, True, 1, state, True) and invalid[5] is False
+    except Exception:  # pragma: no cover - another SpanContext
+        return False
+
+
+INDEXED = _fields_indexed()
+"""Whether the field readers below are the tuple's items (no property frame each)."""
+
+is_valid_of: Any = itemgetter(5) if INDEXED else attrgetter("is_valid")
+"""``context.is_valid`` of a ``SpanContext``, an item read when :data:`INDEXED`."""
+flags_of: Any = itemgetter(3) if INDEXED else attrgetter("trace_flags")
+"""``context.trace_flags``."""
+state_of: Any = itemgetter(4) if INDEXED else attrgetter("trace_state")
+"""``context.trace_state``."""
+ids_flags_of: Any = itemgetter(0, 1, 3) if INDEXED else attrgetter("trace_id", "span_id", "trace_flags")
+"""``(trace_id, span_id, trace_flags)``: what a ``traceparent`` is written from."""
 
 
 if DIRECT:

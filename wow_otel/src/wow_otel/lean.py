@@ -49,7 +49,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, Decision, Pa
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.util import types
 
-from wow_otel.current import span_of
+from wow_otel.current import ids_flags_of, is_valid_of, span_of, state_of
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ class LeanTracer(trace_api.Tracer):
                 name, context, kind, attributes, links, start_time, record_exception, set_status_on_exception
             )
         parent: SpanContext | None = span_of(context).get_span_context()
-        if parent is None or not parent.is_valid:
+        if parent is None or not is_valid_of(parent):
             parent = None
             trace_id = self._ids.generate_trace_id()
             flags = _RANDOM if self._random_ids else 0
@@ -185,17 +185,17 @@ class LeanTracer(trace_api.Tracer):
                 span_context = SpanContext(trace_id, self.span_id(), False, FLAGS[flags | _SAMPLED])
                 return LeanSpan(self, name, span_context, None, kind, attributes)
         else:
-            trace_id = parent.trace_id
-            flags = parent.trace_flags & _RANDOM
-            if parent.trace_flags & _SAMPLED:
+            trace_id, _, parent_flags = ids_flags_of(parent)
+            flags = parent_flags & _RANDOM
+            if parent_flags & _SAMPLED:
                 if self.follows_sampled:
                     span_context = SpanContext(
-                        trace_id, self.span_id(), False, FLAGS[flags | _SAMPLED], parent.trace_state
+                        trace_id, self.span_id(), False, FLAGS[flags | _SAMPLED], state_of(parent)
                     )
                     return LeanSpan(self, name, span_context, parent, kind, attributes)
             elif self.drops_unsampled:  # decided at the root: not sampled, nothing records
                 return NonRecordingSpan(
-                    SpanContext(trace_id, self.span_id(), False, FLAGS[flags], parent.trace_state)
+                    SpanContext(trace_id, self.span_id(), False, FLAGS[flags], state_of(parent))
                 )
         result = self.sampler.should_sample(context, trace_id, name, kind, attributes, ())
         decision = result.decision

@@ -13,7 +13,7 @@ import logging
 import threading
 from typing import Any
 
-from opentelemetry import trace
+from wow_otel.current import current_span_context, ids_flags_of, is_valid_of
 
 _lock = threading.Lock()
 _installed = False
@@ -31,10 +31,11 @@ def install_log_correlation() -> None:
         def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
             record = previous(*args, **kwargs)
             if record.name.startswith("wow"):
-                context = trace.get_current_span().get_span_context()
-                if context.is_valid:
-                    record.trace_id = format(context.trace_id, "032x")
-                    record.span_id = format(context.span_id, "016x")
+                context = current_span_context()
+                if is_valid_of(context):
+                    trace_id, span_id, _ = ids_flags_of(context)
+                    record.trace_id = format(trace_id, "032x")
+                    record.span_id = format(span_id, "016x")
                 else:
                     record.trace_id = record.span_id = ""
             return record

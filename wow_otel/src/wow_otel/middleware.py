@@ -59,7 +59,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Hashable, Iterab
 from typing import Any, TypeVar
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
-from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import Span, SpanContext, SpanKind, Status, StatusCode, Tracer
 
 from wow_core.command.errors import CommandValidationError, CommandWaitTimeoutError
 from wow_core.command.gateway import CommandGateway
@@ -85,10 +85,10 @@ from wow_core.modeling.kernel import CommandKernel, CommandOutcome
 from wow_core.transport.bus import TransportMessageBus
 from wow_core.transport.defaults import DefaultTopicNaming, TopicNaming
 from wow_otel import semconv as sc
-from wow_otel.current import attach, current_span_context, detach, with_span
+from wow_otel.current import attach, current_span_context, detach, flags_of, is_valid_of, with_span
 from wow_otel.histograms import duration_histogram
 from wow_otel.lean import LeanTracer, lean_tracer
-from wow_otel.propagation import ROOT, Waiting, inject, remote_span_context, waiting
+from wow_otel.propagation import ROOT, Waiting, inject, remote_parent, waiting
 
 M = TypeVar("M", bound=Message)
 E = TypeVar("E", bound=MessageExchange[Any])
@@ -112,17 +112,16 @@ def _fail(span: Span, error: BaseException) -> None:
 
 def _unsampled(context: SpanContext) -> bool:
     """Whether ``context`` is of a trace whose root was not sampled."""
-    return context.is_valid and not context.trace_flags & 1
+    return is_valid_of(context) and not flags_of(context) & 1
 
 
 def _parent(middleware: OtelMiddleware, message: Message) -> tuple[Any, bool]:
     """The context a consumer span of ``message`` starts in (its header's span context,
     else none) and whether no span needs starting there (a trace not sampled)."""
-    remote = remote_span_context(message.header)
-    if remote is None:
+    found = remote_parent(message.header)
+    if found is None:
         return ROOT, False
-    skip = middleware.skips_unsampled and not remote.trace_flags & 1
-    return with_span(NonRecordingSpan(remote), ROOT), skip
+    return found[1], middleware.skips_unsampled and not flags_of(found[0]) & 1
 
 
 _clock = time.perf_counter_ns
@@ -430,7 +429,7 @@ class _BusRecorder:
                 # an event stream sent by the kernel: its functions are children of the
                 # current (process) span; no producer span of its own
                 tracer = None
-                if active.is_valid:
+                if is_valid_of(active):
                     message = inject(message, span_context=active)
             elif _unsampled(active):  # nothing records: the trace's context goes on
                 tracer = None
@@ -659,76 +658,92 @@ class TracingCommandHandler(CommandHandlerDecorator):
     async def process(self, command: CommandMessage[Any]) -> CommandOutcome:
         middleware = self.middleware
         tracer = middleware.tracer
-        instruments = middleware.instruments
         if tracer is None:
-            if instruments is None:
-                return await self.inner.process(command)
-            # metrics only: one reading before and after; a success is one point update
-            started = _clock()
-            try:
-                outcome = await self.inner.process(command)
-            except BaseException as error:
-                self._failed(command, error, _clock() - started)
-                raise
-            ns = _clock() - started
-            if outcome.conflicts or outcome.publish_failures or outcome.duplicate or outcome.error_code:
-                self._settled(command, outcome, ns)
-                return outcome
-            point = self._succeeded.get((command.aggregate_id.named_aggregate, command.name))
-            if point is None:
-                point = self._succeeded[(command.aggregate_id.named_aggregate, command.name)] = self._point(
-                    command, "succeeded"
-                )
-            point.record_ns(ns)
+            return await self._measured(command)
+        parent, skip = _parent(middleware, command)
+        if not skip:
+            return await self._traced(tracer, command, parent)
+        # a trace not sampled: nothing records, its context goes on; the metrics
+        token = attach(parent)
+        try:
+            return await self._measured(command)
+        finally:
+            detach(token)
+
+    def _measured(self, command: CommandMessage[Any]) -> Coroutine[Any, Any, CommandOutcome]:
+        """The command's processing with the metrics only (or nothing): its coroutine."""
+        if self.middleware.instruments is None:
+            if self.counts is None:
+                return self.inner.process(command)
+            return self._counted(command)
+        return self._metered(command)
+
+    async def _counted(self, command: CommandMessage[Any]) -> CommandOutcome:
+        assert self.counts is not None
+        outcome = await self.inner.process(command)
+        self.counts.count(outcome)
+        return outcome
+
+    async def _metered(self, command: CommandMessage[Any]) -> CommandOutcome:
+        # metrics only: one reading before and after; a success is one point update
+        started = _clock()
+        try:
+            outcome = await self.inner.process(command)
+        except BaseException as error:
+            self._failed(command, error, _clock() - started)
+            raise
+        ns = _clock() - started
+        if outcome.conflicts or outcome.publish_failures or outcome.duplicate or outcome.error_code:
+            self._settled(command, outcome, ns)
             return outcome
-        base = self._base(command)
-        span: Span | None = None
-        token: object | None = None
-        if tracer is not None:
-            parent, skip = _parent(middleware, command)
-        if tracer is not None and skip:  # nothing records: the trace's context goes on
-            token = attach(parent)
-        elif tracer is not None:
-            span = tracer.start_span(
-                f"process {base[sc.DESTINATION]}",
-                context=parent,
-                kind=SpanKind.CONSUMER,
-                attributes={
-                    **base,
-                    sc.OPERATION_TYPE: "process",
-                    sc.MESSAGE_ID: command.id,
-                    sc.AGGREGATE_ID: command.aggregate_id.id,
-                    sc.REQUEST_ID: command.request_id,
-                },
+        point = self._succeeded.get((command.aggregate_id.named_aggregate, command.name))
+        if point is None:
+            point = self._succeeded[(command.aggregate_id.named_aggregate, command.name)] = self._point(
+                command, "succeeded"
             )
-            token = attach(with_span(span, parent))
+        point.record_ns(ns)
+        return outcome
+
+    async def _traced(self, tracer: Tracer, command: CommandMessage[Any], parent: Any) -> CommandOutcome:
+        """The command's processing in its ``process`` span (and the metrics, if on)."""
+        instruments = self.middleware.instruments
+        base = self._base(command)
+        span = tracer.start_span(
+            f"process {base[sc.DESTINATION]}",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            attributes={
+                **base,
+                sc.OPERATION_TYPE: "process",
+                sc.MESSAGE_ID: command.id,
+                sc.AGGREGATE_ID: command.aggregate_id.id,
+                sc.REQUEST_ID: command.request_id,
+            },
+        )
+        token = attach(with_span(span, parent))
         started = _clock()
         try:
             outcome = await self.inner.process(command)
         except BaseException as error:
             if instruments is not None:
                 self._failed(command, error, _clock() - started)
-            if token is not None:
-                detach(token)
-            if span is not None:
-                _fail(span, error)
-                span.end()
+            detach(token)
+            _fail(span, error)
+            span.end()
             raise
         result = _outcome_of(outcome)
         if instruments is not None:
             self._settled(command, outcome, _clock() - started)
         elif self.counts is not None:
             self.counts.count(outcome)
-        if span is not None:
-            ended: Attributes = {sc.OUTCOME: result, sc.AGGREGATE_VERSION: outcome.version}
-            if outcome.conflicts:
-                ended["wow.command.conflicts"] = outcome.conflicts
-            if outcome.error_msg:
-                ended["wow.command.error_msg"] = outcome.error_msg
-            span.set_attributes(ended)
-            span.end()
-        if token is not None:
-            detach(token)
+        ended: Attributes = {sc.OUTCOME: result, sc.AGGREGATE_VERSION: outcome.version}
+        if outcome.conflicts:
+            ended["wow.command.conflicts"] = outcome.conflicts
+        if outcome.error_msg:
+            ended["wow.command.error_msg"] = outcome.error_msg
+        span.set_attributes(ended)
+        span.end()
+        detach(token)
         return outcome
 
 
@@ -771,7 +786,7 @@ class TracingEventStore(EventStoreDecorator):
         span: Span | None = None
         if tracer is not None:
             active = current_span_context()
-            if active.is_valid and not stream.header.read_only:
+            if is_valid_of(active) and not stream.header.read_only:
                 # the stream keeps the current (process) span's context: its sends carry it
                 # as they are, not a copy of the stream each
                 inject(stream, span_context=active)
@@ -1191,66 +1206,72 @@ class TracingEventHandler:
     async def handle(self, exchange: FunctionExchange) -> Settled:
         middleware = self.middleware
         tracer = middleware.tracer
-        instruments = middleware.instruments
         if tracer is None:
-            if instruments is None:
+            if middleware.instruments is None:
                 return await self.inner.handle(exchange)
-            # metrics only: one reading before and after, one point update
-            started = _clock()
-            settled = await self.inner.handle(exchange)
-            ns = _clock() - started
-            source = exchange.source.message
-            outcome = settled.outcome._value_
-            kind = type(source).topic_kind._value_
-            point = self._points.get((source.aggregate_id.named_aggregate, kind, exchange.function, outcome))
-            if point is None:
-                point = self._point(exchange, outcome)
-            point.record_ns(ns)
-            return settled
+            return await self._metered(exchange)
+        parent, skip = _parent(middleware, exchange.source.message)
+        if not skip:
+            return await self._traced(tracer, exchange, parent)
+        # a trace not sampled: nothing records, its context goes on; the metrics
+        token = attach(parent)
+        try:
+            if middleware.instruments is None:
+                return await self.inner.handle(exchange)
+            return await self._metered(exchange)
+        finally:
+            detach(token)
+
+    async def _metered(self, exchange: FunctionExchange) -> Settled:
+        # metrics only: one reading before and after, one point update
+        started = _clock()
+        settled = await self.inner.handle(exchange)
+        ns = _clock() - started
+        source = exchange.source.message
+        outcome = settled.outcome._value_
+        kind = type(source).topic_kind._value_
+        point = self._points.get((source.aggregate_id.named_aggregate, kind, exchange.function, outcome))
+        if point is None:
+            point = self._point(exchange, outcome)
+        point.record_ns(ns)
+        return settled
+
+    async def _traced(self, tracer: Tracer, exchange: FunctionExchange, parent: Any) -> Settled:
+        """The function's handling in its consumer span (and the metrics, if on)."""
+        instruments = self.middleware.instruments
         base = self._base(exchange)
-        span: Span | None = None
-        token: object | None = None
-        if tracer is not None:
-            source = exchange.source.message
-            parent, skip = _parent(middleware, source)
-        if tracer is not None and skip:  # nothing records: the trace's context goes on
-            token = attach(parent)
-        elif tracer is not None:
-            span = tracer.start_span(
-                f"{exchange.component.value} {exchange.function.qualified_name}",
-                context=parent,
-                kind=SpanKind.CONSUMER,
-                attributes={
-                    **base,
-                    sc.OPERATION_TYPE: "process",
-                    sc.COMPONENT: exchange.component.value,
-                    sc.MESSAGE: exchange.message.name,
-                    sc.MESSAGE_ID: source.id,
-                    sc.AGGREGATE_ID: source.aggregate_id.id,
-                    sc.AGGREGATE_VERSION: exchange.message.version,
-                },
-            )
-            token = attach(with_span(span, parent))
+        source = exchange.source.message
+        span = tracer.start_span(
+            f"{exchange.component.value} {exchange.function.qualified_name}",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            attributes={
+                **base,
+                sc.OPERATION_TYPE: "process",
+                sc.COMPONENT: exchange.component.value,
+                sc.MESSAGE: exchange.message.name,
+                sc.MESSAGE_ID: source.id,
+                sc.AGGREGATE_ID: source.aggregate_id.id,
+                sc.AGGREGATE_VERSION: exchange.message.version,
+            },
+        )
+        token = attach(with_span(span, parent))
         started = _clock()
         try:
             settled = await self.inner.handle(exchange)
         except BaseException as error:
-            if token is not None:
-                detach(token)
-            if span is not None:
-                _fail(span, error)
-                span.end()
+            detach(token)
+            _fail(span, error)
+            span.end()
             raise
         outcome = settled.outcome.value
         if instruments is not None:
             self._point(exchange, outcome).record_ns(_clock() - started)
-        if span is not None:
-            span.set_attribute(sc.OUTCOME, outcome)
-            if settled.error is not None:
-                _fail(span, settled.error)
-            span.end()
-        if token is not None:
-            detach(token)
+        span.set_attribute(sc.OUTCOME, outcome)
+        if settled.error is not None:
+            _fail(span, settled.error)
+        span.end()
+        detach(token)
         return settled
 
     def __getattr__(self, name: str) -> Any:

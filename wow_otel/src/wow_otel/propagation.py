@@ -19,9 +19,10 @@ from typing import TypeVar
 from opentelemetry.context import Context
 from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, TraceState
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 
 from wow_core.model import Header, Message
-from wow_otel.current import current_span_context, span_of, with_span
+from wow_otel.current import current_span_context, ids_flags_of, is_valid_of, span_of, state_of, with_span
 from wow_otel.lean import FLAGS
 
 TRACEPARENT = "traceparent"
@@ -39,7 +40,35 @@ _COMMON = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 def traceparent(context: SpanContext) -> str:
     """The ``traceparent`` value of ``context`` (version ``00``)."""
     # %-formatting: half the time of an f-string here (TraceFlags formats through int)
-    return "00-%032x-%016x-%02x" % (context.trace_id, context.span_id, context.trace_flags)  # noqa: UP031
+    return "00-%032x-%016x-%02x" % ids_flags_of(context)  # noqa: UP031
+
+
+_MAX_PARENTS = 256
+_parents: dict[str, tuple[SpanContext, Context]] = {}
+"""The remote span contexts (and contexts holding them) of the latest ``traceparent``
+values without a ``tracestate``: a command's ``process`` context, passed on to its event
+stream as it came when the trace is not sampled, is read again by each event function."""
+
+
+def remote_parent(header: Header) -> tuple[SpanContext, Context] | None:
+    """The valid remote span context in ``header`` and a context with it as its span
+    (:func:`extract`), or ``None``; the same objects for a ``traceparent`` read recently
+    (no ``tracestate``): no parse, no span made."""
+    value = header.get(TRACEPARENT)
+    if value is None:
+        return None
+    found = _parents.get(value) if type(value) is str and TRACESTATE not in header else None
+    if found is not None:
+        return found
+    context = remote_span_context(header)
+    if context is None:
+        return None
+    found = (context, with_span(NonRecordingSpan(context), ROOT))
+    if type(value) is str and TRACESTATE not in header:
+        if len(_parents) >= _MAX_PARENTS:
+            _parents.clear()
+        _parents[value] = found
+    return found
 
 
 def remote_span_context(header: Header) -> SpanContext | None:
@@ -85,17 +114,23 @@ def inject(message: M, context: Context | None = None, *, span_context: SpanCont
     from the command that caused it).
 
     A read-only header (a message already emitted once) is copied first, so what an
-    earlier receiver saw never changes, unless it carries this span context already (an
-    event stream whose store append wrote it): then ``message`` itself.
+    earlier receiver saw never changes. A header that carries this span context already
+    (an event stream whose store append wrote it, a state event with its stream's
+    header) is not written: ``message`` itself.
     """
     if span_context is None:
         span_context = current_span_context() if context is None else span_of(context).get_span_context()
     header = message.header
-    value = traceparent(span_context) if span_context.is_valid else None
-    state = span_context.trace_state.to_header() if value is not None and span_context.trace_state else None
+    value: str | None = None
+    state: str | None = None
+    if is_valid_of(span_context):
+        value = "00-%032x-%016x-%02x" % ids_flags_of(span_context)  # noqa: UP031
+        trace_state = state_of(span_context)
+        if trace_state is not DEFAULT_TRACE_STATE and trace_state:
+            state = trace_state.to_header()
+    if header.get(TRACEPARENT) == value and header.get(TRACESTATE) == state:
+        return message
     if header.read_only:
-        if header.get(TRACEPARENT) == value and header.get(TRACESTATE) == state:
-            return message
         message = message.copy()
         header = message.header
     if TRACESTATE in header:
