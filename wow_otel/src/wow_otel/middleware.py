@@ -599,6 +599,9 @@ class TracingCommandHandler(CommandHandlerDecorator):
         self._attributes = _Cache()
         self._points: dict[Hashable, Any] = {}
         self._succeeded: dict[Hashable, Any] = {}
+        if middleware.tracer is None and middleware.instruments is not None:
+            # metrics only: the metered coroutine is the command's only frame here
+            self.process = self._metered  # type: ignore[method-assign]
 
     def dropped(self, command: CommandMessage[Any]) -> None:
         self.inner.dropped(command)
@@ -1158,6 +1161,9 @@ class TracingEventHandler:
         self.middleware = middleware
         self._attributes = _Cache()
         self._points: dict[Hashable, Any] = {}
+        if middleware.tracer is None and middleware.instruments is not None:
+            # metrics only: the metered coroutine is the function's only frame here
+            self.handle = self._metered  # type: ignore[method-assign]
 
     @staticmethod
     def _key(exchange: FunctionExchange) -> tuple[Any, ...]:
