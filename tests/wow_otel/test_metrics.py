@@ -16,15 +16,24 @@ import pytest
 from dependency_injector import providers
 
 from tests.accounts import Account, Deposit, Open, Withdraw
+from tests.wow_core.messaging.local_first.local_first_doubles import (
+    ControlledLocalBus,
+    RecordingDistributedBus,
+)
+from tests.wow_core.messaging.local_first.local_first_doubles import command as local_command
 from tests.wow_core.middleware.copies import keep_every_copy
 from tests.wow_core.middleware.test_metric_counts import ConflictOnce
 from tests.wow_otel.apps import Balances
 from wow_core.command import CommandWait
-from wow_core.middleware import MetricCommandHandler, decorate_event_store, undecorated
+from wow_core.messaging.local_first import LocalFirstCommandBus
+from wow_core.messaging.local_first.observer import LocalFirstObserver, combine_observers
+from wow_core.metrics import InMemoryMetrics
+from wow_core.middleware import MetricCommandHandler, MetricsMiddleware, decorate_event_store, undecorated
+from wow_core.model import NamedAggregate, TopicKind
 from wow_core.runtime.app import WowApp
 from wow_core.runtime.assembly import build_runtime, in_process_buses
 from wow_core.runtime.container import create_container
-from wow_core.runtime.settings import WowSettings
+from wow_core.runtime.settings import LocalFirstSettings, WowSettings
 from wow_core.testing import eventually
 from wow_otel.metrics import OtelMetrics
 from wow_otel.middleware import OtelMiddleware, TracingCommandHandler
@@ -339,3 +348,59 @@ async def test_bound_series_appear_at_their_first_value_and_overflow_past_the_li
         for p in otel.metric_points("wow.local_first.backlog")
         if p.attributes.get("aggregate") == "a0"
     ] == [9]
+
+
+class _TellingObserver(LocalFirstObserver):
+    """Told each backlog change (an observer that does not read the backlog itself)."""
+
+    def __init__(self) -> None:
+        self.told: list[tuple[str, int]] = []
+
+    def on_backlog(self, named_aggregate: NamedAggregate, backlog: int) -> None:
+        self.told.append((str(named_aggregate), backlog))
+
+
+async def test_the_backlog_gauge_is_read_at_collection_not_reported_per_change(otel: OtelCapture) -> None:
+    """With the otel backend the local-first bus reports no backlog change: the gauge reads
+    the copies waiting when the SDK collects (zero once they are sent, for an aggregate
+    type met). Another observer of the same bus is still told each change."""
+    metrics = OtelMetrics(otel.meter_provider.get_meter("test"))
+    metric_observer = MetricsMiddleware(metrics).observe_local_first(TopicKind.COMMAND)
+    assert metric_observer is not None
+    telling = _TellingObserver()
+    reported: list[int] = []
+    metric_observer.on_backlog = lambda named, backlog: reported.append(backlog)  # type: ignore[method-assign]
+    local, distributed = ControlledLocalBus(), RecordingDistributedBus()
+    bus = LocalFirstCommandBus(
+        local,  # type: ignore[arg-type]
+        distributed,  # type: ignore[arg-type]
+        settings=LocalFirstSettings(),
+        observer=combine_observers([metric_observer, telling]),
+    )
+
+    def backlog() -> dict[tuple[tuple[str, Any], ...], float]:
+        points = otel.metric_points("wow.local_first.backlog")
+        return {tuple(sorted(p.attributes.items())): p.value for p in points}
+
+    for n in range(3):
+        await bus.send(local_command(f"a{n}"))
+    assert bus.copies.backlog() == 3
+    assert backlog() == {(("aggregate", "shop.order"), ("bus", "command")): 3}
+    assert reported == [], "the otel observer is not told each change"
+    assert telling.told == [("shop.order", 1), ("shop.order", 2), ("shop.order", 3)]
+    for delivery in list(local.deliveries):
+        local.admit(delivery)
+    await bus.copies.join()
+    assert backlog() == {(("aggregate", "shop.order"), ("bus", "command")): 0}
+    assert telling.told[-1] == ("shop.order", 0)
+    await bus.close()
+
+
+def test_another_backend_is_told_each_backlog_change() -> None:
+    """A backend without ``observe_gauge`` (the in-memory one) is given each value."""
+    metrics = InMemoryMetrics()
+    observer = MetricsMiddleware(metrics).observe_local_first(TopicKind.COMMAND)
+    assert observer is not None
+    assert observer.reads_backlog(dict) is False
+    observer.on_backlog(NamedAggregate("shop", "order"), 4)
+    assert metrics.gauge_value("wow.local_first.backlog", bus="command", aggregate="shop.order") == 4

@@ -10,7 +10,7 @@ from wow_core.command import CommandGateway, CommandStage, CommandWait
 from wow_core.command.stages import CommandResult, WaitPlan
 from wow_core.eventsourcing.store import EventStore
 from wow_core.messaging.contract import HandOffReceipt, MessageBus, MessageSubscription
-from wow_core.messaging.in_memory import InMemoryCommandBus
+from wow_core.messaging.in_memory import InMemoryCommandBus, InMemoryReceiver
 from wow_core.messaging.local_first import LocalFirstCommandBus
 from wow_core.metrics import InMemoryMetrics
 from wow_core.middleware import (
@@ -20,11 +20,12 @@ from wow_core.middleware import (
     EventStoreDecorator,
     LocalMessageBusDecorator,
     MessageBusDecorator,
+    MessageReceiverDecorator,
     MetricMessageBus,
     Middleware,
     undecorated,
 )
-from wow_core.model import AggregateId, CommandMessage, DomainEventStream, Message
+from wow_core.model import AggregateId, CommandMessage, DomainEventStream, Message, NamedAggregate
 from wow_core.modeling import CommandKernel, CommandOutcome
 from wow_core.plugins import hookimpl, load_plugins
 from wow_core.runtime.app import WowApp
@@ -208,3 +209,29 @@ async def test_a_plugin_middleware_sees_every_hook_in_order_on_the_embedded_runt
         ("received", "command/local_first", "Deposit"),
     ], "the merged receiver delivered each command once: the marked copies were filtered"
     assert metrics.counter_value("wow.local_first.sends", bus="command", outcome="handed_off") == 2
+
+
+async def test_an_in_memory_receiver_calls_the_received_hook_itself_and_a_second_one_is_wrapped() -> None:
+    """The first decorator's hook is taken by the in-memory receiver (no wrapper frame on
+    each pull), the next decorator's wraps it; both see each exchange once, in order
+    (the inner hook first), before the consumer gets it."""
+    seen: Seen = []
+    bus = SeeingBus(SeeingBus(InMemoryCommandBus(), seen, "inner"), seen, "outer")
+    account = NamedAggregate("bank", "account")
+    subscription = MessageSubscription.of("bank.processor", [account])
+    receiver = bus.receiver(subscription)
+    assert isinstance(receiver, MessageReceiverDecorator), "the second hook wraps"
+    assert isinstance(receiver.inner, InMemoryReceiver), "the first is the receiver's own"
+    await receiver.ready()
+    receiver.open_processing()
+    command = CommandMessage(AggregateId(account, "a-1"), Deposit(1), "Deposit")
+    await bus.send(command)
+    exchange = await anext(aiter(receiver))
+    assert exchange.message is command
+    assert [item for item in seen if item[0] == "received"] == [
+        ("received", "inner", "Deposit"),
+        ("received", "outer", "Deposit"),
+    ]
+    await exchange.ack()
+    await receiver.close()
+    await bus.close()

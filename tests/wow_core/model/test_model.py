@@ -147,3 +147,24 @@ def test_aggregate_ids_need_an_id_and_tenant() -> None:
     assert NamedAggregate.parse("bank.account") == ACCOUNT
     with pytest.raises(ValueError):
         NamedAggregate.parse("bank")
+
+
+def test_a_named_aggregate_key_is_equal_exactly_when_the_named_aggregates_are() -> None:
+    """``key`` (``context.aggregate``, interned) keys the metrics caches in place of the
+    named aggregate: equal keys for equal named aggregates, hashes unchanged."""
+    a, b = NamedAggregate("bank", "account"), NamedAggregate("bank", "account")
+    others = [
+        NamedAggregate("bank", "accounts"),
+        NamedAggregate("banks", "account"),
+        NamedAggregate("b", "ank"),
+    ]
+    assert a.key == b.key == str(a) == "bank.account"
+    assert a.key is b.key  # interned: one string per aggregate type
+    assert a == b
+    assert hash(a) == hash(b) == hash(("bank", "account"))
+    for other in others:
+        assert (other == a) is (other.key == a.key) is False
+    assert repr(a) == "NamedAggregate(context_name='bank', aggregate_name='account')"
+    assert NamedAggregate.parse(a.key) == a
+    assert {a: 1}[b] == 1
+    assert {a.key: 1}[b.key] == 1

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -45,6 +45,10 @@ outcomes (``wow.command.rejections``, ``wow.command.duplicates``,
 core's metrics middleware then leaves the handler undecorated, so a command passes one
 decorator frame, not two (true on wow-otel's)."""
 
+GaugeSource = Callable[[], Iterable[tuple[Tags, float]]]
+"""``source()``: the ``(tags, value)`` series of a gauge read when it is collected
+(:func:`observed_gauge`)."""
+
 Record = Callable[[float], None]
 """``record(value)``: one metric and one tag set bound (:func:`bound_counter`,
 :func:`bound_gauge`)."""
@@ -73,6 +77,20 @@ def bound_gauge(metrics: Metrics, name: str, tags: Tags | None = None) -> Record
         bound: Record = bind(name, tags)
         return bound
     return functools.partial(metrics.gauge, name, tags=tags)
+
+
+def observed_gauge(metrics: Metrics, name: str, source: GaugeSource) -> bool:
+    """Read the gauge ``name`` from ``source`` when the backend collects, if it can.
+
+    A backend with ``observe_gauge(name, source)`` (wow-otel's: an observable gauge's
+    callback, called on the SDK's collecting thread) takes it and this returns True:
+    the caller then does not report each change. Any other backend returns False and is
+    told each value by :meth:`Metrics.gauge` as before.
+    """
+    observe = getattr(metrics, "observe_gauge", None)
+    if observe is None:
+        return False
+    return bool(observe(name, source))
 
 
 @runtime_checkable

@@ -29,7 +29,7 @@ from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Histogram, Meter, Observation
 
-from wow_core.metrics import Tags
+from wow_core.metrics import GaugeSource, Tags
 
 OVERFLOW = {"otel.metric.overflow": "true"}
 """The attribute set of counter and gauge values past ``max_counter_series`` /
@@ -144,6 +144,7 @@ class OtelMetrics:
         self._counters: dict[str, dict[Key, _Total]] = {}
         self._histograms: dict[str, Histogram] = {}
         self._gauges: dict[str, dict[Key, float]] = {}
+        self._gauge_sources: dict[str, list[GaugeSource]] = {}
         self._keys: dict[int, tuple[Tags, Key]] = {}
         self._lock = threading.Lock()
 
@@ -225,8 +226,9 @@ class OtelMetrics:
                 values = self._gauges.get(name)
                 if values is None:
                     values = self._gauges[name] = {}
+                    sources = self._gauge_sources[name] = []
                     self.meter.create_observable_gauge(
-                        name, callbacks=[self._reader(values)], unit=unit_of(name)
+                        name, callbacks=[self._reader(values, sources)], unit=unit_of(name)
                     )
         return values
 
@@ -257,11 +259,25 @@ class OtelMetrics:
             return functools.partial(values.__setitem__, key)
         return _Gauge(self, values, key).set
 
-    def _reader(self, values: dict[Key, float]) -> Any:
+    def observe_gauge(self, name: str, source: GaugeSource) -> bool:
+        """Read the series of gauge ``name`` from ``source`` at each collection (an
+        observable gauge's callback), besides those set by :meth:`gauge`: ``source()``
+        gives ``(tags, value)`` pairs, is called on the collecting thread and must not
+        block (:func:`wow_core.metrics.observed_gauge`)."""
+        self._values(name)
+        with self._lock:
+            self._gauge_sources[name].append(source)
+        return True
+
+    def _reader(self, values: dict[Key, float], sources: list[GaugeSource]) -> Any:
         lock = self._lock
 
         def observe(options: CallbackOptions) -> Iterable[Observation]:
             with lock:
-                return [Observation(value, dict(key)) for key, value in values.items()]
+                found = [Observation(value, dict(key)) for key, value in values.items()]
+                read = list(sources)
+            for source in read:
+                found.extend(Observation(value, dict(tags)) for tags, value in source())
+            return found
 
         return observe

@@ -268,11 +268,11 @@ class OtelMiddleware(Middleware):
         self.naming: TopicNaming = DefaultTopicNaming()
         self._named_by_transport = False
         self.local_first_kinds: set[TopicKind] = set()
-        self._destinations: dict[tuple[NamedAggregate, TopicKind], str] = {}
+        self._destinations: dict[tuple[str, TopicKind], str] = {}
 
     def destination(self, named_aggregate: NamedAggregate, kind: TopicKind) -> str:
         """The topic of ``named_aggregate`` and ``kind`` (``messaging.destination.name``)."""
-        key = (named_aggregate, kind)
+        key = (named_aggregate.key, kind)
         found = self._destinations.get(key)
         if found is None:
             found = self._destinations[key] = self.naming.topic(named_aggregate, kind)
@@ -351,7 +351,7 @@ class _BusRecorder:
     def send_attributes(self, message: Message, operation: str) -> Attributes:
         named = message.aggregate_id.named_aggregate
         name = message.name
-        found = self._send_attributes.find((named, name, operation))
+        found = self._send_attributes.find((named.key, name, operation))
         if found is not None:
             return found
 
@@ -365,17 +365,17 @@ class _BusRecorder:
                 sc.MESSAGE: name,
             }
 
-        return self._send_attributes.get((named, name, operation), build)
+        return self._send_attributes.get((named.key, name, operation), build)
 
     def duration_attributes(self, message: Message) -> Attributes:
         """The few attributes of ``messaging.client.operation.duration`` (the SDK's
         histogram costs microseconds per attribute and measurement)."""
         named = message.aggregate_id.named_aggregate
-        found = self._duration_attributes.find(named)
+        found = self._duration_attributes.find(named.key)
         if found is not None:
             return found
         return self._duration_attributes.get(
-            named,
+            named.key,
             lambda: {
                 sc.SYSTEM: self.system,
                 sc.DESTINATION: self.middleware.destination(named, self.kind),
@@ -385,7 +385,7 @@ class _BusRecorder:
 
     def receive_attributes(self, message: Message, group: str) -> Attributes:
         named = message.aggregate_id.named_aggregate
-        found = self._receive_attributes.find((named, group))
+        found = self._receive_attributes.find((named.key, group))
         if found is not None:
             return found
 
@@ -399,7 +399,7 @@ class _BusRecorder:
                 sc.KIND: self.kind.value,
             }
 
-        return self._receive_attributes.get((named, group), build)
+        return self._receive_attributes.get((named.key, group), build)
 
     def _send_entry(self, message: Message) -> tuple[list[Any], Any]:
         assert self.instruments is not None
@@ -407,11 +407,11 @@ class _BusRecorder:
             self.instruments.sent.cell(self.send_attributes(message, "send")),
             self.instruments.operation_duration.series(self.duration_attributes(message)),
         )
-        return _keep(self._sends, (message.aggregate_id.named_aggregate, message.name), entry)
+        return _keep(self._sends, (message.aggregate_id.named_aggregate.key, message.name), entry)
 
     def hand_off_cell(self, message: Message) -> list[Any]:
         """The ``messaging.client.sent.messages`` cell of an admitted hand-off."""
-        key = (message.aggregate_id.named_aggregate, message.name)
+        key = (message.aggregate_id.named_aggregate.key, message.name)
         cell = self._hand_offs.get(key)
         if cell is None:
             assert self.instruments is not None
@@ -446,7 +446,7 @@ class _BusRecorder:
                 self._failed_send(message, error, _clock() - started)
                 raise
             ns = _clock() - started
-            entry = self._sends.get((message.aggregate_id.named_aggregate, message.name))
+            entry = self._sends.get((message.aggregate_id.named_aggregate.key, message.name))
             if entry is None:
                 entry = self._send_entry(message)
             entry[0][1] += 1
@@ -482,7 +482,7 @@ class _BusRecorder:
         else:
             if instruments is not None:
                 ns = _clock() - started
-                entry = self._sends.get((message.aggregate_id.named_aggregate, message.name))
+                entry = self._sends.get((message.aggregate_id.named_aggregate.key, message.name))
                 if entry is None:
                     entry = self._send_entry(message)
                 entry[0][1] += 1
@@ -512,7 +512,7 @@ class _BusRecorder:
     def received(self, exchange: MessageExchange[Any], subscription: MessageSubscription) -> None:
         """Count ``exchange`` (the receivers' hook; only set when counting)."""
         message = exchange.message
-        key = (message.aggregate_id.named_aggregate, subscription.group)
+        key = (message.aggregate_id.named_aggregate.key, subscription.group)
         cell = self._receives.get(key)
         if cell is None:
             assert self.instruments is not None
@@ -570,7 +570,7 @@ class TracingLocalMessageBus(LocalMessageBusDecorator[M, E]):
     def hand_off(self, message: M) -> HandOffReceipt:
         receipt = self.inner.hand_off(message)
         if receipt.accepted and self._counts:
-            cell = self._hand_offs.get((message.aggregate_id.named_aggregate, message.name))
+            cell = self._hand_offs.get((message.aggregate_id.named_aggregate.key, message.name))
             if cell is None:
                 cell = self.recorder.hand_off_cell(message)
             cell[1] += 1
@@ -599,6 +599,9 @@ class TracingCommandHandler(CommandHandlerDecorator):
         self._attributes = _Cache()
         self._points: dict[Hashable, Any] = {}
         self._succeeded: dict[Hashable, Any] = {}
+        if middleware.tracer is None and middleware.instruments is not None:
+            # metrics only: the metered coroutine is the command's only frame here
+            self.process = self._metered  # type: ignore[method-assign]
 
     def dropped(self, command: CommandMessage[Any]) -> None:
         self.inner.dropped(command)
@@ -608,7 +611,7 @@ class TracingCommandHandler(CommandHandlerDecorator):
     def _base(self, command: CommandMessage[Any]) -> Attributes:
         named = command.aggregate_id.named_aggregate
         name = command.name
-        found = self._attributes.find((named, name))
+        found = self._attributes.find((named.key, name))
         if found is not None:
             return found
 
@@ -620,10 +623,10 @@ class TracingCommandHandler(CommandHandlerDecorator):
                 sc.MESSAGE: name,
             }
 
-        return self._attributes.get((named, name), build)
+        return self._attributes.get((named.key, name), build)
 
     def _with_outcome(self, command: CommandMessage[Any], base: Attributes, outcome: str) -> Attributes:
-        key = (command.aggregate_id.named_aggregate, command.name, outcome)
+        key = (command.aggregate_id.named_aggregate.key, command.name, outcome)
         found = self._attributes.find(key)
         if found is not None:
             return found
@@ -632,7 +635,7 @@ class TracingCommandHandler(CommandHandlerDecorator):
     def _point(self, command: CommandMessage[Any], result: str) -> Any:
         """The ``messaging.process.duration`` point of ``command``'s name and ``result``."""
         assert self.middleware.instruments is not None
-        key = (command.aggregate_id.named_aggregate, command.name, result)
+        key = (command.aggregate_id.named_aggregate.key, command.name, result)
         point = self._points.get(key)
         if point is None:
             attributes = self._with_outcome(command, self._base(command), result)
@@ -696,9 +699,9 @@ class TracingCommandHandler(CommandHandlerDecorator):
         if outcome.conflicts or outcome.publish_failures or outcome.duplicate or outcome.error_code:
             self._settled(command, outcome, ns)
             return outcome
-        point = self._succeeded.get((command.aggregate_id.named_aggregate, command.name))
+        point = self._succeeded.get((command.aggregate_id.named_aggregate.key, command.name))
         if point is None:
-            point = self._succeeded[(command.aggregate_id.named_aggregate, command.name)] = self._point(
+            point = self._succeeded[(command.aggregate_id.named_aggregate.key, command.name)] = self._point(
                 command, "succeeded"
             )
         point.record_ns(ns)
@@ -760,17 +763,17 @@ class TracingEventStore(EventStoreDecorator):
         self._points: dict[Hashable, Any] = {}
 
     def _attrs(self, named: NamedAggregate, operation: str, outcome: str) -> Attributes:
-        found = self._attributes.find((named, operation, outcome))
+        found = self._attributes.find((named.key, operation, outcome))
         if found is not None:
             return found
         return self._attributes.get(
-            (named, operation, outcome),
+            (named.key, operation, outcome),
             lambda: {sc.AGGREGATE: str(named), sc.STORE_OPERATION: operation, sc.OUTCOME: outcome},
         )
 
     def _point(self, named: NamedAggregate, operation: str, outcome: str) -> Any:
         """The ``wow.eventstore.operation.duration`` point, resolved once per attribute set."""
-        key = (named, operation, outcome)
+        key = (named.key, operation, outcome)
         point = self._points.get(key)
         if point is None:
             assert self.middleware.instruments is not None
@@ -821,7 +824,7 @@ class TracingEventStore(EventStoreDecorator):
         finally:
             if instruments is not None:
                 ns = _clock() - started
-                point = self._points.get((named, "append", outcome))
+                point = self._points.get((named.key, "append", outcome))
                 if point is None:
                     point = self._point(named, "append", outcome)
                 point.record_ns(ns)
@@ -842,7 +845,7 @@ class TracingEventStore(EventStoreDecorator):
             self._point(aggregate_id.named_aggregate, "load", "error").record_ns(_clock() - started)
             raise
         ns = _clock() - started
-        point = self._points.get((aggregate_id.named_aggregate, "load", "ok"))
+        point = self._points.get((aggregate_id.named_aggregate.key, "load", "ok"))
         if point is None:
             point = self._point(aggregate_id.named_aggregate, "load", "ok")
         point.record_ns(ns)
@@ -895,7 +898,7 @@ class TracingCommandGateway(CommandGatewayDecorator):
     ) -> None:
         """One wait: ``wow.command.waits`` and ``wow.command.wait.duration`` (the cell and
         point of the attribute set resolved once)."""
-        key = (command.aggregate_id.named_aggregate, command.name, wait_stage, stage, outcome)
+        key = (command.aggregate_id.named_aggregate.key, command.name, wait_stage, stage, outcome)
         entry = self._entries.get(key)
         if entry is None:
             instruments = self.middleware.instruments
@@ -923,11 +926,11 @@ class TracingCommandGateway(CommandGatewayDecorator):
     def _attrs(self, command: CommandMessage[Any], wait_stage: str, stage: str, outcome: str) -> Attributes:
         named = command.aggregate_id.named_aggregate
         name = command.name
-        found = self._attributes.find((named, name, wait_stage, stage, outcome))
+        found = self._attributes.find((named.key, name, wait_stage, stage, outcome))
         if found is not None:
             return found
         return self._attributes.get(
-            (named, name, wait_stage, stage, outcome),
+            (named.key, name, wait_stage, stage, outcome),
             lambda: {
                 sc.AGGREGATE: str(named),
                 sc.MESSAGE: name,
@@ -984,7 +987,7 @@ class TracingCommandGateway(CommandGatewayDecorator):
         outcome = "duplicate" if reached.duplicate else (reached.error_code or "succeeded")
         stage = reached.stage._value_
         named = command.aggregate_id.named_aggregate
-        entry = self._entries.get((named, command.name, wait_stage, stage, outcome))
+        entry = self._entries.get((named.key, command.name, wait_stage, stage, outcome))
         if entry is None:
             self._record(command, wait_stage, stage, outcome, ns)
         else:
@@ -1158,18 +1161,21 @@ class TracingEventHandler:
         self.middleware = middleware
         self._attributes = _Cache()
         self._points: dict[Hashable, Any] = {}
+        if middleware.tracer is None and middleware.instruments is not None:
+            # metrics only: the metered coroutine is the function's only frame here
+            self.handle = self._metered  # type: ignore[method-assign]
 
     @staticmethod
     def _key(exchange: FunctionExchange) -> tuple[Any, ...]:
         source = exchange.source.message
-        return (source.aggregate_id.named_aggregate, type(source).topic_kind, exchange.function)
+        return (source.aggregate_id.named_aggregate.key, type(source).topic_kind, exchange.function)
 
     def _base(self, exchange: FunctionExchange) -> Attributes:
         source = exchange.source.message
         named: NamedAggregate = source.aggregate_id.named_aggregate
         kind: TopicKind = type(source).topic_kind
         function = exchange.function
-        found = self._attributes.find((named, kind, function))
+        found = self._attributes.find((named.key, kind, function))
         if found is not None:
             return found
 
@@ -1189,7 +1195,7 @@ class TracingEventHandler:
         assert self.middleware.instruments is not None
         source = exchange.source.message
         kind = type(source).topic_kind._value_
-        key = (source.aggregate_id.named_aggregate, kind, exchange.function, outcome)
+        key = (source.aggregate_id.named_aggregate.key, kind, exchange.function, outcome)
         point = self._points.get(key)
         if point is None:
             attributes = self._with_outcome(exchange, self._base(exchange), outcome)
@@ -1230,7 +1236,7 @@ class TracingEventHandler:
         source = exchange.source.message
         outcome = settled.outcome._value_
         kind = type(source).topic_kind._value_
-        point = self._points.get((source.aggregate_id.named_aggregate, kind, exchange.function, outcome))
+        point = self._points.get((source.aggregate_id.named_aggregate.key, kind, exchange.function, outcome))
         if point is None:
             point = self._point(exchange, outcome)
         point.record_ns(ns)

@@ -183,6 +183,7 @@ class InMemoryReceiver(Generic[E]):
         "_opened",
         "_parked",
         "_quiescing",
+        "_received",
         "_salt",
         "_sink",
         "_unsettled",
@@ -209,6 +210,17 @@ class InMemoryReceiver(Generic[E]):
         self._in_flight = InFlight()
         self._unsettled: set[_Settlement] = set()
         self._salt = next(_salts)
+        self._received: Callable[[E, MessageSubscription], None] | None = None
+
+    def hook_received(self, received: Callable[[E, MessageSubscription], None]) -> bool:
+        """Call ``received(exchange, subscription)`` for each exchange it yields, just
+        before yielding it (what a :class:`~wow_core.middleware.MessageReceiverDecorator`
+        does, without its coroutine frame on every pull). One hook: False if it has one
+        already (the caller wraps the receiver instead)."""
+        if self._received is not None:
+            return False
+        self._received = received
+        return True
 
     # -- routing side (called by the bus, synchronously) ---------------------------------
 
@@ -270,11 +282,16 @@ class InMemoryReceiver(Generic[E]):
                 self._in_flight.enter()
                 admission = delivery.admission
                 if admission is None:
-                    return self._exchange_type(delivery.message, None, self._on_settle)
-                # Admission is decided when the exchange settles, not when it is pulled.
-                settlement = _Settlement(admission, self)
-                self._unsettled.add(settlement)
-                return self._exchange_type(delivery.message, settlement.ack, settlement.settle)
+                    exchange = self._exchange_type(delivery.message, None, self._on_settle)
+                else:
+                    # Admission is decided when the exchange settles, not when it is pulled.
+                    settlement = _Settlement(admission, self)
+                    self._unsettled.add(settlement)
+                    exchange = self._exchange_type(delivery.message, settlement.ack, settlement.settle)
+                received = self._received
+                if received is not None:
+                    received(exchange, self.subscription)
+                return exchange
             if self._waiter is not None:
                 raise RuntimeError(f"{self!r} is already being iterated by another task")
             self._waiter = asyncio.get_running_loop().create_future()

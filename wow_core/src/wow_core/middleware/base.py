@@ -204,7 +204,9 @@ class MessageBusDecorator(Generic[M, E]):
     """A bus that forwards to ``inner``; hooks: :meth:`send`, :meth:`received`.
 
     ``receiver`` hands back the inner receiver itself unless a subclass overrides
-    :meth:`received`; then it wraps it in a :class:`MessageReceiverDecorator`, which
+    :meth:`received`; then a receiver that takes the hook itself (``hook_received``: the
+    in-memory one, once) calls it and is handed back, any other is wrapped in a
+    :class:`MessageReceiverDecorator`, which
     keeps readiness, admission, in-flight counts, quiescence and close the inner
     receiver's. ``close`` takes what the inner ``close`` takes (a local-first bus's
     ``timeout``). Any other attribute (``transport``, ``copies``, ``bus_name``...) is
@@ -234,6 +236,9 @@ class MessageBusDecorator(Generic[M, E]):
         receiver = self.inner.receiver(subscription)
         if not self._wraps_receivers:
             return receiver
+        hook = getattr(receiver, "hook_received", None)
+        if hook is not None and hook(self.received):
+            return receiver  # it calls the hook itself (the in-memory receiver)
         return MessageReceiverDecorator(receiver, subscription, self.received)
 
     async def close(self, *args: Any, **kwargs: Any) -> None:

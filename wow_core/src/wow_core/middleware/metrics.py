@@ -41,6 +41,7 @@ nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from wow_core.event.exchange import FunctionExchange
@@ -48,7 +49,7 @@ from wow_core.event.failure import ProcessingOutcome
 from wow_core.event.observer import EventProcessingObserver
 from wow_core.messaging.contract import MessageBus, MessageExchange, MessageSubscription
 from wow_core.messaging.local_first.observer import LocalFirstObserver, SendRoute
-from wow_core.metrics import Metrics, Record, bound_counter, bound_gauge, metrics_source
+from wow_core.metrics import Metrics, Record, Tags, bound_counter, bound_gauge, metrics_source, observed_gauge
 from wow_core.middleware.base import (
     BusLayer,
     CommandHandlerDecorator,
@@ -252,14 +253,14 @@ class MetricLocalFirstObserver(LocalFirstObserver):
             route: bound_counter(metrics, LOCAL_FIRST_SENDS, {"bus": bus_name, "outcome": route.value})
             for route in SendRoute
         }
-        self._bound: dict[tuple[str, NamedAggregate, str, bool], Record] = {}
+        self._bound: dict[tuple[str, str, str, bool], Record] = {}
         self._backlogs: dict[NamedAggregate, Record] = {}
 
     def _record(
         self, metric: str, named_aggregate: NamedAggregate, flag: str = "", value: bool = False
     ) -> Record:
         """The bound counter of ``metric`` for ``named_aggregate`` (and ``flag`` = ``value``)."""
-        key = (metric, named_aggregate, flag, value)
+        key = (metric, named_aggregate.key, flag, value)
         record = self._bound.get(key)
         if record is None:
             tags = {"bus": self.bus_name, "aggregate": str(named_aggregate)}
@@ -288,6 +289,25 @@ class MetricLocalFirstObserver(LocalFirstObserver):
     def on_hand_off_timeout(self, message: Message) -> None:
         self._record(HAND_OFF_TIMEOUTS, message.aggregate_id.named_aggregate)(1.0)
 
+    def reads_backlog(self, read: Callable[[], Mapping[NamedAggregate, int]]) -> bool:
+        """True with a backend that reads a gauge when it collects
+        (:func:`~wow_core.metrics.observed_gauge`, wow-otel's): the backlog is read then,
+        not reported on every change; any other backend is told each change."""
+        tags: dict[NamedAggregate, Tags] = {}
+
+        def series() -> list[tuple[Tags, float]]:
+            found = []
+            for named_aggregate, backlog in list(read().items()):
+                named_tags = tags.get(named_aggregate)
+                if named_tags is None:
+                    named_tags = {"bus": self.bus_name, "aggregate": str(named_aggregate)}
+                    if len(tags) < _MAX_CACHED_TAGS:
+                        tags[named_aggregate] = named_tags
+                found.append((named_tags, float(backlog)))
+            return found
+
+        return observed_gauge(self.metrics, BACKLOG_GAUGE, series)
+
     def on_backlog(self, named_aggregate: NamedAggregate, backlog: int) -> None:
         record = self._backlogs.get(named_aggregate)
         if record is None:
@@ -306,7 +326,7 @@ class MetricEventProcessingObserver(EventProcessingObserver):
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
-        self._outcomes: dict[tuple[str, NamedAggregate, str, str, ProcessingOutcome], Record] = {}
+        self._outcomes: dict[tuple[str, str, str, str, ProcessingOutcome], Record] = {}
 
     def on_outcome(
         self,
@@ -317,7 +337,7 @@ class MetricEventProcessingObserver(EventProcessingObserver):
         duration: float,
     ) -> None:
         named_aggregate = exchange.message.aggregate_id.named_aggregate
-        key = (component, named_aggregate, exchange.event_name, exchange.function.processor_name, outcome)
+        key = (component, named_aggregate.key, exchange.event_name, exchange.function.processor_name, outcome)
         record = self._outcomes.get(key)
         if record is None:
             tags = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
@@ -30,12 +31,17 @@ class NamedAggregate:
     context_name: str
     aggregate_name: str
     _hash: int = field(init=False, repr=False, compare=False)
+    key: str = field(init=False, repr=False, compare=False)
+    """``context.aggregate``, interned: a key that equals another named aggregate's
+    exactly when the two are equal (a name holds no ``.``), hashed without a Python call
+    (the metrics caches are keyed by it on every message)."""
 
     def __post_init__(self) -> None:
         _check_name("context name", self.context_name)
         _check_name("aggregate name", self.aggregate_name)
         # Named aggregates key routes, registries and stores: hash once.
         object.__setattr__(self, "_hash", hash((self.context_name, self.aggregate_name)))
+        object.__setattr__(self, "key", sys.intern(f"{self.context_name}.{self.aggregate_name}"))
 
     def __hash__(self) -> int:
         return self._hash
@@ -52,7 +58,7 @@ class NamedAggregate:
         )
 
     def __str__(self) -> str:
-        return f"{self.context_name}.{self.aggregate_name}"
+        return self.key
 
     @classmethod
     def parse(cls, text: str) -> NamedAggregate:

@@ -25,7 +25,9 @@ Guarantees and limits:
   implementations capture (metrics source, trace context), never the sender's whole
   ``contextvars`` context; the workers that send copies run in an empty context.
 - The backlog (copies waiting, per aggregate type) is reported to the observer on every
-  change (``on_backlog``; the metrics middleware's gauge ``wow.local_first.backlog``);
+  change (``on_backlog``), or read by it when it needs it if it says so
+  (``reads_backlog``: the metrics middleware's gauge ``wow.local_first.backlog``, read
+  at collection with wow-otel);
   reaching the high-water mark logs one warning per crossing, not one per copy.
 - :meth:`flush` sends what is queued within a timeout and cancels the rest (reported to
   the observer: ``on_copies_cancelled``).
@@ -39,7 +41,7 @@ import contextlib
 import contextvars
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Generic, TypeVar
@@ -278,7 +280,10 @@ class LocalFirstDistributedCopies(Generic[M]):
         self._active = 0
         self._quiet = asyncio.Event()
         self._quiet.set()
+        # per aggregate type met (zero kept: an observer reading it reports zero there)
         self._backlog: dict[NamedAggregate, int] = {}
+        # whether the observer is told each change, or reads the backlog itself
+        self._tells_backlog = observer is not None and not observer.reads_backlog(self._backlogs)
         self._above_mark: set[NamedAggregate] = set()
         self._closed = False
         self._flushing: asyncio.Task[FlushResult] | None = None
@@ -599,13 +604,13 @@ class LocalFirstDistributedCopies(Generic[M]):
 
     # -- backlog ------------------------------------------------------------------------
 
+    def _backlogs(self) -> Mapping[NamedAggregate, int]:
+        """The copies waiting per aggregate type met so far (an observer's read)."""
+        return self._backlog
+
     def _add_backlog(self, named_aggregate: NamedAggregate, delta: int) -> None:
-        value = self._backlog.get(named_aggregate, 0) + delta
-        if value:
-            self._backlog[named_aggregate] = value
-        else:
-            self._backlog.pop(named_aggregate, None)
-        if self._observer is not None:
+        value = self._backlog[named_aggregate] = self._backlog.get(named_aggregate, 0) + delta
+        if self._tells_backlog and self._observer is not None:
             self._observer.on_backlog(named_aggregate, value)
         if value >= self.backlog_high_water_mark:
             if named_aggregate not in self._above_mark:

@@ -21,7 +21,7 @@ that might fail must catch its own errors.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from wow_core.messaging.contract import MessageExchange
@@ -78,8 +78,19 @@ class LocalFirstObserver:
 
         Called on every change (each queued, sent, failed or cancelled copy), so the last
         value per aggregate type is the current backlog: an observable gauge reports the
-        last value it was told.
+        last value it was told. Not called by a bus whose observer reads the backlog
+        itself (:meth:`reads_backlog`).
         """
+
+    def reads_backlog(self, read: Callable[[], Mapping[NamedAggregate, int]]) -> bool:
+        """Whether this observer reads the backlog itself, from ``read()`` (the copies
+        waiting per aggregate type, each type met so far, zero included), when it
+        needs it (a metrics backend collecting): then the bus calls no
+        :meth:`on_backlog`, whose report on every change is work on every message.
+        Asked once, when the bus is built; ``read`` may be called from another thread.
+        The default: False.
+        """
+        return False
 
 
 class LocalFirstObservers(LocalFirstObserver):
@@ -87,6 +98,7 @@ class LocalFirstObservers(LocalFirstObserver):
 
     def __init__(self, observers: Sequence[LocalFirstObserver]) -> None:
         self.observers = tuple(observers)
+        self._told = self.observers  # those told each backlog change
 
     def on_send(self, message: Message, route: SendRoute) -> None:
         for observer in self.observers:
@@ -113,8 +125,15 @@ class LocalFirstObservers(LocalFirstObserver):
             observer.on_hand_off_timeout(message)
 
     def on_backlog(self, named_aggregate: NamedAggregate, backlog: int) -> None:
-        for observer in self.observers:
+        for observer in self._told:
             observer.on_backlog(named_aggregate, backlog)
+
+    def reads_backlog(self, read: Callable[[], Mapping[NamedAggregate, int]]) -> bool:
+        """True if every observer reads the backlog itself; otherwise those that do
+        not are told each change (:meth:`on_backlog`), and those that do read it."""
+        reading = [observer.reads_backlog(read) for observer in self.observers]
+        self._told = tuple(o for o, r in zip(self.observers, reading, strict=True) if not r)
+        return all(reading)
 
 
 def combine_observers(observers: Sequence[LocalFirstObserver | None]) -> LocalFirstObserver | None:
