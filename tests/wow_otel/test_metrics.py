@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from dependency_injector import providers
 
-from tests.accounts import Account, Deposit, Open, Withdraw
+from tests.accounts import ACCOUNT, Account, Deposit, Open, Withdraw
 from tests.wow_core.messaging.local_first.local_first_doubles import (
     ControlledLocalBus,
     RecordingDistributedBus,
@@ -404,3 +404,68 @@ def test_another_backend_is_told_each_backlog_change() -> None:
     assert observer.reads_backlog(dict) is False
     observer.on_backlog(NamedAggregate("shop", "order"), 4)
     assert metrics.gauge_value("wow.local_first.backlog", bus="command", aggregate="shop.order") == 4
+
+
+async def test_local_bus_hand_offs_and_receives_are_read_from_the_in_memory_bus(otel: OtelCapture) -> None:
+    """Over the in-memory bus the decorator's ``hand_off`` is the bus's own (no frame of
+    its own) and its receivers count themselves: the counts are read at collection, the
+    same values as a decorator counting each one; over another bus it counts them."""
+    from wow_core.messaging import MessageSubscription
+    from wow_core.messaging.in_memory import InMemoryCommandBus
+    from wow_core.model import AggregateId, CommandMessage
+    from wow_otel.middleware import TracingLocalMessageBus
+
+    middleware = OtelMiddleware(tracer=None, meter=otel.meter_provider.get_meter("test"))
+    inner = InMemoryCommandBus()
+    bus = TracingLocalMessageBus(inner, middleware, "wow_local", lambda: True)
+    assert bus.hand_off == inner.hand_off
+    assert inner.count_hand_offs() is None, "the decorator holds the bus's counter"
+    receiver = bus.receiver(MessageSubscription.of("bank.command", (ACCOUNT,), runtime_owned=True))
+    receiver.open_processing()
+    for n in range(3):
+        assert bus.hand_off(CommandMessage(AggregateId(ACCOUNT, f"a{n}"), Open("x"), "Open")).accepted
+    for _ in range(3):
+        await (await anext(receiver)).ack()
+    attributes = {
+        "messaging.operation.name": "hand_off",
+        "wow.message": "Open",
+        "messaging.system": "wow_local",
+    }
+    assert value(otel, "messaging.client.sent.messages", **attributes) == 3
+    consumed = {"messaging.consumer.group.name": "bank.command", "messaging.system": "wow_local"}
+    assert value(otel, "messaging.client.consumed.messages", **consumed) == 3
+    # a bus whose counter was taken already: the decorator counts each hand-off itself
+    taken = InMemoryCommandBus()
+    assert taken.count_hand_offs() == {}
+    second = TracingLocalMessageBus(taken, middleware, "other", lambda: True)
+    assert second.hand_off != taken.hand_off
+    other = taken.receiver(MessageSubscription.of("bank.command", (ACCOUNT,), runtime_owned=True))
+    other.open_processing()
+    assert second.hand_off(CommandMessage(AggregateId(ACCOUNT, "a9"), Open("x"), "Open")).accepted
+    assert value(otel, "messaging.client.sent.messages", **{**attributes, "messaging.system": "other"}) == 1
+    assert value(otel, "messaging.client.sent.messages", **attributes) == 3
+    await taken.close()
+    await inner.close()
+
+
+async def test_local_first_sends_are_read_at_collection_with_the_otel_backend(otel: OtelCapture) -> None:
+    """``wow.local_first.sends``: with the otel backend the observer keeps plain totals
+    the counter reads when the SDK collects, added to what ``increment`` counted under the
+    same tags; the in-memory backend is told each send."""
+    from wow_core.messaging.local_first.observer import SendRoute
+
+    metrics = OtelMetrics(otel.meter_provider.get_meter("test"))
+    observer = MetricsMiddleware(metrics).observe_local_first(TopicKind.COMMAND)
+    assert observer is not None
+    for route in (SendRoute.HANDED_OFF, SendRoute.HANDED_OFF, SendRoute.REMOTE):
+        observer.on_send(local_command(), route)
+    metrics.increment("wow.local_first.sends", tags={"bus": "command", "outcome": "handed_off"})
+    assert value(otel, "wow.local_first.sends", outcome="handed_off", bus="command") == 3
+    assert value(otel, "wow.local_first.sends", outcome="remote") == 1
+    assert {s["outcome"] for s in series(otel, "wow.local_first.sends")} == {"handed_off", "remote"}
+
+    in_memory = InMemoryMetrics()
+    told = MetricsMiddleware(in_memory).observe_local_first(TopicKind.COMMAND)
+    assert told is not None
+    told.on_send(local_command(), SendRoute.REFUSED)
+    assert in_memory.counter_value("wow.local_first.sends", bus="command", outcome="refused") == 1

@@ -630,3 +630,46 @@ async def test_a_hand_off_for_a_key_the_quiescing_member_still_processes_is_refu
     assert moved_on.accepted
     assert await take_all(staying) == [(kept, 1), (moved, 3)]
     await bus.close()
+
+
+async def test_admitted_hand_offs_are_counted_by_the_bus_when_asked() -> None:
+    """``count_hand_offs``: one counter per bus, the admitted hand-offs per named
+    aggregate and message name; a refused hand-off counts nothing."""
+    bus = InMemoryCommandBus()
+    counts = bus.count_hand_offs()
+    assert counts == {}
+    assert bus.count_hand_offs() is None, "one counter only"
+    assert not bus.hand_off(command("a-1")).accepted  # no receiver yet
+    assert counts == {}
+    receiver = bus.receiver(sub(runtime_owned=True))
+    receiver.open_processing()
+    for n in range(3):
+        assert bus.hand_off(command(f"a-{n}")).accepted
+    assert {key: (c.named_aggregate, c.message_name, c.count) for key, c in counts.items()} == {
+        (ACCOUNT.key, "deposit"): (ACCOUNT, "deposit", 3)
+    }
+    await bus.send(command("a-9"))  # a send is not a hand-off
+    assert counts[(ACCOUNT.key, "deposit")].count == 3
+    await bus.close()
+
+
+async def test_a_receiver_counts_what_it_yields_when_asked() -> None:
+    """``count_received``: the exchanges yielded per named aggregate, once asked; a
+    ``hook_received`` hook is still called."""
+    bus = InMemoryCommandBus()
+    receiver = bus.receiver(sub())
+    hooked: list[str] = []
+    assert receiver.hook_received(
+        lambda exchange, subscription: hooked.append(exchange.message.aggregate_id.id)
+    )
+    counts = receiver.count_received()
+    assert counts == {}
+    assert receiver.count_received() is None
+    receiver.open_processing()
+    await bus.send(command("a-1"))
+    await bus.send(command("a-2"))
+    for _ in range(2):
+        await (await pull(receiver)).ack()
+    assert {key: (c.named_aggregate, c.count) for key, c in counts.items()} == {ACCOUNT.key: (ACCOUNT, 2)}
+    assert hooked == ["a-1", "a-2"]
+    await bus.close()

@@ -93,6 +93,22 @@ def observed_gauge(metrics: Metrics, name: str, source: GaugeSource) -> bool:
     return bool(observe(name, source))
 
 
+CounterSource = Callable[[], Iterable[tuple[Tags, float]]]
+"""The ``(tags, total)`` pairs of a monotonic counter, totals since the start."""
+
+
+def observed_counter(metrics: Metrics, name: str, source: CounterSource) -> bool:
+    """Read the counter ``name``'s totals from ``source`` when the backend collects, if
+    it can (as :func:`observed_gauge`): a backend with ``observe_counter(name, source)``
+    (wow-otel's: an observable counter's callback) takes it and this returns True, the
+    caller then keeps its totals itself and reports no increment; any other backend
+    returns False and is told each increment by :meth:`Metrics.increment` as before."""
+    observe = getattr(metrics, "observe_counter", None)
+    if observe is None:
+        return False
+    return bool(observe(name, source))
+
+
 @runtime_checkable
 class Metrics(Protocol):
     """Where metrics are written."""

@@ -29,7 +29,7 @@ from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Histogram, Meter, Observation
 
-from wow_core.metrics import GaugeSource, Tags
+from wow_core.metrics import CounterSource, GaugeSource, Tags
 
 OVERFLOW = {"otel.metric.overflow": "true"}
 """The attribute set of counter and gauge values past ``max_counter_series`` /
@@ -145,6 +145,7 @@ class OtelMetrics:
         self._histograms: dict[str, Histogram] = {}
         self._gauges: dict[str, dict[Key, float]] = {}
         self._gauge_sources: dict[str, list[GaugeSource]] = {}
+        self._counter_sources: dict[int, list[CounterSource]] = {}
         self._keys: dict[int, tuple[Tags, Key]] = {}
         self._lock = threading.Lock()
 
@@ -201,12 +202,29 @@ class OtelMetrics:
             self._keys[id(tags)] = (tags, key)
         return key
 
+    def observe_counter(self, name: str, source: CounterSource) -> bool:
+        """Read totals of counter ``name`` from ``source`` at each collection (its
+        observable counter's callback), added to those counted by :meth:`increment`
+        under the same tags: ``source()`` gives ``(tags, total)`` pairs, is called on the
+        collecting thread and must not block (:func:`wow_core.metrics.observed_counter`)."""
+        totals = self._totals(name)
+        with self._lock:
+            self._counter_sources.setdefault(id(totals), []).append(source)
+        return True
+
     def _totals_reader(self, totals: dict[Key, _Total]) -> Any:
         lock = self._lock
+        sources = self._counter_sources.setdefault(id(totals), [])
 
         def observe(options: CallbackOptions) -> Iterable[Observation]:
             with lock:  # no series added while the totals are read
-                return [Observation(total.value, dict(key)) for key, total in totals.items()]
+                found = {key: total.value for key, total in totals.items()}
+                read = list(sources)
+            for source in read:
+                for tags, total in source():
+                    key = tuple(sorted(tags.items()))
+                    found[key] = found.get(key, 0.0) + total
+            return [Observation(value, dict(key)) for key, value in found.items()]
 
         return observe
 

@@ -77,6 +77,7 @@ from wow_core.middleware import (
     EventStoreDecorator,
     LocalMessageBusDecorator,
     MessageBusDecorator,
+    MessageReceiverDecorator,
     Middleware,
     undecorated,
 )
@@ -170,11 +171,18 @@ class Accumulator:
     key (at most ``_MAX_CACHED``; later keys count under ``otel.metric.overflow``).
     """
 
-    __slots__ = ("_totals",)
+    __slots__ = ("_sources", "_totals")
 
     def __init__(self, meter: Meter, name: str, unit: str, description: str) -> None:
         self._totals: dict[int, list[Any]] = {}
+        self._sources: list[Callable[[], Iterable[tuple[Attributes, int]]]] = []
         meter.create_observable_counter(name, callbacks=[self._observe], unit=unit, description=description)
+
+    def read(self, source: Callable[[], Iterable[tuple[Attributes, int]]]) -> None:
+        """Also report the ``(attributes, total)`` pairs of ``source()`` at each
+        collection (totals kept elsewhere: the in-memory bus's hand-off counts), added to
+        those counted here under the same attribute dict."""
+        self._sources.append(source)
 
     def add(self, attributes: Attributes, amount: float = 1) -> None:
         """Count ``amount`` under ``attributes``, a dict from a :class:`_Cache` (counted by
@@ -191,7 +199,15 @@ class Accumulator:
         return entry
 
     def _observe(self, options: CallbackOptions) -> Iterable[Observation]:
-        return [Observation(total, attributes) for attributes, total in list(self._totals.values())]
+        totals: dict[int, list[Any]] = {key: [a, t] for key, (a, t) in list(self._totals.items())}
+        for source in list(self._sources):
+            for attributes, total in source():
+                entry = totals.get(id(attributes))
+                if entry is None:
+                    totals[id(attributes)] = [attributes, total]
+                else:
+                    entry[1] += total
+        return [Observation(total, attributes) for attributes, total in totals.values()]
 
 
 class Instruments:
@@ -349,8 +365,9 @@ class _BusRecorder:
         return self.middleware.tracer if traced else None
 
     def send_attributes(self, message: Message, operation: str) -> Attributes:
-        named = message.aggregate_id.named_aggregate
-        name = message.name
+        return self.send_attributes_of(message.aggregate_id.named_aggregate, message.name, operation)
+
+    def send_attributes_of(self, named: NamedAggregate, name: str, operation: str) -> Attributes:
         found = self._send_attributes.find((named.key, name, operation))
         if found is not None:
             return found
@@ -384,7 +401,9 @@ class _BusRecorder:
         )
 
     def receive_attributes(self, message: Message, group: str) -> Attributes:
-        named = message.aggregate_id.named_aggregate
+        return self.receive_attributes_of(message.aggregate_id.named_aggregate, group)
+
+    def receive_attributes_of(self, named: NamedAggregate, group: str) -> Attributes:
         found = self._receive_attributes.find((named.key, group))
         if found is not None:
             return found
@@ -563,9 +582,53 @@ class TracingLocalMessageBus(LocalMessageBusDecorator[M, E]):
         self._hand_offs = self.recorder._hand_offs
         self.send = functools.partial(self.recorder.send, inner.send)  # type: ignore[method-assign]
         self.received = self.recorder.received  # type: ignore[method-assign]
+        count_hand_offs = getattr(inner, "count_hand_offs", None) if self._counts else None
+        counts = count_hand_offs() if count_hand_offs is not None else None
+        if counts is not None:
+            # the in-memory bus counts its admitted hand-offs itself, read at collection:
+            # no frame of this decorator on a hand-off
+            self._counts = False
+            self.hand_off = inner.hand_off  # type: ignore[method-assign]
+            recorder = self.recorder
+
+            def hand_offs() -> list[tuple[Attributes, int]]:
+                return [
+                    (recorder.send_attributes_of(c.named_aggregate, c.message_name, "hand_off"), c.count)
+                    for c in list(counts.values())
+                ]
+
+            assert recorder.instruments is not None
+            recorder.instruments.sent.read(hand_offs)
 
     async def send(self, message: M) -> None:
         await self.recorder.send(self.inner.send, message)
+
+    def receiver(self, subscription: MessageSubscription) -> Any:
+        """The inner receiver; counted by the receiver itself when it can
+        (``count_received``, the in-memory one: read at collection, no hook call per
+        exchange), else through :meth:`received` as any decorator."""
+        if not self._wraps_receivers:
+            return self.inner.receiver(subscription)
+        receiver = self.inner.receiver(subscription)
+        count_received = getattr(receiver, "count_received", None)
+        counts = count_received() if count_received is not None else None
+        if counts is None:
+            hook = getattr(receiver, "hook_received", None)
+            if hook is not None and hook(self.received):
+                return receiver
+            return MessageReceiverDecorator(receiver, subscription, self.received)
+        recorder = self.recorder
+        group = subscription.group
+
+        def received() -> list[tuple[Attributes, int]]:
+            return [
+                (recorder.receive_attributes_of(c.named_aggregate, group), c.count)
+                for c in list(counts.values())
+            ]
+
+        assert recorder.instruments is not None
+        recorder.instruments.consumed.read(received)
+        return receiver
 
     def hand_off(self, message: M) -> HandOffReceipt:
         receipt = self.inner.hand_off(message)

@@ -162,6 +162,17 @@ class _Delivery:
         self.admission = admission
 
 
+class ReceivedCount:
+    """The exchanges of one named aggregate a receiver yielded
+    (:meth:`InMemoryReceiver.count_received`)."""
+
+    __slots__ = ("count", "named_aggregate")
+
+    def __init__(self, named_aggregate: NamedAggregate) -> None:
+        self.named_aggregate = named_aggregate
+        self.count = 0
+
+
 class InMemoryReceiver(Generic[E]):
     """A receiver of an in-memory bus: an unbounded sink and its consumer side.
 
@@ -184,6 +195,7 @@ class InMemoryReceiver(Generic[E]):
         "_parked",
         "_quiescing",
         "_received",
+        "_received_counts",
         "_salt",
         "_sink",
         "_unsettled",
@@ -211,6 +223,18 @@ class InMemoryReceiver(Generic[E]):
         self._unsettled: set[_Settlement] = set()
         self._salt = next(_salts)
         self._received: Callable[[E, MessageSubscription], None] | None = None
+        self._received_counts: dict[str, ReceivedCount] | None = None
+
+    def count_received(self) -> dict[str, ReceivedCount] | None:
+        """Count the exchanges it yields here, per named aggregate (keyed by
+        ``named_aggregate.key``), and return the counts, read by the caller when it
+        needs them (a metrics backend collecting, possibly on another thread): a count
+        a :meth:`hook_received` hook would keep, without a call per exchange. None if
+        the counts were asked for already."""
+        if self._received_counts is not None:
+            return None
+        self._received_counts = {}
+        return self._received_counts
 
     def hook_received(self, received: Callable[[E, MessageSubscription], None]) -> bool:
         """Call ``received(exchange, subscription)`` for each exchange it yields, just
@@ -291,6 +315,13 @@ class InMemoryReceiver(Generic[E]):
                 received = self._received
                 if received is not None:
                     received(exchange, self.subscription)
+                counts = self._received_counts
+                if counts is not None:
+                    named_aggregate = delivery.message.aggregate_id.named_aggregate
+                    count = counts.get(named_aggregate.key)
+                    if count is None:
+                        count = counts[named_aggregate.key] = ReceivedCount(named_aggregate)
+                    count.count += 1
                 return exchange
             if self._waiter is not None:
                 raise RuntimeError(f"{self!r} is already being iterated by another task")
@@ -451,6 +482,35 @@ def _deliver(member: InMemoryReceiver[Any], delivery: _Delivery) -> None:
         member._emit(delivery)
 
 
+class HandOffCount:
+    """The admitted hand-offs of one named aggregate and message name
+    (:meth:`_InMemoryBus.count_hand_offs`)."""
+
+    __slots__ = ("count", "message_name", "named_aggregate")
+
+    def __init__(self, named_aggregate: NamedAggregate, message_name: str) -> None:
+        self.named_aggregate = named_aggregate
+        self.message_name = message_name
+        self.count = 0
+
+
+_MAX_HAND_OFF_COUNTS = 10_000
+"""Counted series per bus (named aggregates times message names: bounded by the
+application; past it a hand-off is counted under its named aggregate and ``""``)."""
+
+
+def _hand_off_count(
+    counts: dict[tuple[str, str], HandOffCount], named_aggregate: NamedAggregate, name: str
+) -> HandOffCount:
+    if len(counts) >= _MAX_HAND_OFF_COUNTS:
+        name = ""
+        found = counts.get((named_aggregate.key, name))
+        if found is not None:
+            return found
+    count = counts[(named_aggregate.key, name)] = HandOffCount(named_aggregate, name)
+    return count
+
+
 class _InMemoryBus(Generic[M, E]):
     """Shared machinery of the three in-memory buses."""
 
@@ -462,6 +522,19 @@ class _InMemoryBus(Generic[M, E]):
         self._closed = False
         self._closing = False
         self._exchange_type: type[E] = EXCHANGE_TYPES[self.topic_kind]  # type: ignore[assignment]
+        self._hand_off_counts: dict[tuple[str, str], HandOffCount] | None = None
+
+    def count_hand_offs(self) -> dict[tuple[str, str], HandOffCount] | None:
+        """Count the admitted hand-offs here, per named aggregate and message name
+        (keyed by ``(named_aggregate.key, message.name)``), and return the counts, which
+        the caller reads when it needs them (a metrics backend collecting, possibly on
+        another thread): what a :class:`~wow_core.middleware.LocalMessageBusDecorator`
+        counting them would do, without its frame on every hand-off. One counter: None
+        if the counts were asked for already (the caller then counts them itself)."""
+        if self._hand_off_counts is not None:
+            return None
+        self._hand_off_counts = {}
+        return self._hand_off_counts
 
     @property
     def closed(self) -> bool:
@@ -631,6 +704,13 @@ class _InMemoryBus(Generic[M, E]):
             delivery = _Delivery(message, None)
             for receiver in plain:
                 _deliver(receiver, delivery)
+        counts = self._hand_off_counts
+        if counts is not None:
+            name = message.name
+            count = counts.get((aggregate_id.named_aggregate.key, name))
+            if count is None:
+                count = _hand_off_count(counts, aggregate_id.named_aggregate, name)
+            count.count += 1
         return HandOffReceipt(True, future, receivers=len(counted))
 
     async def close(self) -> None:

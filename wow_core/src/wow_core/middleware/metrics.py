@@ -49,7 +49,16 @@ from wow_core.event.failure import ProcessingOutcome
 from wow_core.event.observer import EventProcessingObserver
 from wow_core.messaging.contract import MessageBus, MessageExchange, MessageSubscription
 from wow_core.messaging.local_first.observer import LocalFirstObserver, SendRoute
-from wow_core.metrics import Metrics, Record, Tags, bound_counter, bound_gauge, metrics_source, observed_gauge
+from wow_core.metrics import (
+    Metrics,
+    Record,
+    Tags,
+    bound_counter,
+    bound_gauge,
+    metrics_source,
+    observed_counter,
+    observed_gauge,
+)
 from wow_core.middleware.base import (
     BusLayer,
     CommandHandlerDecorator,
@@ -249,9 +258,17 @@ class MetricLocalFirstObserver(LocalFirstObserver):
         self.metrics = metrics
         self.bus_name = bus_name
         self._filtered = bound_counter(metrics, LOCAL_FIRST_FILTERED, {"bus": bus_name})
+        sends_tags = {route: {"bus": bus_name, "outcome": route.value} for route in SendRoute}
+        self._sent = dict.fromkeys(SendRoute, 0)
+
+        def sends() -> list[tuple[Tags, float]]:
+            return [(sends_tags[route], float(n)) for route, n in list(self._sent.items()) if n]
+
+        if observed_counter(metrics, LOCAL_FIRST_SENDS, sends):
+            # the totals are read when the backend collects: a send is one int addition
+            self.on_send = self._count_send  # type: ignore[method-assign]
         self._sends = {
-            route: bound_counter(metrics, LOCAL_FIRST_SENDS, {"bus": bus_name, "outcome": route.value})
-            for route in SendRoute
+            route: bound_counter(metrics, LOCAL_FIRST_SENDS, sends_tags[route]) for route in SendRoute
         }
         self._bound: dict[tuple[str, str, str, bool], Record] = {}
         self._backlogs: dict[NamedAggregate, Record] = {}
@@ -273,6 +290,9 @@ class MetricLocalFirstObserver(LocalFirstObserver):
 
     def on_send(self, message: Message, route: SendRoute) -> None:
         self._sends[route](1.0)
+
+    def _count_send(self, message: Message, route: SendRoute) -> None:
+        self._sent[route] += 1
 
     def on_filtered(self, exchange: MessageExchange[Any]) -> None:
         self._filtered(1.0)
