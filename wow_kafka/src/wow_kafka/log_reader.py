@@ -28,39 +28,11 @@ from aiokafka.errors import KafkaError
 
 from wow_kafka.errors import KafkaConnectError
 from wow_kafka.receiver import stop_consumer
+from wow_kafka.record import KafkaRecord
 from wow_kafka.settings import KafkaSettings
 from wow_kafka.topics import KafkaTopics
 
 log = logging.getLogger(__name__)
-
-
-class LogRecord:
-    """A record of a :class:`KafkaLogReader`; ``ack()`` does nothing (no group)."""
-
-    __slots__ = ("key", "offset", "partition", "payload", "timestamp", "topic")
-
-    def __init__(self, record: Any) -> None:
-        self.topic: str = record.topic
-        self.partition: int = record.partition
-        self.offset: int = record.offset
-        key, value = record.key, record.value
-        self.key = "" if key is None else key.decode("utf-8", "surrogateescape")
-        self.payload = "" if value is None else value.decode("utf-8", "surrogateescape")
-        self.timestamp: int = record.timestamp
-
-    @property
-    def position(self) -> str:
-        return f"{self.partition}:{self.offset}"
-
-    @property
-    def delivery_count(self) -> int:
-        return 1
-
-    async def ack(self) -> None:
-        return None  # no group: nothing to commit, the next reader starts at the beginning
-
-    def __repr__(self) -> str:
-        return f"LogRecord({self.topic}[{self.position}] key={self.key!r})"
 
 
 class KafkaLogReader:
@@ -83,7 +55,7 @@ class KafkaLogReader:
         self._on_close = on_close
         self._consumer: AIOKafkaConsumer | None = None
         self._start_lock = asyncio.Lock()
-        self._records: deque[LogRecord] = deque()
+        self._records: deque[KafkaRecord] = deque()
         self._processing = asyncio.Event()
         self._closed = False
         self.partitions: tuple[TopicPartition, ...] = ()
@@ -128,7 +100,7 @@ class KafkaLogReader:
     def __aiter__(self) -> KafkaLogReader:
         return self
 
-    async def __anext__(self) -> LogRecord:
+    async def __anext__(self) -> KafkaRecord:
         backoff = self._settings.retry_backoff_ms / 1000
         while not self._records:
             if self._closed:
@@ -147,7 +119,7 @@ class KafkaLogReader:
                 await asyncio.sleep(backoff)
                 continue
             for partition in sorted(batches, key=lambda tp: (tp.topic, tp.partition)):
-                self._records.extend(LogRecord(record) for record in batches[partition])
+                self._records.extend(KafkaRecord(None, None, record) for record in batches[partition])
         return self._records.popleft()
 
     async def close(self) -> None:

@@ -10,11 +10,17 @@ if TYPE_CHECKING:
 
 
 class KafkaRecord:
-    """A received Kafka record; ``ack()`` marks its offset for the next commit."""
+    """A received Kafka record; ``ack()`` marks its offset for the next commit.
+
+    A record read in no group (:class:`~wow_kafka.log_reader.KafkaLogReader`) has no
+    receiver and no offsets: its ``ack()`` does nothing, there is no group to commit to.
+    """
 
     __slots__ = ("_offsets", "_receiver", "key", "offset", "partition", "payload", "timestamp", "topic")
 
-    def __init__(self, receiver: KafkaTransportReceiver, offsets: PartitionOffsets, record: Any) -> None:
+    def __init__(
+        self, receiver: KafkaTransportReceiver | None, offsets: PartitionOffsets | None, record: Any
+    ) -> None:
         self._receiver = receiver
         self._offsets = offsets
         self.topic: str = record.topic
@@ -35,7 +41,8 @@ class KafkaRecord:
         return 1  # Kafka does not count deliveries
 
     async def ack(self) -> None:
-        if self._offsets.ack(self.offset):
+        offsets = self._offsets
+        if offsets is not None and offsets.ack(self.offset) and self._receiver is not None:
             self._receiver._acked()
 
     def __repr__(self) -> str:
