@@ -10,7 +10,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace import Span as SdkSpan
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import (
     Decision,
@@ -27,10 +27,11 @@ from wow_otel.lean import LeanSpan, LeanTracer, lean_tracer
 from wow_otel.propagation import TRACEPARENT, TRACESTATE, extract, inject, remote_parent, traceparent
 
 
-def _pipeline(**provider: Any) -> tuple[TracerProvider, InMemorySpanExporter]:
+def _pipeline(batch: bool = False, **provider: Any) -> tuple[TracerProvider, InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
     tracer_provider = TracerProvider(**provider)
-    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    processor = BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter)
+    tracer_provider.add_span_processor(processor)
     return tracer_provider, exporter
 
 
@@ -81,14 +82,18 @@ def _view(span: ReadableSpan) -> dict[str, Any]:
     }
 
 
-def test_a_lean_span_reaches_the_exporter_as_the_sdks_span_does() -> None:
-    sdk_provider, sdk_exporter = _pipeline()
-    lean_provider, lean_exporter = _pipeline()
+@pytest.mark.parametrize("batch", [False, True], ids=["simple processor", "batch processor"])
+def test_a_lean_span_reaches_the_exporter_as_the_sdks_span_does(batch: bool) -> None:
+    """Through the batch processor a lean span goes straight to the processor's queue."""
+    sdk_provider, sdk_exporter = _pipeline(batch)
+    lean_provider, lean_exporter = _pipeline(batch)
     sdk = sdk_provider.get_tracer("wow")
     lean = lean_tracer(lean_provider.get_tracer("wow"))
     assert isinstance(lean, LeanTracer)
     _work(sdk)
     _work(lean)
+    sdk_provider.force_flush()
+    lean_provider.force_flush()
     expected = [_view(span) for span in sdk_exporter.get_finished_spans()]
     found = [_view(span) for span in lean_exporter.get_finished_spans()]
     assert [view["resource"] for view in found] == [lean_provider.resource] * 2
@@ -186,6 +191,43 @@ def test_another_processor_or_limits_fall_back_to_the_sdks_tracer() -> None:
     assert isinstance(span, SdkSpan)
     span.end()
     assert exporter.get_finished_spans()[-1].attributes == {"enriched": True}
+
+
+def test_a_processor_added_while_a_lean_span_runs_receives_its_end() -> None:
+    """As with the SDK's span: every processor the provider has at the end is called."""
+    provider, exporter = _pipeline(batch=True)
+    lean = lean_tracer(provider.get_tracer("wow"))
+    span = lean.start_span("across")
+    assert isinstance(span, LeanSpan)
+    added = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(added))
+    span.end()
+    provider.force_flush()
+    assert [s.name for s in added.get_finished_spans()] == ["across"]
+    assert [s.name for s in exporter.get_finished_spans()] == ["across"]
+
+
+def test_a_span_recorded_but_not_sampled_is_not_exported() -> None:
+    """A sampler's ``RECORD_ONLY``: the span records, no processor exports it (the SDK's
+    batch and simple processors skip a span not sampled)."""
+
+    class RecordOnly(Sampler):
+        def should_sample(self, *args: Any, **kwargs: Any) -> SamplingResult:
+            return SamplingResult(Decision.RECORD_ONLY)
+
+        def get_description(self) -> str:
+            return "record only"
+
+    for batch in (False, True):
+        provider, exporter = _pipeline(batch, sampler=RecordOnly())
+        lean = lean_tracer(provider.get_tracer("wow"))
+        span = lean.start_span("kept here")
+        assert isinstance(span, LeanSpan)
+        assert span.is_recording()
+        assert not span.get_span_context().trace_flags.sampled
+        span.end()
+        provider.force_flush()
+        assert exporter.get_finished_spans() == ()
 
 
 def test_sdk_internals_not_found_fall_back_to_the_sdks_tracer(monkeypatch: pytest.MonkeyPatch) -> None:

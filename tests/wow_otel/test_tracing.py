@@ -208,15 +208,15 @@ async def test_a_trace_not_sampled_starts_no_span_below_its_root_and_keeps_its_c
 
     monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_always_off")
     started: list[tuple[str, int, bool]] = []
-    start_span = LeanTracer.start_span
+    start_owning = LeanTracer.start_owning  # what the decorators start their spans with
 
     def counting(self: LeanTracer, name: str, *args: object, **kwargs: object) -> trace.Span:
-        span = start_span(self, name, *args, **kwargs)  # type: ignore[arg-type]
+        span = start_owning(self, name, *args, **kwargs)  # type: ignore[arg-type]
         context = span.get_span_context()
         started.append((name, context.trace_id, context.trace_flags.sampled))
         return span
 
-    monkeypatch.setattr(LeanTracer, "start_span", counting)
+    monkeypatch.setattr(LeanTracer, "start_owning", counting)
     with OtelCapture() as otel:
         runtime = app().runtime(WowSettings(metrics="otel"))
         async with runtime:

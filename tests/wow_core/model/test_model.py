@@ -33,6 +33,20 @@ def test_a_read_only_header_refuses_writes_and_deletes() -> None:
     assert header == {"a": "1"}
 
 
+def test_a_pair_of_keys_is_replaced_together_and_a_read_only_header_refuses_a_change() -> None:
+    header = Header({"traceparent": "old", "tracestate": "a=1", "other": "x"})
+    assert header.replace_pair("traceparent", "new", "tracestate", None) is True
+    assert header == {"traceparent": "new", "other": "x"}
+    assert header.replace_pair("traceparent", "new", "tracestate", None) is False
+    header.with_read_only()
+    assert header.replace_pair("traceparent", "new", "tracestate", None) is False  # unchanged
+    with pytest.raises(ReadOnlyHeaderError):
+        header.replace_pair("traceparent", "newer", "tracestate", None)
+    with pytest.raises(TypeError):
+        Header().replace_pair("k", 1, "j", None)  # type: ignore[arg-type]
+    assert header == {"traceparent": "new", "other": "x"}
+
+
 def test_a_message_marked_read_only_before_emission_refuses_header_writes() -> None:
     for message in (CommandMessage(aggregate_id=AGG, body=1, name="N"), _stream()):
         message.with_read_only()

@@ -33,6 +33,7 @@ list of ``SynchronousMultiSpanProcessor``, the tracer's span limits and scope).
 from __future__ import annotations
 
 import logging
+import random
 import traceback
 from collections.abc import Mapping, Sequence
 from time import time_ns
@@ -45,11 +46,13 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, SynchronousMultiSpanProcessor
 from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, Decision, ParentBased
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 from opentelemetry.util import types
 
-from wow_otel.current import ids_flags_of, is_valid_of, span_of, state_of
+from wow_otel.current import INDEXED, ids_flags_of, is_valid_of, span_of, state_of
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +73,34 @@ _NO_ATTRIBUTES: types.Attributes = MappingProxyType({})
 FLAGS = tuple(TraceFlags(value) for value in range(256))
 """Every ``TraceFlags`` value, built once: a ``TraceFlags`` is an ``int`` subclass the
 collector tracks, one per span context otherwise."""
+
+_getrandbits = random.getrandbits
+_new_tuple = tuple.__new__
+
+
+def new_span_context(
+    trace_id: int, span_id: int, flags: TraceFlags, state: Any = None, remote: bool = False
+) -> SpanContext:
+    """A valid ``SpanContext`` of ids known to be valid (non-zero, in range), built as the
+    tuple the API's constructor builds (:data:`~wow_otel.current.INDEXED`) without its
+    frame and range checks; the API's constructor when the layout is another."""
+    if state is None:
+        state = DEFAULT_TRACE_STATE
+    if INDEXED:
+        return _new_tuple(SpanContext, (trace_id, span_id, remote, flags, state, True))
+    return SpanContext(trace_id, span_id, remote, flags, state)
+
+
+def _emit_of(processor: object) -> Any:
+    """What a lean span's end calls for ``processor``: the batch processor's own queue
+    (``BatchProcessor.emit``: its shutdown, fork, queue-full and wake-up handling) where
+    the SDK's internals are the ones read here, else ``processor.on_end``. Both skip a
+    span that is not sampled, as the SDK's ``on_end`` does (checked by the caller)."""
+    if type(processor) is BatchSpanProcessor:
+        emit = getattr(getattr(processor, "_batch_processor", None), "emit", None)
+        if callable(emit):
+            return emit
+    return processor.on_end  # type: ignore[attr-defined]
 
 
 def _processors(tracer: SdkTracer) -> tuple[Any, ...] | None:
@@ -150,16 +181,36 @@ class LeanTracer(trace_api.Tracer):
         self.info = tracer.instrumentation_info
         self.processor = tracer.span_processor
         self._processors = _processors(tracer)
+        self.emits: tuple[Any, ...] = tuple(map(_emit_of, self._processors or ()))
         self._ids = tracer.id_generator
         self.span_id = tracer.id_generator.generate_span_id
-        random = getattr(tracer.id_generator, "is_trace_id_random", None)
-        self._random_ids = bool(random()) if callable(random) else False
+        self._random_span_ids = type(tracer.id_generator) is RandomIdGenerator
+        random_ids = getattr(tracer.id_generator, "is_trace_id_random", None)
+        self._random_ids = bool(random_ids()) if callable(random_ids) else False
+        # What every span of this tracer shares, on its own span class: not set per span.
+        self.span_type: type[LeanSpan] = type(
+            "LeanSpan",
+            (LeanSpan,),
+            {
+                "__module__": __name__,
+                "_tracer": self,
+                "_resource": tracer.resource,
+                "_instrumentation_info": tracer.instrumentation_info,
+                "_instrumentation_scope": tracer._instrumentation_scope,
+            },
+        )
 
     def _lean(self) -> bool:
         multi: Any = self.processor
         if multi._span_processors is not self._processors:  # one added since: check again
             self._processors = _processors(self.sdk)
+            self.emits = tuple(map(_emit_of, self._processors or ()))
         return self._processors is not None and self.sdk._is_enabled()
+
+    def _new_span_id(self) -> int:
+        if self._random_span_ids:  # the SDK's RandomIdGenerator, without its frame
+            return _getrandbits(64) or self.span_id()
+        return self.span_id()
 
     def start_span(
         self,
@@ -176,35 +227,53 @@ class LeanTracer(trace_api.Tracer):
             return self.sdk.start_span(
                 name, context, kind, attributes, links, start_time, record_exception, set_status_on_exception
             )
+        return self.start_owning(name, context, kind, _cleaned(attributes) if attributes else None)
+
+    def start_owning(
+        self,
+        name: str,
+        context: Context | None,
+        kind: SpanKind,
+        attributes: dict[str, Any] | None,
+    ) -> trace_api.Span:
+        """:meth:`start_span` for a caller that hands over ``attributes``: a dict of its own
+        it never touches again, kept as the span's attributes without a copy (a value
+        that is not a plain scalar is still cleaned as the SDK would). What the
+        decorators call; the SDK tracer when the pipeline has changed (module docstring)."""
+        if not self._lean():
+            return self.sdk.start_span(name, context, kind, attributes)
+        if attributes and not _PLAIN.issuperset(map(type, attributes.values())):
+            attributes = _cleaned(attributes)
         parent: SpanContext | None = span_of(context).get_span_context()
         if parent is None or not is_valid_of(parent):
             parent = None
             trace_id = self._ids.generate_trace_id()
             flags = _RANDOM if self._random_ids else 0
             if self.samples_roots:
-                span_context = SpanContext(trace_id, self.span_id(), False, FLAGS[flags | _SAMPLED])
-                return LeanSpan(self, name, span_context, None, kind, attributes)
+                span_context = new_span_context(trace_id, self._new_span_id(), FLAGS[flags | _SAMPLED])
+                return self.span_type(name, span_context, None, kind, attributes)
         else:
             trace_id, _, parent_flags = ids_flags_of(parent)
             flags = parent_flags & _RANDOM
             if parent_flags & _SAMPLED:
                 if self.follows_sampled:
-                    span_context = SpanContext(
-                        trace_id, self.span_id(), False, FLAGS[flags | _SAMPLED], state_of(parent)
+                    span_context = new_span_context(
+                        trace_id, self._new_span_id(), FLAGS[flags | _SAMPLED], state_of(parent)
                     )
-                    return LeanSpan(self, name, span_context, parent, kind, attributes)
+                    return self.span_type(name, span_context, parent, kind, attributes)
             elif self.drops_unsampled:  # decided at the root: not sampled, nothing records
                 return NonRecordingSpan(
-                    SpanContext(trace_id, self.span_id(), False, FLAGS[flags], state_of(parent))
+                    new_span_context(trace_id, self._new_span_id(), FLAGS[flags], state_of(parent))
                 )
         result = self.sampler.should_sample(context, trace_id, name, kind, attributes, ())
         decision = result.decision
         if decision is Decision.RECORD_AND_SAMPLE:
             flags |= _SAMPLED
-        span_context = SpanContext(trace_id, self.span_id(), False, FLAGS[flags], result.trace_state)
+        span_context = new_span_context(trace_id, self._new_span_id(), FLAGS[flags], result.trace_state)
         if decision is Decision.DROP:
             return NonRecordingSpan(span_context)
-        return LeanSpan(self, name, span_context, parent, kind, result.attributes)
+        sampled = result.attributes
+        return self.span_type(name, span_context, parent, kind, _cleaned(sampled) if sampled else None)
 
     def start_as_current_span(self, *args: Any, **kwargs: Any) -> Any:
         return self.sdk.start_as_current_span(*args, **kwargs)
@@ -223,33 +292,31 @@ class LeanSpan(trace_api.Span, ReadableSpan):
     (module docstring). Used from the event loop's thread, as the decorators do;
     changes after the end are ignored, as the SDK's are."""
 
-    __slots__ = ("_tracer",)
+    _tracer: LeanTracer
     _attributes: dict[str, Any]
     _context: SpanContext
+    # the same for every span until changed (on the instance): not set per span
+    _events: Any = ()
+    _links: Sequence[trace_api.Link] = ()
+    _status = _UNSET
+    _end_time: int | None = None
 
     def __init__(
         self,
-        tracer: LeanTracer,
         name: str,
         context: SpanContext,
         parent: SpanContext | None,
         kind: SpanKind,
-        attributes: types.Attributes,
+        attributes: dict[str, Any] | None,
     ) -> None:
-        self._tracer = tracer
+        # _tracer, _resource and the instrumentation scope are on the tracer's span class
+        # (LeanTracer.span_type)
         self._name = name
         self._context = context
         self._parent = parent
         self._kind = kind
-        self._attributes = _cleaned(attributes) if attributes else {}
-        self._events = ()
-        self._links = ()
-        self._status = _UNSET
-        self._resource = tracer.resource
-        self._instrumentation_info = tracer.info
-        self._instrumentation_scope = tracer.scope
+        self._attributes = attributes if attributes is not None else {}
         self._start_time = time_ns()
-        self._end_time = None
 
     def get_span_context(self) -> SpanContext:
         return self._context
@@ -319,7 +386,13 @@ class LeanSpan(trace_api.Span, ReadableSpan):
             log.warning("Calling end() on an ended span.")
             return
         self._end_time = end_time if end_time is not None else time_ns()
-        self._tracer.processor.on_end(self)
+        tracer = self._tracer
+        multi: Any = tracer.processor
+        if multi._span_processors is not tracer._processors:  # changed since: the SDK's way
+            multi.on_end(self)
+        elif self._context[3] & 1 if INDEXED else self._context.trace_flags.sampled:
+            for emit in tracer.emits:
+                emit(self)
 
     def __exit__(
         self,

@@ -274,6 +274,11 @@ class OtelMiddleware(Middleware):
         command_outcomes: Metrics | None = None,
     ) -> None:
         self.tracer = None if tracer is None else lean_tracer(tracer)
+        self.start_span: Callable[[str, Any, SpanKind, Attributes], Span] = (
+            self.tracer.start_owning if isinstance(self.tracer, LeanTracer) else self._sdk_start
+        )
+        """Start a span of ``tracer`` with (name, context, kind, attributes), the attributes
+        a fresh dict handed over (:meth:`~wow_otel.lean.LeanTracer.start_owning`)."""
         self.skips_unsampled = isinstance(self.tracer, LeanTracer) and self.tracer.drops_unsampled
         """A trace not sampled at its root records nothing below it: no span is started
         there, its context propagates as it came (module docstring)."""
@@ -285,6 +290,10 @@ class OtelMiddleware(Middleware):
         self._named_by_transport = False
         self.local_first_kinds: set[TopicKind] = set()
         self._destinations: dict[tuple[str, TopicKind], str] = {}
+
+    def _sdk_start(self, name: str, context: Any, kind: SpanKind, attributes: Attributes) -> Span:
+        assert self.tracer is not None
+        return self.tracer.start_span(name, context, kind, attributes)
 
     def destination(self, named_aggregate: NamedAggregate, kind: TopicKind) -> str:
         """The topic of ``named_aggregate`` and ``kind`` (``messaging.destination.name``)."""
@@ -476,14 +485,11 @@ class _BusRecorder:
         token: object | None = None
         current: Waiting | None = None
         if tracer is not None:
-            span = tracer.start_span(
+            span = self.middleware.start_span(
                 f"send {attributes[sc.DESTINATION]}",
-                kind=SpanKind.PRODUCER,
-                attributes={
-                    **attributes,
-                    sc.MESSAGE_ID: message.id,
-                    sc.AGGREGATE_ID: message.aggregate_id.id,
-                },
+                None,
+                SpanKind.PRODUCER,
+                {**attributes, sc.MESSAGE_ID: message.id, sc.AGGREGATE_ID: message.aggregate_id.id},
             )
             token = attach(with_span(span))
             message = inject(message, span_context=span.get_span_context())
@@ -774,11 +780,11 @@ class TracingCommandHandler(CommandHandlerDecorator):
         """The command's processing in its ``process`` span (and the metrics, if on)."""
         instruments = self.middleware.instruments
         base = self._base(command)
-        span = tracer.start_span(
+        span = self.middleware.start_span(
             f"process {base[sc.DESTINATION]}",
-            context=parent,
-            kind=SpanKind.CONSUMER,
-            attributes={
+            parent,
+            SpanKind.CONSUMER,
+            {
                 **base,
                 sc.OPERATION_TYPE: "process",
                 sc.MESSAGE_ID: command.id,
@@ -857,9 +863,11 @@ class TracingEventStore(EventStoreDecorator):
                 # as they are, not a copy of the stream each
                 inject(stream, span_context=active)
             if not (middleware.skips_unsampled and _unsampled(active)):
-                span = tracer.start_span(
+                span = middleware.start_span(
                     f"append {named}",
-                    attributes={
+                    None,
+                    SpanKind.INTERNAL,
+                    {
                         sc.AGGREGATE: str(named),
                         sc.AGGREGATE_ID: stream.aggregate_id.id,
                         sc.AGGREGATE_VERSION: stream.version,
@@ -919,7 +927,7 @@ class TracingEventStore(EventStoreDecorator):
 
 
 def _start_wait_span(
-    tracer: Tracer,
+    start: Callable[[str, Any, SpanKind, Attributes], Span],
     command: CommandMessage[Any],
     wait: WaitPlan | None,
     wait_stage: str,
@@ -927,7 +935,7 @@ def _start_wait_span(
     streaming: bool | None = None,
 ) -> Span:
     """The ``wait <command>`` span of ``send_and_wait`` (and, with ``streaming``, of a stream)."""
-    attributes: dict[str, str | bool] = {
+    attributes: Attributes = {
         sc.AGGREGATE: str(command.aggregate_id.named_aggregate),
         sc.MESSAGE: command.name,
         sc.WAIT_STAGE: wait_stage if wait is None else str(wait),
@@ -936,7 +944,7 @@ def _start_wait_span(
     }
     if streaming is not None:
         attributes["wow.command.wait.streaming"] = streaming
-    return tracer.start_span(f"wait {command.name}", attributes=attributes)
+    return start(f"wait {command.name}", None, SpanKind.INTERNAL, attributes)
 
 
 def _wait_outcome(result: CommandResult) -> str:
@@ -1067,7 +1075,7 @@ class TracingCommandGateway(CommandGatewayDecorator):
         wait_stage: str,
     ) -> CommandResult:
         """``send_and_wait`` in its wait span (and the metrics, if on)."""
-        span = _start_wait_span(tracer, command, wait, wait_stage)
+        span = _start_wait_span(self.middleware.start_span, command, wait, wait_stage)
         token = attach(with_span(span))
         if not span.is_recording():  # a trace not sampled: the metrics, under its context
             try:
@@ -1153,7 +1161,8 @@ class TracingCommandGateway(CommandGatewayDecorator):
         wait_stage = (wait.stage if wait is not None else CommandStage.PROCESSED).value
         span: Span | None = None
         if tracer is not None:
-            span = _start_wait_span(tracer, command, wait, wait_stage, streaming=streaming)
+            start = self.middleware.start_span
+            span = _start_wait_span(start, command, wait, wait_stage, streaming=streaming)
         started = _clock()
         stage = ""
         outcome = "closed"
@@ -1310,11 +1319,11 @@ class TracingEventHandler:
         instruments = self.middleware.instruments
         base = self._base(exchange)
         source = exchange.source.message
-        span = tracer.start_span(
+        span = self.middleware.start_span(
             f"{exchange.component.value} {exchange.function.qualified_name}",
-            context=parent,
-            kind=SpanKind.CONSUMER,
-            attributes={
+            parent,
+            SpanKind.CONSUMER,
+            {
                 **base,
                 sc.OPERATION_TYPE: "process",
                 sc.COMPONENT: exchange.component.value,

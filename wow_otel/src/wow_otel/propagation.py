@@ -120,7 +120,6 @@ def inject(message: M, context: Context | None = None, *, span_context: SpanCont
     """
     if span_context is None:
         span_context = current_span_context() if context is None else span_of(context).get_span_context()
-    header = message.header
     value: str | None = None
     state: str | None = None
     if is_valid_of(span_context):
@@ -128,17 +127,13 @@ def inject(message: M, context: Context | None = None, *, span_context: SpanCont
         trace_state = state_of(span_context)
         if trace_state is not DEFAULT_TRACE_STATE and trace_state:
             state = trace_state.to_header()
-    if header.get(TRACEPARENT) == value and header.get(TRACESTATE) == state:
-        return message
+    header = message.header
     if header.read_only:
+        if header.get(TRACEPARENT) == value and header.get(TRACESTATE) == state:
+            return message
         message = message.copy()
         header = message.header
-    if TRACESTATE in header:
-        del header[TRACESTATE]
-    if value is not None:
-        header[TRACEPARENT] = value
-        if state is not None:
-            header[TRACESTATE] = state
+    header.replace_pair(TRACEPARENT, value, TRACESTATE, state)
     return message
 
 

@@ -64,6 +64,24 @@ class Header(MutableMapping[str, str]):
             raise ReadOnlyHeaderError(f"header is read-only; cannot set {key!r}")
         self._data[_check_key(key)] = _check_value(key, value)
 
+    def replace_pair(self, key: str, value: str | None, other: str, other_value: str | None) -> bool:
+        """Set ``key`` to ``value`` and ``other`` to ``other_value`` (``None``: remove it),
+        in one call; ``False`` when both already were so (nothing written, a read-only
+        header accepted), else ``True``. For a pair written together on every message (the
+        W3C ``traceparent`` and ``tracestate`` of a tracing middleware). Raises
+        :class:`ReadOnlyHeaderError` if it would change a read-only header."""
+        data = self._data
+        if data.get(key) == value and data.get(other) == other_value:
+            return False
+        if self._read_only:
+            raise ReadOnlyHeaderError(f"header is read-only; cannot set {key!r}")
+        for name, written in ((key, value), (other, other_value)):
+            if written is None:
+                data.pop(name, None)
+            else:
+                data[_check_key(name)] = _check_value(name, written)
+        return True
+
     def __delitem__(self, key: str) -> None:
         if self._read_only:
             raise ReadOnlyHeaderError(f"header is read-only; cannot delete {key!r}")
