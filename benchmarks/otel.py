@@ -9,7 +9,11 @@ with metrics and tracing, in one run.
   an in-memory reader. All: the same plus ``WOW_OTEL__TRACING=true`` with the always-on
   sampler and a batch span processor over an exporter that drops the spans. All, 1 in
   10: the same with the sampler ``parentbased_traceidratio`` at 0.1 (a tenth of the
-  commands traced, their whole trace).
+  commands traced, their whole trace). The same four again **as ``wow run`` runs the
+  service**: after the warm-up the garbage collector is tuned as ``wow run`` tunes it
+  once its runtime started (:func:`~wow_core.runtime.gc_tuning.freeze_start_up`: what is
+  alive frozen, young threshold 10,000), restored after each run; the plain rows keep
+  Python's defaults (a runtime embedded in a host, which ``wow run`` leaves alone).
 - ``kafka``: ``TransportCommandBus.send`` (256 sends outstanding) and the bus's receive
   and acknowledge loop, over a ``tansu`` broker started here (or
   ``WOW_BENCH_KAFKA_BOOTSTRAP``), the bus undecorated against the same bus decorated by
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import os
 import statistics
 import time
@@ -50,6 +55,7 @@ from benchmarks.kernel import BenchAccount, processed_throughput
 from wow_core.messaging import MessageSubscription
 from wow_core.middleware import BusLayer
 from wow_core.runtime.app import WowApp
+from wow_core.runtime.gc_tuning import freeze_start_up
 from wow_core.runtime.settings import WowSettings
 from wow_core.transport.bus import TransportCommandBus
 from wow_otel import semconv
@@ -109,17 +115,28 @@ async def rounds(repeat: int, runs: dict[str, Callable[[], Awaitable[Rates]]]) -
     }
 
 
-async def embedded(name: str, commands_count: int) -> Rates:
+async def embedded(name: str, commands_count: int, wow_run: bool = False) -> Rates:
+    """One run of configuration ``name``; ``wow_run``: the collector tuned as ``wow run``
+    tunes it, from the end of the warm-up to the end of the run."""
     with configured(name) as settings:
         runtime = WowApp("bench", aggregates=[BenchAccount]).runtime(settings)
         installed = any(isinstance(item, OtelMiddleware) for item in runtime.middleware)
         assert installed == (name != "off"), f"{name}: otel middleware installed={installed}"
         began: list[float] = []
-        async with runtime:
-            rate, _ = await processed_throughput(
-                runtime, 1000, 64, commands_count, warmed=lambda: began.append(time.process_time())
-            )
-            cpu = time.process_time() - began[0]
+        threshold = gc.get_threshold()
+
+        def warmed() -> None:
+            if wow_run:
+                freeze_start_up()
+            began.append(time.process_time())
+
+        try:
+            async with runtime:
+                rate, _ = await processed_throughput(runtime, 1000, 64, commands_count, warmed=warmed)
+                cpu = time.process_time() - began[0]
+        finally:
+            gc.set_threshold(*threshold)
+            gc.unfreeze()
         return rate, commands_count // 64 * 64 / cpu
 
 
@@ -215,6 +232,16 @@ async def run(h: Harness) -> list[Figure]:
     )
     found += figures(
         "embedded send_and_wait(PROCESSED)", "commands/s", rates, {"commands": count, "callers": 64}
+    )
+    rates = await rounds(
+        h.repeat,
+        {name: functools.partial(embedded, name, count, wow_run=True) for name in CONFIGURATIONS},
+    )
+    found += figures(
+        "embedded send_and_wait(PROCESSED) as wow run runs it",
+        "commands/s",
+        rates,
+        {"commands": count, "callers": 64, "gc": "wow run (start-up frozen, young threshold 10000)"},
     )
     if os.environ.get("WOW_BENCH_NO_KAFKA"):
         return found
