@@ -128,6 +128,9 @@ def _parent(middleware: OtelMiddleware, message: Message) -> tuple[Any, bool]:
 _clock = time.perf_counter_ns
 """One reading before and one after each measured operation (nanoseconds)."""
 
+_SENT = CommandStage.SENT._value_
+"""The ``SENT`` span event's name."""
+
 _OVERFLOW: Attributes = {"otel.metric.overflow": True}
 """The attributes of every series past ``_MAX_CACHED`` of one decorator (the SDK's name)."""
 
@@ -513,7 +516,7 @@ class _BusRecorder:
                 entry[0][1] += 1
                 entry[1].record_ns(ns)
             if current is not None and current.command_id == message.id:
-                current.span.add_event(CommandStage.SENT.value)
+                current.span.add_event(_SENT)
         finally:
             if span is not None:
                 detach(token)
@@ -864,11 +867,11 @@ class TracingEventStore(EventStoreDecorator):
                 inject(stream, span_context=active)
             if not (middleware.skips_unsampled and _unsampled(active)):
                 span = middleware.start_span(
-                    f"append {named}",
+                    f"append {named.key}",
                     None,
                     SpanKind.INTERNAL,
                     {
-                        sc.AGGREGATE: str(named),
+                        sc.AGGREGATE: named.key,
                         sc.AGGREGATE_ID: stream.aggregate_id.id,
                         sc.AGGREGATE_VERSION: stream.version,
                         sc.COMMAND_ID: stream.command_id,
@@ -936,7 +939,7 @@ def _start_wait_span(
 ) -> Span:
     """The ``wait <command>`` span of ``send_and_wait`` (and, with ``streaming``, of a stream)."""
     attributes: Attributes = {
-        sc.AGGREGATE: str(command.aggregate_id.named_aggregate),
+        sc.AGGREGATE: command.aggregate_id.named_aggregate.key,
         sc.MESSAGE: command.name,
         sc.WAIT_STAGE: wait_stage if wait is None else str(wait),
         sc.COMMAND_ID: command.id,
@@ -1108,7 +1111,7 @@ class TracingCommandGateway(CommandGatewayDecorator):
             _fail(span, error)
             raise
         else:
-            stage = result.stage.value
+            stage = result.stage._value_
             outcome = _wait_outcome(result)
             if result.stage is not CommandStage.SENT:
                 attributes: Attributes | None = None
@@ -1176,12 +1179,12 @@ class TracingCommandGateway(CommandGatewayDecorator):
                     detach(token)
             else:
                 first = await anext(stream)
-            stage, outcome = first.stage.value, _wait_outcome(first)
+            stage, outcome = first.stage._value_, _wait_outcome(first)
             if span is not None:
                 span.add_event(stage)
             yield first
             async for result in stream:
-                stage, outcome = result.stage.value, _wait_outcome(result)
+                stage, outcome = result.stage._value_, _wait_outcome(result)
                 if span is not None:
                     span.add_event(
                         stage, timestamp=result.signal_time * 1_000_000 if result.signal_time else None
@@ -1320,13 +1323,13 @@ class TracingEventHandler:
         base = self._base(exchange)
         source = exchange.source.message
         span = self.middleware.start_span(
-            f"{exchange.component.value} {exchange.function.qualified_name}",
+            f"{exchange.component._value_} {exchange.function.qualified_name}",
             parent,
             SpanKind.CONSUMER,
             {
                 **base,
                 sc.OPERATION_TYPE: "process",
-                sc.COMPONENT: exchange.component.value,
+                sc.COMPONENT: exchange.component._value_,
                 sc.MESSAGE: exchange.message.name,
                 sc.MESSAGE_ID: source.id,
                 sc.AGGREGATE_ID: source.aggregate_id.id,
@@ -1342,7 +1345,7 @@ class TracingEventHandler:
             _fail(span, error)
             span.end()
             raise
-        outcome = settled.outcome.value
+        outcome = settled.outcome._value_
         if instruments is not None:
             self._point(exchange, outcome).record_ns(_clock() - started)
         span.set_attribute(sc.OUTCOME, outcome)
