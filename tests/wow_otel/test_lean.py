@@ -165,6 +165,28 @@ def test_a_ratio_sampler_gives_the_sdks_decisions() -> None:
         assert root.get_span_context().trace_flags.sampled == bool(ratio)
 
 
+@pytest.mark.parametrize("ratio", [0.1, 0.5])
+def test_a_root_under_a_ratio_sampler_is_decided_as_the_sdk_decides_it(ratio: float) -> None:
+    """The lean tracer decides a root from its trace id itself: the same decision as the
+    sampler's for every trace id (the id generator's ids replayed to both)."""
+    provider, _ = _pipeline(sampler=ParentBased(TraceIdRatioBased(ratio)))
+    tracer = lean_tracer(provider.get_tracer("wow"))
+    assert isinstance(tracer, LeanTracer)
+    assert tracer.root_bound == TraceIdRatioBased(ratio).bound
+    sampler = TraceIdRatioBased(ratio)
+    sampled = 0
+    for _ in range(2_000):
+        span = tracer.start_span("root", attributes={"a": 1})
+        context = span.get_span_context()
+        expected = sampler.should_sample(None, context.trace_id, "root").decision
+        assert context.trace_flags.sampled == (expected is Decision.RECORD_AND_SAMPLE)
+        assert span.is_recording() == context.trace_flags.sampled
+        assert context.is_valid
+        sampled += context.trace_flags.sampled
+        span.end()
+    assert 0.5 * ratio * 2_000 < sampled < 1.5 * ratio * 2_000
+
+
 class Enriching(SpanProcessor):
     """A processor whose ``on_start`` changes the span: it must see the SDK's span."""
 

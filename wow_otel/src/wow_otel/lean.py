@@ -47,7 +47,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, Synchronous
 from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
-from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, Decision, ParentBased
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, Decision, ParentBased, TraceIdRatioBased
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 from opentelemetry.util import types
@@ -74,6 +74,7 @@ FLAGS = tuple(TraceFlags(value) for value in range(256))
 """Every ``TraceFlags`` value, built once: a ``TraceFlags`` is an ``int`` subclass the
 collector tracks, one per span context otherwise."""
 
+_LOW_64 = TraceIdRatioBased.TRACE_ID_LIMIT
 _getrandbits = random.getrandbits
 _new_tuple = tuple.__new__
 
@@ -176,6 +177,12 @@ class LeanTracer(trace_api.Tracer):
         self.drops_unsampled = _all(
             _delegates(sampler, "_remote_parent_not_sampled", "_local_parent_not_sampled"), ALWAYS_OFF
         )
+        # A root under the SDK's ratio sampler (``parentbased_traceidratio``): its decision
+        # is the trace id's low 64 bits below the sampler's bound, as the sampler computes
+        # it, without its three frames and result (a root has no trace state to pass on).
+        (root,) = _delegates(sampler, "_root") or (sampler,)
+        bound = getattr(root, "bound", None) if type(root) is TraceIdRatioBased else None
+        self.root_bound: int | None = bound if type(bound) is int else None
         self.resource = tracer.resource
         self.scope = tracer._instrumentation_scope
         self.info = tracer.instrumentation_info
@@ -252,6 +259,12 @@ class LeanTracer(trace_api.Tracer):
             if self.samples_roots:
                 span_context = new_span_context(trace_id, self._new_span_id(), FLAGS[flags | _SAMPLED])
                 return self.span_type(name, span_context, None, kind, attributes)
+            bound = self.root_bound
+            if bound is not None:
+                if trace_id & _LOW_64 < bound:
+                    span_context = new_span_context(trace_id, self._new_span_id(), FLAGS[flags | _SAMPLED])
+                    return self.span_type(name, span_context, None, kind, attributes)
+                return NonRecordingSpan(new_span_context(trace_id, self._new_span_id(), FLAGS[flags]))
         else:
             trace_id, _, parent_flags = ids_flags_of(parent)
             flags = parent_flags & _RANDOM
