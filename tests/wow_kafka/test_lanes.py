@@ -17,7 +17,10 @@ class Producer:
     """Enough of AIOKafkaProducer for the lanes: two partitions, ``send_batch`` scripted."""
 
     def __init__(self) -> None:
-        self.client = SimpleNamespace(cluster=SimpleNamespace(partitions_for_topic=lambda topic: {0, 1}))
+        cluster = SimpleNamespace(
+            partitions_for_topic=lambda topic: {0, 1}, add_listener=print, remove_listener=print
+        )
+        self.client = SimpleNamespace(cluster=cluster, add_topic=self._add_topic)
         self.submitted: list[tuple[int, int, asyncio.Future[Any]]] = []
         self.raise_on_submit: BaseException | None = None
 
@@ -26,8 +29,16 @@ class Producer:
             raise KafkaError("too large")
         return key, value
 
-    def _partition(self, topic: str, partition: None, *args: Any) -> int:
-        return 0
+    def _partitioner(self, key: bytes, partitions: list[int], available: list[int]) -> int:
+        return partitions[0]
+
+    def _add_topic(self, topic: str) -> asyncio.Future[None]:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        return {0, 1}
 
     def create_batch(self) -> BatchBuilder:
         return BatchBuilder(300, 0)
@@ -42,13 +53,15 @@ class Producer:
         return future
 
 
-def lanes_over(producer: Producer) -> PartitionLanes:
-    return PartitionLanes(producer)  # type: ignore[arg-type]
+async def lanes_over(producer: Producer) -> PartitionLanes:
+    lanes = PartitionLanes(producer)  # type: ignore[arg-type]
+    await lanes.partitions_for("t")
+    return lanes
 
 
 async def test_records_queued_together_share_batches_of_the_batch_size() -> None:
     producer = Producer()
-    lanes = lanes_over(producer)
+    lanes = await lanes_over(producer)
     futures = [lanes.queue("t", b"k", b"v" * 50, 1) for _ in range(10)]
     await asyncio.sleep(0.01)
     counts = [count for _, count, _ in producer.submitted]
@@ -68,7 +81,7 @@ async def test_records_queued_together_share_batches_of_the_batch_size() -> None
 
 async def test_a_batch_that_cannot_be_submitted_fails_its_records_and_the_lane_goes_on() -> None:
     producer = Producer()
-    lanes = lanes_over(producer)
+    lanes = await lanes_over(producer)
     producer.raise_on_submit = AssertionError("Unrecognized partition")
     first = [lanes.queue("t", b"k", b"v", 1) for _ in range(3)]
     await asyncio.gather(*first, return_exceptions=True)
@@ -82,7 +95,7 @@ async def test_a_batch_that_cannot_be_submitted_fails_its_records_and_the_lane_g
 
 async def test_a_record_too_large_is_refused_when_queued_alone() -> None:
     producer = Producer()
-    lanes = lanes_over(producer)
+    lanes = await lanes_over(producer)
     small = lanes.queue("t", b"k", b"v", 1)
     with pytest.raises(KafkaError, match="too large"):
         lanes.queue("t", b"k", b"v" * 2000, 1)
@@ -93,7 +106,7 @@ async def test_a_record_too_large_is_refused_when_queued_alone() -> None:
 
 async def test_close_waits_for_the_lanes_then_refuses_records() -> None:
     producer = Producer()
-    lanes = lanes_over(producer)
+    lanes = await lanes_over(producer)
     futures = [lanes.queue("t", str(n).encode(), b"v", 1) for n in range(5)]
     await lanes.close()
     assert sum(count for _, count, _ in producer.submitted) == 5

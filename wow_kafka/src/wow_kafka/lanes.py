@@ -30,6 +30,7 @@ Guarantees, the same as one ``producer.send`` per record:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import functools
 import logging
@@ -37,7 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError, ProducerClosed
+from aiokafka.errors import KafkaError, ProducerClosed, UnknownTopicOrPartitionError
 from aiokafka.structs import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,21 @@ def _settle(records: list[_Record], acknowledged: asyncio.Future[Any]) -> None:
             record.future.set_result(None)
 
 
+class _Topic:
+    """A tracked topic's partitions as the producer's partitioner takes them, and the
+    partitions of its recent keys (computed by that partitioner)."""
+
+    __slots__ = ("by_key", "partitions")
+
+    def __init__(self, partitions: list[int]) -> None:
+        self.partitions = partitions
+        self.by_key: dict[bytes, TopicPartition] = {}
+
+
+KEYS_CACHED = 4096
+"""Partitions of at most this many keys are remembered per topic (then forgotten at once)."""
+
+
 class PartitionLanes:
     """Queues records per topic partition and submits each lane's records as batches."""
 
@@ -91,16 +107,32 @@ class PartitionLanes:
         self._producer = producer
         self._lanes: dict[TopicPartition, _Lane] = {}
         self._closing = False
-        # aiokafka's own per-record checks, so a record is judged exactly as producer.send would
+        # aiokafka's own per-record size check and partitioner, so a record is judged and
+        # placed exactly as producer.send would
         self._serialize: Callable[..., tuple[bytes, bytes]] = producer._serialize
-        self._partition: Callable[..., int] = producer._partition
+        self._partitioner: Callable[[bytes, list[int], list[int]], int] = producer._partitioner
         self._cluster: Any = producer.client.cluster
         self._tracked: set[str] = set()
+        # the partitions of the tracked topics, as of the last metadata update
+        self._topics: dict[str, _Topic] = {}
+        self._cluster.add_listener(self._metadata_updated)
+
+    def _metadata_updated(self, cluster: Any) -> None:
+        self._topics.clear()  # a topic's partitions may have changed: looked up again
 
     def partitions_known(self, topic: str) -> bool:
         """Whether ``topic`` is tracked and the producer's metadata has its partitions
         (else await :meth:`partitions_for` before :meth:`queue`)."""
-        return topic in self._tracked and self._cluster.partitions_for_topic(topic) is not None
+        return topic in self._topics or self._known(topic) is not None
+
+    def _known(self, topic: str) -> _Topic | None:
+        if topic not in self._tracked:
+            return None
+        partitions = self._cluster.partitions_for_topic(topic)
+        if not partitions:
+            return None
+        known = self._topics[topic] = _Topic(list(partitions))  # the order producer._partition uses
+        return known
 
     async def partitions_for(self, topic: str) -> None:
         """Make the producer's client track ``topic``, then wait until its metadata has it.
@@ -122,13 +154,22 @@ class PartitionLanes:
 
         Raises ``MessageSizeTooLargeError`` at once for a record over
         ``max_request_size`` (nothing is queued), ``ProducerClosed`` after :meth:`close`.
-        The topic's partitions must be known (:meth:`partitions_known`).
+        ``UnknownTopicOrPartitionError`` when the topic's partitions are not known (see
+        :meth:`partitions_known`).
         """
         if self._closing:
             raise ProducerClosed()
         key, value = self._serialize(key, value, [])
-        partition = self._partition(topic, None, key, value, key, value)
-        tp = TopicPartition(topic, partition)
+        known = self._topics.get(topic) or self._known(topic)
+        if known is None:
+            raise UnknownTopicOrPartitionError(f"{topic} is not in the producer's metadata")
+        tp = known.by_key.get(key)
+        if tp is None:
+            if len(known.by_key) >= KEYS_CACHED:
+                known.by_key.clear()
+            # a key is given, so the partitioner does not look at the available partitions
+            partition = self._partitioner(key, known.partitions, known.partitions)
+            tp = known.by_key[key] = TopicPartition(topic, partition)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         lane = self._lanes.get(tp)
         if lane is None:
@@ -210,6 +251,8 @@ class PartitionLanes:
     async def close(self) -> None:
         """Refuse new records; return when every lane has submitted what it held."""
         self._closing = True
+        with contextlib.suppress(KeyError):
+            self._cluster.remove_listener(self._metadata_updated)
         while self._lanes:
             tasks = [lane.task for lane in self._lanes.values() if lane.task is not None]
             if not tasks:
