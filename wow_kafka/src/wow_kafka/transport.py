@@ -6,11 +6,18 @@ aggregate's records share a partition and keep their order; the value is the mes
 JSON as given.
 
 SENT evidence: :meth:`send` returns when the producer's result succeeded, that is the
-partition leader (with ``acks=all``: every in-sync replica) acknowledged the record.
-It proves nothing about any consumer receiving, acknowledging or processing it. When
-the producer does not get that acknowledgement (broker down past
-``request_timeout_ms``, a record too large, an authorization failure) :meth:`send`
-raises :class:`~wow_kafka.errors.KafkaSendError` with the producer's error as cause.
+partition leader (with ``acks=all``: every in-sync replica) acknowledged the batch that
+holds the record. It proves nothing about any consumer receiving, acknowledging or
+processing it. When the producer does not get that acknowledgement (broker down past
+``request_timeout_ms``, an authorization failure) :meth:`send` raises
+:class:`~wow_kafka.errors.KafkaSendError` with the producer's error as cause, as does
+every other send whose record was in the same batch; a record over
+``max_request_size`` is refused alone, before it is queued.
+
+Concurrent sends to one partition go out together: each record waits in its
+partition's lane and is handed to aiokafka in one batch with the records queued
+meanwhile (:mod:`wow_kafka.lanes`: one future per batch, records of one key in the
+order they were sent).
 """
 
 from __future__ import annotations
@@ -19,10 +26,10 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 
 from wow_core.transport import (
     DecodeFailureDefault,
@@ -33,6 +40,7 @@ from wow_core.transport import (
 )
 from wow_kafka.connection import common_config, consumer_config, producer_config
 from wow_kafka.errors import KafkaConnectError, KafkaSendError, KafkaTopicError
+from wow_kafka.lanes import PartitionLanes
 from wow_kafka.log_reader import KafkaLogReader
 from wow_kafka.receiver import KafkaTransportReceiver
 from wow_kafka.settings import KafkaSettings
@@ -80,6 +88,7 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
         self._common = common_config(self.settings)
         self.topics = KafkaTopics(self.settings, self._common)
         self._producer: AIOKafkaProducer | None = None
+        self._lanes: PartitionLanes | None = None
         self._start_lock = asyncio.Lock()
         self._log_readers: set[KafkaLogReader] = set()
 
@@ -96,14 +105,14 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
     async def start(self) -> None:
         await self._started()
 
-    async def _started(self) -> AIOKafkaProducer:
+    async def _started(self) -> PartitionLanes:
         self._check_open()
-        producer = self._producer
-        if producer is not None:
-            return producer
+        lanes = self._lanes
+        if lanes is not None:
+            return lanes
         async with self._start_lock:
-            if self._producer is not None:
-                return self._producer
+            if self._lanes is not None:
+                return self._lanes
             self._check_open()
             producer = AIOKafkaProducer(**producer_config(self.settings, self._common))
             try:
@@ -123,7 +132,8 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
                     error,
                 ) from error
             self._producer = producer
-            return producer
+            self._lanes = PartitionLanes(producer)
+            return self._lanes
 
     async def close(self) -> None:
         """Close every receiver, flush the producer, release the connections; idempotent."""
@@ -135,24 +145,33 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
             await reader.close()
         async with self._start_lock:
             producer, self._producer = self._producer, None
+            lanes, self._lanes = self._lanes, None
         try:
+            if lanes is not None:
+                await lanes.close()  # every queued record handed to the producer (or failed)
             if producer is not None:
-                await producer.stop()
+                await producer.stop()  # flushes them: each is acknowledged or fails
         finally:
             await self.topics.close()
 
     # -- send -------------------------------------------------------------------------
 
     async def send(self, message: TransportMessage) -> None:
-        producer = self._producer or await self._started()
+        """Return when the broker acknowledged the record (see the module docstring).
+
+        The record waits in its partition's lane and goes out in one batch with the
+        records other senders queued meanwhile (:mod:`wow_kafka.lanes`); the batch's
+        acknowledgement is this record's. Raises :class:`~wow_kafka.errors.KafkaSendError`
+        when the batch failed, or alone when the record is over ``max_request_size``.
+        """
+        lanes = self._lanes or await self._started()
         topic = message.topic
         if not self.topics.known(topic):
             await self.topics.ensure((topic,))
         try:
-            future = await producer.send(
-                topic, value=_bytes(message.payload), key=_bytes(message.key), timestamp_ms=message.timestamp
-            )
-            await future
+            if not lanes.partitions_known(topic):
+                await lanes.partitions_for(topic)
+            await lanes.queue(topic, _bytes(message.key), _bytes(message.payload), message.timestamp)
         except KafkaError as error:
             raise self._send_error(message, error) from error
 
@@ -174,25 +193,30 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
     async def send_many(self, messages: Sequence[TransportMessage]) -> None:
         """Send all ``messages``; return when every one was acknowledged.
 
-        Records are handed to the producer in order, so records of one key keep their
-        order. If any fails, the first failure is raised after all have completed;
-        the others may have been sent.
+        Records are queued in order, so records of one key keep their order. If any
+        fails, the first failure is raised after all have completed; the others may have
+        been sent. A record refused when queued (over ``max_request_size``) stops the
+        queueing: the records after it are not sent.
         """
         if not messages:
             return
-        producer = self._producer or await self._started()
-        await self.topics.ensure({message.topic for message in messages})
-        futures: list[asyncio.Future[Any]] = []
+        lanes = self._lanes or await self._started()
+        topics = {message.topic for message in messages}
+        await self.topics.ensure(topics)
+        futures: list[asyncio.Future[None]] = []
         first_error: BaseException | None = None
         failed: TransportMessage | None = None
+        try:
+            for topic in topics:
+                if not lanes.partitions_known(topic):
+                    await lanes.partitions_for(topic)
+        except KafkaError as error:
+            raise self._send_error(messages[0], error) from error
         for message in messages:
             try:
                 futures.append(
-                    await producer.send(
-                        message.topic,
-                        value=_bytes(message.payload),
-                        key=_bytes(message.key),
-                        timestamp_ms=message.timestamp,
+                    lanes.queue(
+                        message.topic, _bytes(message.key), _bytes(message.payload), message.timestamp
                     )
                 )
             except KafkaError as error:
@@ -210,6 +234,12 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
     def _send_error(self, message: TransportMessage, error: KafkaError) -> KafkaSendError:
         if isinstance(error, KafkaTopicError):
             return KafkaSendError(str(error), error)
+        if isinstance(error, MessageSizeTooLargeError):
+            return KafkaSendError(
+                f"the record for topic {message.topic!r} (key {message.key!r}) was not sent: over "
+                f"WOW_KAFKA__MAX_REQUEST_SIZE={self.settings.max_request_size} bytes: {error}",
+                error,
+            )
         return KafkaSendError(
             f"Kafka did not acknowledge the record for topic {message.topic!r} (key {message.key!r}) "
             f"at {self.settings.bootstrap_servers} within WOW_KAFKA__REQUEST_TIMEOUT_MS="
