@@ -85,6 +85,12 @@ def _settle(records: list[_Record], acknowledged: asyncio.Future[Any]) -> None:
             record.future.set_result(None)
 
 
+def _appended(builder: Any, record: _Record) -> bool:
+    """Whether ``builder`` (a ``producer.create_batch()``) took ``record`` (``False``: full)."""
+    added = builder.append(timestamp=record.timestamp_ms, key=record.key, value=record.value, headers=[])
+    return added is not None
+
+
 class _Topic:
     """A tracked topic's partitions as the producer's partitioner takes them, and the
     partitions of its recent keys (computed by that partitioner)."""
@@ -228,22 +234,11 @@ class PartitionLanes:
         for record in records:
             if record.future.done():
                 continue
-            if (
-                builder is None
-                or builder.append(
-                    timestamp=record.timestamp_ms, key=record.key, value=record.value, headers=[]
-                )
-                is None
-            ):
+            if builder is None or not _appended(builder, record):
                 builder = self._producer.create_batch()
                 members = []
                 batches.append((builder, members))
-                if (
-                    builder.append(
-                        timestamp=record.timestamp_ms, key=record.key, value=record.value, headers=[]
-                    )
-                    is None
-                ):
+                if not _appended(builder, record):
                     raise AssertionError("aiokafka refused the first record of a batch")
             members.append(record)
         return batches

@@ -52,7 +52,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status,
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 from opentelemetry.util import types
 
-from wow_otel.current import INDEXED, ids_flags_of, is_valid_of, span_of, state_of
+from wow_otel.current import INDEXED, flags_of, ids_flags_of, is_valid_of, span_of, state_of
 
 log = logging.getLogger(__name__)
 
@@ -79,17 +79,15 @@ _getrandbits = random.getrandbits
 _new_tuple = tuple.__new__
 
 
-def new_span_context(
-    trace_id: int, span_id: int, flags: TraceFlags, state: Any = None, remote: bool = False
-) -> SpanContext:
-    """A valid ``SpanContext`` of ids known to be valid (non-zero, in range), built as the
+def new_span_context(trace_id: int, span_id: int, flags: TraceFlags, state: Any = None) -> SpanContext:
+    """A valid local ``SpanContext`` of ids known to be valid (non-zero, in range), built as the
     tuple the API's constructor builds (:data:`~wow_otel.current.INDEXED`) without its
     frame and range checks; the API's constructor when the layout is another."""
     if state is None:
         state = DEFAULT_TRACE_STATE
     if INDEXED:
-        return _new_tuple(SpanContext, (trace_id, span_id, remote, flags, state, True))
-    return SpanContext(trace_id, span_id, remote, flags, state)
+        return _new_tuple(SpanContext, (trace_id, span_id, False, flags, state, True))
+    return SpanContext(trace_id, span_id, False, flags, state)
 
 
 def _emit_of(processor: object) -> Any:
@@ -183,9 +181,6 @@ class LeanTracer(trace_api.Tracer):
         (root,) = _delegates(sampler, "_root") or (sampler,)
         bound = getattr(root, "bound", None) if type(root) is TraceIdRatioBased else None
         self.root_bound: int | None = bound if type(bound) is int else None
-        self.resource = tracer.resource
-        self.scope = tracer._instrumentation_scope
-        self.info = tracer.instrumentation_info
         self.processor = tracer.span_processor
         self._processors = _processors(tracer)
         self.emits: tuple[Any, ...] = tuple(map(_emit_of, self._processors or ()))
@@ -403,7 +398,7 @@ class LeanSpan(trace_api.Span, ReadableSpan):
         multi: Any = tracer.processor
         if multi._span_processors is not tracer._processors:  # changed since: the SDK's way
             multi.on_end(self)
-        elif self._context[3] & 1 if INDEXED else self._context.trace_flags.sampled:
+        elif flags_of(self._context) & _SAMPLED:
             for emit in tracer.emits:
                 emit(self)
 

@@ -737,7 +737,7 @@ class TracingCommandHandler(CommandHandlerDecorator):
             return await self._measured(command)
         parent, skip = _parent(middleware, command)
         if not skip:
-            return await self._traced(tracer, command, parent)
+            return await self._traced(command, parent)
         # a trace not sampled: nothing records, its context goes on; the metrics
         token = attach(parent)
         try:
@@ -779,7 +779,7 @@ class TracingCommandHandler(CommandHandlerDecorator):
         point.record_ns(ns)
         return outcome
 
-    async def _traced(self, tracer: Tracer, command: CommandMessage[Any], parent: Any) -> CommandOutcome:
+    async def _traced(self, command: CommandMessage[Any], parent: Any) -> CommandOutcome:
         """The command's processing in its ``process`` span (and the metrics, if on)."""
         instruments = self.middleware.instruments
         base = self._base(command)
@@ -1028,7 +1028,7 @@ class TracingCommandGateway(CommandGatewayDecorator):
             return self._measured(command, wait, timeout, wait_stage)
         if wait is not None and wait.stage.rank > CommandStage.PROCESSED.rank:
             return self._through_stream(command, wait, timeout)
-        return self._traced(tracer, command, wait, timeout, wait_stage)
+        return self._traced(command, wait, timeout, wait_stage)
 
     async def _through_stream(
         self, command: CommandMessage[Any], wait: WaitPlan, timeout: float | None
@@ -1071,7 +1071,6 @@ class TracingCommandGateway(CommandGatewayDecorator):
 
     async def _traced(
         self,
-        tracer: Tracer,
         command: CommandMessage[Any],
         wait: WaitPlan | None,
         timeout: float | None,
@@ -1293,7 +1292,7 @@ class TracingEventHandler:
             return await self._metered(exchange)
         parent, skip = _parent(middleware, exchange.source.message)
         if not skip:
-            return await self._traced(tracer, exchange, parent)
+            return await self._traced(exchange, parent)
         # a trace not sampled: nothing records, its context goes on; the metrics
         token = attach(parent)
         try:
@@ -1317,7 +1316,7 @@ class TracingEventHandler:
         point.record_ns(ns)
         return settled
 
-    async def _traced(self, tracer: Tracer, exchange: FunctionExchange, parent: Any) -> Settled:
+    async def _traced(self, exchange: FunctionExchange, parent: Any) -> Settled:
         """The function's handling in its consumer span (and the metrics, if on)."""
         instruments = self.middleware.instruments
         base = self._base(exchange)
