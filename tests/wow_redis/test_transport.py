@@ -6,7 +6,8 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import Callable
+import uuid
+from collections.abc import Awaitable, Callable
 
 import pytest
 from redis.asyncio import Redis
@@ -17,7 +18,7 @@ from wow_core.messaging import BusClosedError
 from wow_core.metrics import InMemoryMetrics
 from wow_core.model import NamedAggregate, TopicKind
 from wow_core.testing.support import ConformanceTimeout
-from wow_core.transport import TransportMessage
+from wow_core.transport import TransportMessage, TransportRecord
 from wow_redis import RedisMessageBusObserver, RedisStreamReceiver, RedisStreamTransport
 from wow_redis.observer import CLAIMED, DEAD_LETTERED, SEND_FAILURES, UNDECODABLE
 
@@ -29,6 +30,25 @@ Make = Callable[..., RedisStreamTransport]
 async def pending_count(redis: Redis, stream: str, group: str) -> int:
     summary = await redis.xpending(stream, group)
     return int(summary["pending"])
+
+
+async def delivery_counts(redis: Redis, stream: str, group: str) -> dict[str, tuple[str, int]]:
+    """Per pending entry id, its consumer and XPENDING's times-delivered."""
+    rows = await redis.xpending_range(stream, group, min="-", max="+", count=10_000)
+    return {
+        row["message_id"].decode(): (row["consumer"].decode(), int(row["times_delivered"])) for row in rows
+    }
+
+
+def claimed_at_least(metrics: InMemoryMetrics, stream: str, count: int) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return metrics.counter_value(CLAIMED, stream=stream, group="g1") >= count
+
+    return check
+
+
+def entry_id_of(record: TransportRecord) -> str:
+    return record.position.rsplit("/", 1)[1]
 
 
 def topic_of(transport: RedisStreamTransport, aggregate: str = "account") -> str:
@@ -432,6 +452,8 @@ async def test_entries_of_a_dead_consumer_are_claimed_by_a_living_one(
     records = await take(receiver, 10)
     assert sorted(int(r.payload) for r in records) == list(range(10))
     assert all(r.delivery_count == 2 for r in records)
+    counts = await delivery_counts(redis, topic, "g1")
+    assert counts == {entry_id_of(r): (receiver.consumer, 2) for r in records}, "claimed, counted once"
     for record in records:
         await record.ack()
     await receiver.close()
@@ -463,6 +485,106 @@ async def test_entries_waiting_in_the_read_ahead_are_not_claimed_again_by_their_
     assert await pending_count(redis, topic, "g1") == 0
 
 
+async def test_read_ahead_entries_claimed_by_their_own_scan_keep_their_delivery_count(
+    make_transport: Make, redis: Redis
+) -> None:
+    # The own recovery scan claims the entries waiting in the read-ahead over and over
+    # (their idle time counts while they wait); the claim must not count a delivery
+    # (it did: XAUTOCLAIM counted one per scan, so they neared max_deliveries unhandled).
+    metrics = InMemoryMetrics()
+    transport = make_transport(claim_idle_time=0.2, max_deliveries=2, metrics=metrics)
+    topic = topic_of(transport)
+    receiver = await opened(transport, "g1", [topic])
+    await transport.send_many([message(topic, key=f"k{n}", payload=str(n)) for n in range(20)])
+    records = aiter(receiver)
+    [first] = await take(records, 1)
+    await first.ack()
+    await eventually(claimed_at_least(metrics, topic, 19 * 3), what="three self-claims of each")
+    counts = await delivery_counts(redis, topic, "g1")
+    assert len(counts) == 19
+    assert {count for _, count in counts.values()} == {1}, "a self-claim counts no delivery"
+    rest = await take(records, 19)
+    assert sorted(int(r.payload) for r in rest) == list(range(1, 20)), "each entry once"
+    assert all(r.delivery_count == 1 for r in rest)
+    for record in rest:
+        await record.ack()
+    await receiver.close()
+    assert await pending_count(redis, topic, "g1") == 0
+    assert await redis.xlen(f"{topic}.dlq") == 0
+    assert metrics.counter_value(DEAD_LETTERED, stream=topic, group="g1") == 0
+
+
+async def test_read_ahead_entries_handed_back_unhandled_are_delivered_not_dead_lettered(
+    make_transport: Make, redis: Redis
+) -> None:
+    # Entries self-claimed while waiting, then handed back unhandled by a close: the next
+    # member delivers them for the second time, well within max_deliveries=2 (they were
+    # dead-lettered: each self-claim had counted a delivery).
+    metrics = InMemoryMetrics()
+    transport = make_transport(claim_idle_time=0.2, max_deliveries=2, metrics=metrics)
+    topic = topic_of(transport)
+    slow = await opened(transport, "g1", [topic])
+    await transport.send_many([message(topic, key=f"k{n}", payload=str(n)) for n in range(20)])
+    records = aiter(slow)
+    [first] = await take(records, 1)
+    await first.ack()
+    await eventually(claimed_at_least(metrics, topic, 19 * 3), what="three self-claims of each")
+    await slow.close()  # the 19 never handled go back to the group
+    successor = await opened(transport, "g1", [topic])
+    rest = await take(successor, 19)
+    assert sorted(int(r.payload) for r in rest) == list(range(1, 20))
+    assert all(r.delivery_count == 2 for r in rest)
+    counts = await delivery_counts(redis, topic, "g1")
+    assert counts == {entry_id_of(r): (successor.consumer, 2) for r in rest}
+    for record in rest:
+        await record.ack()
+    await successor.close()
+    assert await pending_count(redis, topic, "g1") == 0
+    assert await redis.xlen(f"{topic}.dlq") == 0
+    assert metrics.counter_value(DEAD_LETTERED, stream=topic, group="g1") == 0
+
+
+async def test_entries_of_a_crashed_consumer_are_counted_and_the_own_waiting_ones_are_not(
+    make_transport: Make, redis: Redis
+) -> None:
+    # One scan claims both: a crashed consumer's entries (a real redelivery, counted) and
+    # the entries waiting in this receiver's read-ahead (not delivered again, not counted).
+    metrics = InMemoryMetrics()
+    transport = make_transport(claim_idle_time=0.2, max_deliveries=2, metrics=metrics)
+    topic = topic_of(transport)
+    receiver = transport.open("g1", [topic])
+    await receiver.ready()  # the group exists; nothing read yet
+    await transport.send_many([message(topic, key=f"d{n}", payload=f"dead-{n}") for n in range(5)])
+    crashed = f"crashed-{uuid.uuid4().hex[:8]}"
+    [[_, taken]] = await redis.xreadgroup("g1", crashed, {topic: ">"})  # and never acknowledged
+    assert len(taken) == 5
+    await transport.send_many([message(topic, key=f"k{n}", payload=str(n)) for n in range(20)])
+    receiver.open_processing()
+    records = aiter(receiver)
+    [first] = await take(records, 1)
+    assert first.payload == "0"
+    await first.ack()
+    # the crashed entries are claimed, then wait here and are claimed again with the others
+    await eventually(claimed_at_least(metrics, topic, 24 * 3), what="three claims of each")
+    counts = await delivery_counts(redis, topic, "g1")
+    assert len(counts) == 24
+    assert {consumer for consumer, _ in counts.values()} == {receiver.consumer}
+    rest = await take(records, 24)
+    by_payload = {r.payload: r for r in rest}
+    assert sorted(by_payload) == sorted([f"dead-{n}" for n in range(5)] + [str(n) for n in range(1, 20)])
+    for payload, record in by_payload.items():
+        expected = 2 if payload.startswith("dead-") else 1
+        assert record.delivery_count == expected, payload
+        assert counts[entry_id_of(record)][1] == expected, payload
+    for record in rest:
+        await record.ack()
+    with pytest.raises(TimeoutError):
+        await take(records, 1, timeout=0.6)
+    await receiver.close()
+    assert await pending_count(redis, topic, "g1") == 0
+    assert await redis.xlen(f"{topic}.dlq") == 0
+
+
 async def test_an_entry_past_max_deliveries_goes_to_the_dead_letter_stream(
     make_transport: Make, redis: Redis
 ) -> None:
@@ -487,6 +609,35 @@ async def test_an_entry_past_max_deliveries_goes_to_the_dead_letter_stream(
     assert fields[b"wow_deliveries"] == b"4"
     assert await pending_count(redis, topic, "g1") == 0
     assert metrics.counter_value(DEAD_LETTERED, stream=topic, group="g1") == 1
+
+
+async def test_a_claimed_entry_far_past_the_own_pending_ones_is_counted_and_dead_lettered(
+    make_transport: Make, redis: Redis
+) -> None:
+    # Two entries claimed in one scan with 60 entries pending here between them: their
+    # delivery counts are read past the first XPENDING page (the second one's was taken
+    # as 1, so an entry past max_deliveries was delivered again instead of dead-lettered).
+    metrics = InMemoryMetrics()
+    transport = make_transport(claim_idle_time=None, max_deliveries=5, metrics=metrics)
+    topic = topic_of(transport)
+    receiver = transport.open("g1", [topic])
+    await receiver.ready()  # nothing read: the scan below is called directly
+    await transport.send_many([message(topic, payload=str(n)) for n in range(62)])
+    crashed = f"crashed-{uuid.uuid4().hex[:8]}"
+    [[_, taken]] = await redis.xreadgroup("g1", crashed, {topic: ">"})
+    ids = [raw_id.decode() for raw_id, _ in taken]
+    # entries 1..60 pending here (not idle, never read here), 0 and 61 idle in the crashed one
+    await redis.xclaim(topic, "g1", receiver.consumer, 0, ids[1:61], justid=True)
+    await redis.xclaim(topic, "g1", crashed, 0, [ids[0]], idle=60_000, justid=True)
+    await redis.xclaim(topic, "g1", crashed, 0, [ids[61]], idle=60_000, retrycount=5, justid=True)
+    assert await receiver.claim_idle(30.0) == 2
+    [record] = await take(receiver, 1)
+    assert (record.payload, record.delivery_count) == ("0", 2)
+    assert await redis.xlen(f"{topic}.dlq") == 1
+    [(_, fields)] = await redis.xrange(f"{topic}.dlq")
+    assert (fields[b"msg"], fields[b"wow_deliveries"]) == (b"61", b"6")
+    assert metrics.counter_value(DEAD_LETTERED, stream=topic, group="g1") == 1
+    await receiver.close()
 
 
 # -- entries that are not messages -------------------------------------------------------

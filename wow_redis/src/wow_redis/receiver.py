@@ -29,7 +29,9 @@ over some streams. What it guarantees:
   longer than the idle time are claimed with ``XAUTOCLAIM`` and delivered again, so a
   crashed member's work is done by the living ones. Entries that wait in this receiver's
   read-ahead are claimed by its own scan too (their idle time restarts) but not delivered
-  a second time. An entry delivered more than
+  a second time. The claim itself (``JUSTID``) counts no delivery; only the entries then
+  delivered again are fetched (``XCLAIM``), which counts one, so an entry waiting behind
+  slow handlers does not near ``max_deliveries`` unhandled. An entry delivered more than
   ``max_deliveries`` times is copied to ``<stream>.dlq`` and acknowledged, atomically,
   instead of being delivered forever.
 - An entry that is not a message (no UTF-8 ``msg`` field) is reported through the
@@ -396,16 +398,49 @@ class RedisStreamReceiver:
                 if not entries:
                     break
                 cursor = _text(entries[-1][0])
-                counts = await self._delivery_counts(topic, entries)
+                counts = await self._delivery_counts(topic, [_text(entry[0]) for entry in entries])
                 await self._deliver(topic, entries, counts)
 
-    async def _delivery_counts(self, topic: str, entries: Sequence[Any]) -> dict[str, int]:
-        first, last = _text(entries[0][0]), _text(entries[-1][0])
-        async with deadline(self._timeout, "XPENDING"):
-            rows = await self._client.xpending_range(
-                topic, self.group, min=first, max=last, count=len(entries) + 16, consumername=self.consumer
-            )
-        return {_text(row["message_id"]): int(row["times_delivered"]) for row in rows}  # type: ignore[arg-type]
+    def _pending_page(self, topic: str, low: str, high: str, count: int) -> bytes:
+        """``XPENDING`` of this consumer's entries from ``low`` to ``high``, ``count`` at most."""
+        return pack(
+            b"XPENDING",
+            topic.encode(),
+            self.group.encode(),
+            low.encode(),
+            high.encode(),
+            b"%d" % count,
+            self.consumer.encode(),
+        )
+
+    def _page_size(self, ids: Sequence[str]) -> int:
+        """Rows asked per ``XPENDING`` page over ``ids``: room for the own entries between them."""
+        return len(ids) + len(self._waiting) + 16
+
+    async def _delivery_counts(
+        self, topic: str, ids: Sequence[str], first_page: tuple[list[Any], int] | None = None
+    ) -> dict[str, int]:
+        """XPENDING's times-delivered of ``ids`` (ascending, pending in this consumer).
+
+        ``first_page``: the reply of ``_pending_page(topic, ids[0], ids[-1], size)`` and that
+        ``size``, when already read. Further pages are read only while some id is missing
+        from a full one.
+        """
+        rows, size = first_page if first_page is not None else (None, self._page_size(ids))
+        low, high = ids[0], ids[-1]
+        counts: dict[str, int] = {}
+        while True:
+            if rows is None:
+                async with deadline(self._timeout, "XPENDING"):
+                    [rows] = await round_trip(self._client, [self._pending_page(topic, low, high, size)])
+                if isinstance(rows, ResponseError):
+                    raise rows
+            assert rows is not None
+            for row in rows:
+                counts[_text(row[0])] = int(row[3])
+            if len(rows) < size or all(entry_id in counts for entry_id in ids):
+                return counts
+            low, rows = "(" + _text(rows[-1][0]), None
 
     async def _deliver(
         self, topic: str, entries: Sequence[Any], counts: dict[str, int] | None, *, claimed: bool = False
@@ -424,8 +459,6 @@ class RedisStreamReceiver:
             if deliveries > self._settings.max_deliveries:
                 await self._send_to_dead_letter(topic, entry_id, deliveries, "max deliveries exceeded")
                 continue
-            if isinstance(fields, dict):  # from redis-py's XAUTOCLAIM parsing
-                fields = [part for pair in fields.items() for part in pair]
             record = self._record(topic, entry_id, fields, deliveries)
             if record is not None:
                 records.append(record)
@@ -499,27 +532,8 @@ class RedisStreamReceiver:
             cursor = "0-0"
             scanned = 0
             while not self._closing:
-                async with deadline(self._timeout, "XAUTOCLAIM"):
-                    claimed = await self._client.xautoclaim(
-                        topic,
-                        self.group,
-                        self.consumer,
-                        idle_ms,
-                        start_id=cursor,
-                        count=self._settings.batch_size,
-                    )
-                next_cursor, entries = claimed[0], claimed[1]
-                deleted = claimed[2] if len(claimed) > 2 else ()
-                for entry_id in deleted or ():
-                    self._observer.dead_lettered(
-                        topic, self.group, _text(entry_id), 0, "trimmed before processing"
-                    )
-                if entries:
-                    total += len(entries)
-                    self._observer.claimed(topic, self.group, self.consumer, len(entries))
-                    counts = await self._delivery_counts(topic, entries)
-                    await self._deliver(topic, entries, counts, claimed=True)
-                cursor = _text(next_cursor)
+                cursor, claimed = await self._claim_page(topic, idle_ms, cursor)
+                total += claimed
                 scanned += self._settings.batch_size
                 if cursor == "0-0" or scanned >= self._settings.batch_size * 16:
                     break
@@ -536,26 +550,69 @@ class RedisStreamReceiver:
         for topic in self.topics:
             if self._closing:
                 return
-            async with deadline(self._timeout, "XAUTOCLAIM"):
-                claimed = await self._client.xautoclaim(
-                    topic,
-                    self.group,
-                    self.consumer,
-                    idle_ms,
-                    start_id=self._hand_back_cursor.get(topic, "0-0"),
-                    count=self._settings.batch_size,
-                )
-            self._hand_back_cursor[topic] = _text(claimed[0])
-            entries = claimed[1]
-            trimmed = (claimed[2] if len(claimed) > 2 else ()) or ()
-            for entry_id in trimmed:
-                self._observer.dead_lettered(
-                    topic, self.group, _text(entry_id), 0, "trimmed before processing"
-                )
-            if entries:
-                self._observer.claimed(topic, self.group, self.consumer, len(entries))
-                counts = await self._delivery_counts(topic, entries)
-                await self._deliver(topic, entries, counts, claimed=True)
+            cursor = self._hand_back_cursor.get(topic, "0-0")
+            self._hand_back_cursor[topic], _ = await self._claim_page(topic, idle_ms, cursor)
+
+    async def _claim_page(self, topic: str, idle_ms: int, cursor: str) -> tuple[str, int]:
+        """One ``XAUTOCLAIM`` page from ``cursor``; returns the next cursor and how many were claimed.
+
+        The claim is ``JUSTID``, which counts no delivery: it resets the idle time of the
+        entries waiting in this receiver's read-ahead (claimed from itself; they are
+        delivered once, from there). The others, to be delivered now (a dead consumer's,
+        handed back, or in flight here past the idle time), are fetched with ``XCLAIM``,
+        which counts the delivery, and their counts read with ``XPENDING`` in the same
+        round trip: one round trip when nothing is claimed or all of it waits here, two
+        otherwise. Entries deleted from the stream that ``XAUTOCLAIM`` reports (and drops
+        from the pending list) are reported as trimmed.
+        """
+        packed = pack(
+            b"XAUTOCLAIM",
+            topic.encode(),
+            self.group.encode(),
+            self.consumer.encode(),
+            b"%d" % idle_ms,
+            cursor.encode(),
+            b"COUNT",
+            b"%d" % self._settings.batch_size,
+            b"JUSTID",
+        )
+        async with deadline(self._timeout, "XAUTOCLAIM"):
+            [reply] = await round_trip(self._client, [packed])
+        if isinstance(reply, ResponseError):
+            raise reply
+        next_cursor, ids = _text(reply[0]), [_text(entry_id) for entry_id in reply[1]]
+        for entry_id in (reply[2] if len(reply) > 2 else None) or ():  # Redis 7: deleted entries
+            self._observer.dead_lettered(topic, self.group, _text(entry_id), 0, "trimmed before processing")
+        if ids:
+            self._observer.claimed(topic, self.group, self.consumer, len(ids))
+            waiting = self._waiting
+            deliver = [entry_id for entry_id in ids if (topic, entry_id) not in waiting]
+            if deliver:
+                await self._redeliver(topic, deliver)
+        return next_cursor, len(ids)
+
+    async def _redeliver(self, topic: str, ids: list[str]) -> None:
+        """Fetch ``ids`` (claimed by this consumer, ascending) with ``XCLAIM``, counting a
+        delivery, and deliver them with their counts."""
+        group, consumer = self.group.encode(), self.consumer.encode()
+        fetch = pack(b"XCLAIM", topic.encode(), group, consumer, b"0", *(i.encode() for i in ids))
+        size = self._page_size(ids)
+        counts_page = self._pending_page(topic, ids[0], ids[-1], size)
+        async with deadline(self._timeout, "XCLAIM"):
+            entries, rows = await round_trip(self._client, [fetch, counts_page])
+        for reply in (entries, rows):
+            if isinstance(reply, ResponseError):
+                raise reply
+        entries = [entry for entry in entries if entry is not None]  # nil: deleted (Redis 6.2)
+        counts = await self._delivery_counts(topic, ids, (rows, size))
+        await self._deliver(topic, entries, counts, claimed=True)
+        # An id XCLAIM did not return, though still pending here, has no content left (Redis
+        # before 7 keeps a deleted entry pending): handled as trimmed. One no longer pending
+        # was acknowledged meanwhile, or deleted (Redis 7 drops it): nothing to deliver.
+        fetched = {_text(entry[0]) for entry in entries}
+        for entry_id in ids:
+            if entry_id not in fetched and entry_id in counts:
+                await self._trimmed(topic, entry_id)
 
     async def _send_to_dead_letter(self, topic: str, entry_id: str, deliveries: int, reason: str) -> None:
         if self._dead_letter is None:
