@@ -3,13 +3,15 @@ the direct ``traceparent`` format and parse against the SDK's propagator."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, TracerProvider, _TracerConfig
 from opentelemetry.sdk.trace import Span as SdkSpan
+from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import (
@@ -19,10 +21,19 @@ from opentelemetry.sdk.trace.sampling import (
     SamplingResult,
     TraceIdRatioBased,
 )
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from wow_core.model import AggregateId, CommandMessage, Header, NamedAggregate
+from wow_otel import lean, propagation
 from wow_otel.lean import LeanSpan, LeanTracer, lean_tracer
 from wow_otel.propagation import TRACEPARENT, TRACESTATE, extract, inject, remote_parent, traceparent
 
@@ -342,3 +353,127 @@ def test_a_traceparent_read_again_gives_the_same_parent_without_a_parse() -> Non
     invalid[TRACEPARENT] = "00-00000000000000000000000000000000-b7ad6b7169203331-01"
     assert remote_parent(invalid) is None
     assert remote_parent(Header()) is None
+
+
+def _command() -> CommandMessage[Any]:
+    return CommandMessage(AggregateId(NamedAggregate("t", "a"), "a-1"), {"n": 1}, "add")
+
+
+@pytest.mark.parametrize("flags", [0x00, 0x01, 0x03])
+def test_a_traceparent_written_here_is_read_back_without_a_parse_as_the_sdk_reads_it(
+    flags: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local-first copy's receiver takes its parent from the ids inject wrote."""
+    context = SpanContext(2**90 + flags, 2**50 + 11, is_remote=False, trace_flags=TraceFlags(flags))
+    message = inject(
+        CommandMessage(AggregateId(NamedAggregate("t", "a"), "a-1"), {"n": 1}, "add"), span_context=context
+    )
+
+    def no_parse(header: Header) -> SpanContext | None:
+        raise AssertionError("parsed")
+
+    monkeypatch.setattr(propagation, "remote_span_context", no_parse)
+    found = remote_parent(message.header)
+    assert found is not None
+    remote, parent = found
+    monkeypatch.undo()
+    expected = _sdk_extract(message.header)
+    assert remote == expected
+    assert (remote.is_remote, remote.trace_state, type(remote.trace_flags)) == (
+        True,
+        expected.trace_state,
+        TraceFlags,
+    )
+    assert trace.get_current_span(parent).get_span_context() is remote
+
+
+def test_a_traceparent_with_a_trace_state_is_read_from_the_header() -> None:
+    state = TraceState([("vendor", "abc")])
+    context = SpanContext(2**90, 2**50, is_remote=False, trace_flags=TraceFlags(1), trace_state=state)
+    message = inject(
+        CommandMessage(AggregateId(NamedAggregate("t", "a"), "a-1"), {"n": 1}, "add"), span_context=context
+    )
+    found = remote_parent(message.header)
+    assert found is not None
+    assert found[0] == _sdk_extract(message.header)
+    assert found[0].trace_state == state
+
+
+def test_a_full_batch_wakes_the_batch_processors_worker() -> None:
+    """A lean span's end queues on the batch processor directly; the batch's last span
+    wakes the worker, as the processor's own emit does (no flush, no schedule delay)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(
+        BatchSpanProcessor(exporter, max_export_batch_size=4, schedule_delay_millis=60_000)
+    )
+    tracer = lean_tracer(provider.get_tracer("wow"))
+    assert isinstance(tracer, LeanTracer)
+    assert tracer.batch is not None
+    try:
+        for n in range(3):
+            tracer.start_span(f"s{n}").end()
+        time.sleep(0.2)
+        assert exporter.get_finished_spans() == ()
+        tracer.start_span("s3").end()
+        deadline = time.monotonic() + 5
+        while len(exporter.get_finished_spans()) < 4 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert [span.name for span in exporter.get_finished_spans()] == ["s0", "s1", "s2", "s3"]
+    finally:
+        provider.shutdown()
+
+
+def test_a_shut_down_processor_or_a_fork_goes_through_the_processors_emit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    tracer = lean_tracer(provider.get_tracer("wow"))
+    assert isinstance(tracer, LeanTracer)
+    batch = tracer.batch
+    emitted: list[ReadableSpan] = []
+    real = batch.emit
+
+    def emit(span: ReadableSpan) -> None:
+        emitted.append(span)
+        real(span)
+
+    monkeypatch.setattr(batch, "emit", emit)
+    tracer.start_span("queued").end()
+    assert emitted == []
+    monkeypatch.setattr(lean, "_pid", -1)  # as in a child process before the processor's reinit
+    forked = tracer.start_span("after a fork")
+    forked.end()
+    assert emitted == [forked]
+    monkeypatch.undo()
+    provider.force_flush()
+    assert [span.name for span in exporter.get_finished_spans()] == ["queued", "after a fork"]
+    provider.shutdown()
+    tracer.start_span("after the shutdown").end()  # the processor's emit: dropped, no error
+    assert [span.name for span in exporter.get_finished_spans()] == ["queued", "after a fork"]
+
+
+def test_a_disabled_tracer_or_another_configuration_reader_takes_the_general_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    provider, exporter = _pipeline()
+    sdk = provider.get_tracer("wow")
+    tracer = lean_tracer(sdk)
+    assert isinstance(tracer, LeanTracer)
+    sdk._set_tracer_config(_TracerConfig(is_enabled=False))
+    assert not tracer.start_span("disabled").is_recording()
+    sdk._set_tracer_config(_TracerConfig(is_enabled=True))
+    monkeypatch.setattr(SdkTracer, "_is_enabled", lambda self: True)
+    monkeypatch.delattr(sdk, "_tracer_config")
+    other = lean_tracer(sdk)
+    assert isinstance(other, LeanTracer)
+    assert not other._direct
+    span = other.start_span("through the general path")
+    assert isinstance(span, LeanSpan)
+    child = other.start_span("child", context=trace.set_span_in_context(span))
+    child.end()
+    span.end()
+    assert [s.name for s in exporter.get_finished_spans()] == ["child", "through the general path"]
+    assert exporter.get_finished_spans()[0].parent == span.get_span_context()

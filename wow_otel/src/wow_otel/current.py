@@ -13,6 +13,7 @@ API's own functions.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from contextvars import ContextVar
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -37,6 +38,8 @@ DIRECT = (
     and (trace.get_current_span(Context({_key: INVALID_SPAN})) is INVALID_SPAN)
 )
 """Whether the functions below bypass the API (module docstring)."""
+SPAN_KEY: str = _key if DIRECT else ""
+"""The context key of the current span (when :data:`DIRECT`)."""
 
 
 def _api_attach(context: Context) -> object:
@@ -87,9 +90,8 @@ if DIRECT:
     _reset = _var.reset
     _invalid = INVALID_SPAN
 
-    def current() -> Context:
-        """The current context (``context.get_current()``)."""
-        return _get()
+    current: Callable[[], Context] = _get
+    """The current context (``context.get_current()``): the ContextVar's own ``get``."""
 
     def attach(context: Context) -> object:
         """Make ``context`` current; the token for :func:`detach` (``context.attach``)."""
@@ -118,6 +120,11 @@ if DIRECT:
         (``trace.set_span_in_context``, one dict built)."""
         return Context({**(_get() if context is None else context), _key: span})
 
+    def attach_span(span: Span, context: Context | None = None) -> object:
+        """``attach(with_span(span, context))`` in one call: ``span`` current, in
+        ``context`` (default: the current one); the token for :func:`detach`."""
+        return _set(Context({**(_get() if context is None else context), _key: span}))
+
 else:  # pragma: no cover - another runtime context, or API internals moved
     current = otel_context.get_current
     attach = _api_attach
@@ -125,3 +132,6 @@ else:  # pragma: no cover - another runtime context, or API internals moved
     current_span_context = _api_current_span_context
     span_of = trace.get_current_span
     with_span = _api_with_span
+
+    def attach_span(span: Span, context: Context | None = None) -> object:
+        return _api_attach(_api_with_span(span, context))

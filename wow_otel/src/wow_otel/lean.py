@@ -32,7 +32,9 @@ list of ``SynchronousMultiSpanProcessor``, the tracer's span limits and scope).
 
 from __future__ import annotations
 
+import collections
 import logging
+import os
 import random
 import traceback
 from collections.abc import Mapping, Sequence
@@ -52,7 +54,17 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status,
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 from opentelemetry.util import types
 
-from wow_otel.current import INDEXED, flags_of, ids_flags_of, is_valid_of, span_of, state_of
+from wow_otel.current import (
+    DIRECT,
+    INDEXED,
+    SPAN_KEY,
+    current,
+    flags_of,
+    ids_flags_of,
+    is_valid_of,
+    span_of,
+    state_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -77,17 +89,23 @@ collector tracks, one per span context otherwise."""
 _LOW_64 = TraceIdRatioBased.TRACE_ID_LIMIT
 _getrandbits = random.getrandbits
 _new_tuple = tuple.__new__
+_new_object = object.__new__
+_current = current
+_SPAN_KEY = SPAN_KEY
 
 
-def new_span_context(trace_id: int, span_id: int, flags: TraceFlags, state: Any = None) -> SpanContext:
-    """A valid local ``SpanContext`` of ids known to be valid (non-zero, in range), built as the
-    tuple the API's constructor builds (:data:`~wow_otel.current.INDEXED`) without its
-    frame and range checks; the API's constructor when the layout is another."""
+def new_span_context(
+    trace_id: int, span_id: int, flags: int, state: Any = None, *, remote: bool = False
+) -> SpanContext:
+    """A valid ``SpanContext`` (local unless ``remote``) of ids known to be valid (non-zero,
+    in range), built as the tuple the API's constructor builds
+    (:data:`~wow_otel.current.INDEXED`) without its frame and range checks; the API's
+    constructor when the layout is another."""
     if state is None:
         state = DEFAULT_TRACE_STATE
     if INDEXED:
-        return _new_tuple(SpanContext, (trace_id, span_id, False, flags, state, True))
-    return SpanContext(trace_id, span_id, False, flags, state)
+        return _new_tuple(SpanContext, (trace_id, span_id, remote, FLAGS[flags], state, True))
+    return SpanContext(trace_id, span_id, remote, FLAGS[flags], state)
 
 
 def _emit_of(processor: object) -> Any:
@@ -100,6 +118,32 @@ def _emit_of(processor: object) -> Any:
         if callable(emit):
             return emit
     return processor.on_end  # type: ignore[attr-defined]
+
+
+_BATCH_FIELDS = ("_queue", "_shutdown", "_pid", "_max_queue_size", "_max_export_batch_size", "_worker_awaken")
+_pid = os.getpid()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+def _batch_of(processors: tuple[Any, ...] | None) -> Any:
+    """The SDK's ``BatchProcessor`` of a single ``BatchSpanProcessor`` whose internals are
+    the ones :meth:`LeanSpan.end` reads (its queue, limits, wake-up event, shutdown flag
+    and process id), else ``None`` (the processors' ``on_end`` / ``emit``)."""
+    if processors is None or len(processors) != 1 or type(processors[0]) is not BatchSpanProcessor:
+        return None
+    batch = getattr(processors[0], "_batch_processor", None)
+    if batch is None or not all(hasattr(batch, name) for name in _BATCH_FIELDS):
+        return None
+    if not isinstance(batch._queue, collections.deque) or not callable(getattr(batch, "emit", None)):
+        return None
+    return batch
 
 
 def _processors(tracer: SdkTracer) -> tuple[Any, ...] | None:
@@ -184,11 +228,21 @@ class LeanTracer(trace_api.Tracer):
         self.processor = tracer.span_processor
         self._processors = _processors(tracer)
         self.emits: tuple[Any, ...] = tuple(map(_emit_of, self._processors or ()))
+        self.batch: Any = _batch_of(self._processors)
         self._ids = tracer.id_generator
         self.span_id = tracer.id_generator.generate_span_id
         self._random_span_ids = type(tracer.id_generator) is RandomIdGenerator
         random_ids = getattr(tracer.id_generator, "is_trace_id_random", None)
         self._random_ids = bool(random_ids()) if callable(random_ids) else False
+        # start_owning's common case reads the context, the span context tuple and the
+        # tracer's configuration directly: only where they are what it reads
+        config = getattr(tracer, "_tracer_config", None)
+        self._direct = (
+            DIRECT
+            and INDEXED
+            and type(getattr(config, "is_enabled", None)) is bool
+            and tracer._is_enabled() is config.is_enabled  # type: ignore[union-attr]
+        )
         # What every span of this tracer shares, on its own span class: not set per span.
         self.span_type: type[LeanSpan] = type(
             "LeanSpan",
@@ -207,6 +261,7 @@ class LeanTracer(trace_api.Tracer):
         if multi._span_processors is not self._processors:  # one added since: check again
             self._processors = _processors(self.sdk)
             self.emits = tuple(map(_emit_of, self._processors or ()))
+            self.batch = _batch_of(self._processors)
         return self._processors is not None and self.sdk._is_enabled()
 
     def _new_span_id(self) -> int:
@@ -242,6 +297,68 @@ class LeanTracer(trace_api.Tracer):
         it never touches again, kept as the span's attributes without a copy (a value
         that is not a plain scalar is still cleaned as the SDK would). What the
         decorators call; the SDK tracer when the pipeline has changed (module docstring)."""
+        # The common case in a few operations (a sampled child under the always-on or
+        # parent-based sampler, or a root under always-on): the parent read from the
+        # context, the ids, the span context tuple and the span's fields, no frame each.
+        multi: Any = self.processor
+        if self._direct and multi._span_processors is self._processors and self.sdk._tracer_config.is_enabled:
+            found: Any = (_current() if context is None else context).get(_SPAN_KEY, None)
+            if attributes and not _PLAIN.issuperset(map(type, attributes.values())):
+                attributes = _cleaned(attributes)
+            kind_of = type(found)
+            parent = (
+                found._context
+                if kind_of is self.span_type or kind_of is NonRecordingSpan
+                else (None if found is None else found.get_span_context())
+            )
+            if parent is not None and parent[5]:  # a valid parent (INDEXED)
+                parent_flags = parent[3]
+                if parent_flags & _SAMPLED and self.follows_sampled:
+                    span_id = (_getrandbits(64) if self._random_span_ids else 0) or self.span_id()
+                    flags = FLAGS[parent_flags & _RANDOM | _SAMPLED]
+                    ids = (parent[0], span_id, False, flags, parent[4], True)
+                    return self._new(name, _new_tuple(SpanContext, ids), parent, kind, attributes)
+            elif self.samples_roots:
+                trace_id = self._ids.generate_trace_id()
+                span_id = (_getrandbits(64) if self._random_span_ids else 0) or self.span_id()
+                flags = FLAGS[(_RANDOM if self._random_ids else 0) | _SAMPLED]
+                return self._new(
+                    name,
+                    _new_tuple(SpanContext, (trace_id, span_id, False, flags, DEFAULT_TRACE_STATE, True)),
+                    None,
+                    kind,
+                    attributes,
+                )
+            return self._start(name, context, kind, attributes)
+        return self._start(name, context, kind, attributes)
+
+    def _new(
+        self,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        kind: SpanKind,
+        attributes: dict[str, Any] | None,
+    ) -> LeanSpan:
+        """A recording span of this tracer, its fields set here (no ``__init__`` frame)."""
+        span: LeanSpan = _new_object(self.span_type)
+        span._name = name
+        span._context = context
+        span._parent = parent
+        span._kind = kind
+        span._attributes = attributes if attributes is not None else {}
+        span._start_time = time_ns()
+        return span
+
+    def _start(
+        self,
+        name: str,
+        context: Context | None,
+        kind: SpanKind,
+        attributes: dict[str, Any] | None,
+    ) -> trace_api.Span:
+        """:meth:`start_owning` past its common case: every sampler, the SDK's way when the
+        pipeline changed."""
         if not self._lean():
             return self.sdk.start_span(name, context, kind, attributes)
         if attributes and not _PLAIN.issuperset(map(type, attributes.values())):
@@ -252,32 +369,32 @@ class LeanTracer(trace_api.Tracer):
             trace_id = self._ids.generate_trace_id()
             flags = _RANDOM if self._random_ids else 0
             if self.samples_roots:
-                span_context = new_span_context(trace_id, self._new_span_id(), FLAGS[flags | _SAMPLED])
+                span_context = new_span_context(trace_id, self._new_span_id(), flags | _SAMPLED)
                 return self.span_type(name, span_context, None, kind, attributes)
             bound = self.root_bound
             if bound is not None:
                 if trace_id & _LOW_64 < bound:
-                    span_context = new_span_context(trace_id, self._new_span_id(), FLAGS[flags | _SAMPLED])
+                    span_context = new_span_context(trace_id, self._new_span_id(), flags | _SAMPLED)
                     return self.span_type(name, span_context, None, kind, attributes)
-                return NonRecordingSpan(new_span_context(trace_id, self._new_span_id(), FLAGS[flags]))
+                return NonRecordingSpan(new_span_context(trace_id, self._new_span_id(), flags))
         else:
             trace_id, _, parent_flags = ids_flags_of(parent)
             flags = parent_flags & _RANDOM
             if parent_flags & _SAMPLED:
                 if self.follows_sampled:
                     span_context = new_span_context(
-                        trace_id, self._new_span_id(), FLAGS[flags | _SAMPLED], state_of(parent)
+                        trace_id, self._new_span_id(), flags | _SAMPLED, state_of(parent)
                     )
                     return self.span_type(name, span_context, parent, kind, attributes)
             elif self.drops_unsampled:  # decided at the root: not sampled, nothing records
                 return NonRecordingSpan(
-                    new_span_context(trace_id, self._new_span_id(), FLAGS[flags], state_of(parent))
+                    new_span_context(trace_id, self._new_span_id(), flags, state_of(parent))
                 )
         result = self.sampler.should_sample(context, trace_id, name, kind, attributes, ())
         decision = result.decision
         if decision is Decision.RECORD_AND_SAMPLE:
             flags |= _SAMPLED
-        span_context = new_span_context(trace_id, self._new_span_id(), FLAGS[flags], result.trace_state)
+        span_context = new_span_context(trace_id, self._new_span_id(), flags, result.trace_state)
         if decision is Decision.DROP:
             return NonRecordingSpan(span_context)
         sampled = result.attributes
@@ -399,8 +516,20 @@ class LeanSpan(trace_api.Span, ReadableSpan):
         if multi._span_processors is not tracer._processors:  # changed since: the SDK's way
             multi.on_end(self)
         elif flags_of(self._context) & _SAMPLED:
-            for emit in tracer.emits:
-                emit(self)
+            batch = tracer.batch
+            if batch is None:
+                for emit in tracer.emits:
+                    emit(self)
+                return
+            # BatchProcessor.emit's common case in place: queued, the worker woken at a
+            # full batch; a shut-down processor, a fork or a full queue go through emit
+            queue = batch._queue
+            if batch._shutdown or batch._pid != _pid or len(queue) >= batch._max_queue_size:
+                batch.emit(self)
+                return
+            queue.appendleft(self)
+            if len(queue) >= batch._max_export_batch_size and not batch._worker_awaken.is_set():
+                batch._worker_awaken.set()
 
     def __exit__(
         self,

@@ -86,7 +86,14 @@ from wow_core.modeling.kernel import CommandKernel, CommandOutcome
 from wow_core.transport.bus import TransportMessageBus
 from wow_core.transport.defaults import DefaultTopicNaming, TopicNaming
 from wow_otel import semconv as sc
-from wow_otel.current import attach, current_span_context, detach, flags_of, is_valid_of, with_span
+from wow_otel.current import (
+    attach,
+    attach_span,
+    current_span_context,
+    detach,
+    flags_of,
+    is_valid_of,
+)
 from wow_otel.histograms import duration_histogram
 from wow_otel.lean import LeanTracer, lean_tracer
 from wow_otel.propagation import ROOT, Waiting, inject, remote_parent, waiting
@@ -494,7 +501,7 @@ class _BusRecorder:
                 SpanKind.PRODUCER,
                 {**attributes, sc.MESSAGE_ID: message.id, sc.AGGREGATE_ID: message.aggregate_id.id},
             )
-            token = attach(with_span(span))
+            token = attach_span(span)
             message = inject(message, span_context=span.get_span_context())
             if span.is_recording():
                 current = waiting.get()
@@ -795,7 +802,7 @@ class TracingCommandHandler(CommandHandlerDecorator):
                 sc.REQUEST_ID: command.request_id,
             },
         )
-        token = attach(with_span(span, parent))
+        token = attach_span(span, parent)
         started = _clock()
         try:
             outcome = await self.inner.process(command)
@@ -1078,7 +1085,7 @@ class TracingCommandGateway(CommandGatewayDecorator):
     ) -> CommandResult:
         """``send_and_wait`` in its wait span (and the metrics, if on)."""
         span = _start_wait_span(self.middleware.start_span, command, wait, wait_stage)
-        token = attach(with_span(span))
+        token = attach_span(span)
         if not span.is_recording():  # a trace not sampled: the metrics, under its context
             try:
                 return await self._measured(command, wait, timeout, wait_stage)
@@ -1171,7 +1178,7 @@ class TracingCommandGateway(CommandGatewayDecorator):
         stream = self.inner.send_and_wait_stream(command, wait, timeout=timeout)
         try:
             if span is not None:  # the send runs in the first step: under the wait span
-                token = attach(with_span(span))
+                token = attach_span(span)
                 try:
                     first = await anext(stream)
                 finally:
@@ -1335,7 +1342,7 @@ class TracingEventHandler:
                 sc.AGGREGATE_VERSION: exchange.message.version,
             },
         )
-        token = attach(with_span(span, parent))
+        token = attach_span(span, parent)
         started = _clock()
         try:
             settled = await self.inner.handle(exchange)

@@ -23,7 +23,7 @@ from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 
 from wow_core.model import Header, Message
 from wow_otel.current import current_span_context, ids_flags_of, is_valid_of, span_of, state_of, with_span
-from wow_otel.lean import FLAGS
+from wow_otel.lean import FLAGS, new_span_context
 
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
@@ -50,6 +50,13 @@ values without a ``tracestate``: a command's ``process`` context, passed on to i
 stream as it came when the trace is not sampled, is read again by each event function."""
 
 
+_written: dict[str, tuple[int, int, int]] = {}
+"""The ids and flags of the latest ``traceparent`` values this process wrote (without a
+``tracestate``), until read: a receiver in this process (a local-first copy) takes its
+parent from them instead of parsing the value back. A value is a function of its ids, so
+the same value from anywhere reads the same."""
+
+
 def remote_parent(header: Header) -> tuple[SpanContext, Context] | None:
     """The valid remote span context in ``header`` and a context with it as its span
     (:func:`extract`), or ``None``; the same objects for a ``traceparent`` read recently
@@ -57,14 +64,17 @@ def remote_parent(header: Header) -> tuple[SpanContext, Context] | None:
     value = header.get(TRACEPARENT)
     if value is None:
         return None
-    found = _parents.get(value) if type(value) is str and TRACESTATE not in header else None
+    plain = type(value) is str and TRACESTATE not in header
+    found = _parents.get(value) if plain else None
     if found is not None:
         return found
-    context = remote_span_context(header)
+    written = _written.pop(value, None) if plain else None
+    # written by this process's inject: the ids it was formatted from, no parse
+    context = remote_span_context(header) if written is None else new_span_context(*written, remote=True)
     if context is None:
         return None
     found = (context, with_span(NonRecordingSpan(context), ROOT))
-    if type(value) is str and TRACESTATE not in header:
+    if plain:
         if len(_parents) >= _MAX_PARENTS:
             _parents.clear()
         _parents[value] = found
@@ -123,10 +133,15 @@ def inject(message: M, context: Context | None = None, *, span_context: SpanCont
     value: str | None = None
     state: str | None = None
     if is_valid_of(span_context):
-        value = "00-%032x-%016x-%02x" % ids_flags_of(span_context)  # noqa: UP031
+        ids = ids_flags_of(span_context)
+        value = "00-%032x-%016x-%02x" % ids  # noqa: UP031
         trace_state = state_of(span_context)
         if trace_state is not DEFAULT_TRACE_STATE and trace_state:
             state = trace_state.to_header()
+        else:
+            if len(_written) >= _MAX_PARENTS:
+                _written.clear()
+            _written[value] = ids
     header = message.header
     if header.read_only:
         if header.get(TRACEPARENT) == value and header.get(TRACESTATE) == state:
