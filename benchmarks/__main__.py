@@ -102,8 +102,11 @@ def bars(data: dict[str, Any]) -> tuple[list[tuple[str, float, float | None]], l
                     (label, float(figure["hops"]), float(goal) if isinstance(goal, int | float) else None)
                 )
             if isinstance(figure.get("ratio"), int | float):
+                # what the ratio is against: the harness's ratio_of; older files kept it in detail
                 detail = figure.get("detail") if isinstance(figure.get("detail"), dict) else {}
-                baseline = detail.get("ratio_to") if isinstance(detail, dict) else None
+                baseline = figure.get("ratio_of") or (
+                    detail.get("ratio_to") if isinstance(detail, dict) else None
+                )
                 shown = f"{label} (vs {baseline})" if baseline else label
                 ratios.append((shown, float(figure["ratio"]), _absolute(figure)))
         return hops, ratios

@@ -66,3 +66,31 @@ def test_a_figure_line_names_what_its_ratio_is_against() -> None:
     # a ratio that does not say what it is against is refused, not printed as "of raw"
     with pytest.raises(ValueError, match="ratio_of"):
         Figure("bus", 5.0, ratio=0.5)
+
+
+def test_the_plot_names_what_a_ratio_is_against_from_the_harness_field() -> None:
+    """Figures written by the harness say it in ``ratio_of``; older files in ``detail``."""
+    results = [
+        {
+            "benchmark": "h",
+            "figures": [
+                {
+                    "name": "gateway send",
+                    "value": 10.0,
+                    "unit": "ops/s",
+                    "ratio": 0.8,
+                    "ratio_of": "aiokafka",
+                },
+                {
+                    "name": "older",
+                    "value": 5.0,
+                    "unit": "ops/s",
+                    "ratio": 2.0,
+                    "detail": {"ratio_to": "eventsourcing cached"},
+                },
+            ],
+        }
+    ]
+    svg = runner.draw(results)
+    assert "gateway send (vs aiokafka)" in svg
+    assert "older (vs eventsourcing cached)" in svg
