@@ -236,3 +236,110 @@ async def test_a_topic_known_from_the_first_metadata_stays_known_after_another_t
         await asyncio.wait_for(transport.send(message(existing, "k", "3")), 5)
     finally:
         await transport.close()
+
+
+async def test_concurrent_sends_of_one_key_to_a_new_topic_keep_the_order_of_the_calls(
+    sized: KafkaTransport,
+) -> None:
+    """The topic is not known yet (nor is the producer started): every sender waits for its
+    creation and metadata, and the records still go out in the order of the calls."""
+    topic = topic_of(sized, "new-order")
+    await asyncio.gather(*(sized.send(message(topic, "one-key", str(n))) for n in range(SENDERS)))
+    records = await read_all(sized.settings, topic, SENDERS)
+    assert [r.value.decode() for r in records] == [str(n) for n in range(SENDERS)]
+
+
+@contextlib.contextmanager
+def slow_first_add_topic(producer: AIOKafkaProducer, delay: float = 0.2) -> Iterator[list[str]]:
+    """Delay the first ``client.add_topic`` call (the first sender's, when each sender looks
+    the topic up): what the scheduling of concurrent lookups may do, made certain."""
+    client = producer.client
+    real = client.add_topic
+    calls: list[str] = []
+
+    def add_topic(topic: str) -> Any:  # aiokafka calls it without awaiting too: a future
+        calls.append(topic)
+        if len(calls) > 1:
+            return real(topic)
+
+        async def later() -> Any:
+            await asyncio.sleep(delay)
+            return await real(topic)
+
+        return asyncio.ensure_future(later())
+
+    client.add_topic = add_topic
+    try:
+        yield calls
+    finally:
+        client.add_topic = real
+
+
+async def test_sends_of_one_key_keep_the_order_of_the_calls_when_the_first_lookup_is_slow(
+    sized: KafkaTransport,
+) -> None:
+    topic = topic_of(sized, "slow-lookup")
+    await sized.start()
+    with slow_first_add_topic(producer_of(sized)) as calls:
+        sends = [asyncio.create_task(sized.send(message(topic, "one-key", str(n)))) for n in range(SENDERS)]
+        await asyncio.gather(*sends)
+    assert set(calls) == {topic}
+    records = await read_all(sized.settings, topic, SENDERS)
+    assert [r.value.decode() for r in records] == [str(n) for n in range(SENDERS)]
+
+
+async def test_a_failed_metadata_lookup_fails_every_pending_sender(sized: KafkaTransport) -> None:
+    topic = topic_of(sized, "lookup-fails")
+    await sized.start()
+    producer = producer_of(sized)
+    real = producer.partitions_for
+    calls: list[str] = []
+
+    async def partitions_for(name: str) -> Any:
+        calls.append(name)
+        await asyncio.sleep(0.05)
+        raise KafkaError("no metadata, said the test")
+
+    producer.partitions_for = partitions_for
+    try:
+        results = await asyncio.gather(
+            *(sized.send(message(topic, "k", str(n))) for n in range(SENDERS)), return_exceptions=True
+        )
+    finally:
+        producer.partitions_for = real
+    assert all(isinstance(result, KafkaSendError) for result in results), results
+    assert all(isinstance(result.__cause__, KafkaError) for result in results)
+    assert all("said the test" in str(result) for result in results)
+    assert calls == [topic], "one lookup for every sender waiting for it"
+    # nothing was sent, and the next send looks the topic up again
+    await asyncio.wait_for(sized.send(message(topic, "k", "after")), 10)
+    assert [r.value for r in await read_all(sized.settings, topic, 1)] == [b"after"]
+
+
+async def test_a_cancelled_pending_sender_leaves_the_others_in_order(sized: KafkaTransport) -> None:
+    topic = topic_of(sized, "cancel-pending")
+    await sized.start()
+    with slow_first_add_topic(producer_of(sized)):
+        sends = [asyncio.create_task(sized.send(message(topic, "key", str(n)))) for n in range(SENDERS)]
+        await asyncio.sleep(0.05)  # every record waits for the topic's lookup (0.2 s)
+        sends[0].cancel()  # the first sender: the one that started the lookup
+        sends[7].cancel()
+        results = await asyncio.gather(*sends, return_exceptions=True)
+    assert [n for n, r in enumerate(results) if r is not None] == [0, 7], results
+    assert all(isinstance(results[n], asyncio.CancelledError) for n in (0, 7))
+    values = [r.value.decode() for r in await read_all(sized.settings, topic, SENDERS - 2)]
+    assert values == [str(n) for n in range(SENDERS) if n not in (0, 7)]  # pending and cancelled: not sent
+
+
+async def test_close_flushes_the_records_still_waiting_for_their_topic(kafka_bootstrap: str) -> None:
+    settings = test_settings(kafka_bootstrap, partitions=3)
+    transport = KafkaTransport(settings)
+    topic = f"{settings.topic_prefix}batches.close-pending.command"
+    await transport.start()
+    with slow_first_add_topic(producer_of(transport)):
+        sends = [asyncio.create_task(transport.send(message(topic, "key", str(n)))) for n in range(SENDERS)]
+        await asyncio.sleep(0.05)  # every record waits for the topic's lookup (0.2 s)
+        await asyncio.wait_for(transport.close(), 10)
+    assert [task.exception() for task in sends if task.done()] == [None] * SENDERS
+    values = [r.value.decode() for r in await read_all(settings, topic, SENDERS)]
+    assert values == [str(n) for n in range(SENDERS)]

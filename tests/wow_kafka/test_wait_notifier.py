@@ -125,3 +125,45 @@ async def test_signals_are_read_within_the_transports_fetch_wait(kafka_settings:
     finally:
         await sender.close()
         await caller.close()
+
+
+async def test_wait_topics_known_from_the_first_metadata_stay_known_after_a_new_one(
+    kafka_settings: KafkaSettings,
+) -> None:
+    """aiokafka's client asks for every topic's metadata while it tracks none, so a wait
+    topic that existed when the notifier's producer started is known without being
+    tracked; the first refresh after another topic becomes tracked drops it, and a signal
+    queued for it meanwhile has no leader until it expires (the caller's wait hangs).
+    Every topic the notifier produces to, and its own, must be tracked."""
+    caller = notifier(kafka_settings)  # creates the service's signal topic
+    third = KafkaWaitNotifier(
+        kafka_settings, topic_prefix=kafka_settings.topic_prefix or "wow.", service="third"
+    )
+    newcomer = KafkaWaitNotifier(
+        kafka_settings, topic_prefix=kafka_settings.topic_prefix or "wow.", service="newcomer"
+    )
+    sender = notifier(kafka_settings)  # the same service: its own topic exists already
+    coordinators = WaitCoordinator(), WaitCoordinator(), WaitCoordinator()
+    try:
+        own_endpoint = await caller.start(WaitSignalSink(coordinators[0].receive))
+        third_endpoint = await third.start(WaitSignalSink(coordinators[1].receive))
+        await sender.start(WaitSignalSink(WaitCoordinator().receive))
+        producer = sender._producer
+        assert producer is not None
+        cluster = producer.client.cluster
+        assert cluster.partitions_for_topic(caller.topic)  # its own topic, known from the start
+        await sender.notify(third_endpoint, WaitSignal("before", CommandStage.PROCESSED))
+        # a topic created after the sender started: the first one its client must track
+        newcomer_endpoint = await newcomer.start(WaitSignalSink(coordinators[2].receive))
+        await asyncio.wait_for(sender.notify(newcomer_endpoint, WaitSignal("new", CommandStage.PROCESSED)), 5)
+        await producer.client.force_metadata_update()
+        assert cluster.partitions_for_topic(caller.topic), "its own topic dropped by the refresh"
+        assert cluster.partitions_for_topic(third.topic), "a topic sent to dropped by the refresh"
+        for coordinator, endpoint in ((coordinators[0], own_endpoint), (coordinators[1], third_endpoint)):
+            waiter = coordinator.register(command(), CommandWait.processed())
+            signal = WaitSignal(waiter.command.id, CommandStage.PROCESSED, AGG, 2)
+            await asyncio.wait_for(sender.notify(endpoint, signal), 5)
+            assert (await asyncio.wait_for(waiter.future, 5)).aggregate_version == 2
+    finally:
+        for each in (sender, newcomer, third, caller):
+            await each.close()

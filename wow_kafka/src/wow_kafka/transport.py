@@ -18,18 +18,29 @@ Concurrent sends to one partition go out together: each record waits in its
 partition's lane and is handed to aiokafka in one batch with the records queued
 meanwhile (:mod:`wow_kafka.lanes`: one future per batch, records of one key in the
 order they were sent).
+
+A send to a topic whose partitions the producer does not know yet (the first sends to
+it, or the first after the producer started) waits at that topic's *gate*: its record
+joins the topic's pending list in the order of the calls, one task makes sure the topic
+exists and looks its partitions up, and then queues every pending record into the lanes
+in one synchronous step, so records of one key keep the order of the calls here too
+(a send that arrives while the gate is open joins it even if the partitions became
+known meanwhile). A failed look-up fails every pending send with its error; a pending
+send that is cancelled takes its record out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from wow_core.transport import (
     DecodeFailureDefault,
@@ -39,7 +50,7 @@ from wow_core.transport import (
     TransportMessage,
 )
 from wow_kafka.connection import common_config, consumer_config, producer_config
-from wow_kafka.errors import KafkaConnectError, KafkaSendError, KafkaTopicError
+from wow_kafka.errors import KafkaConnectError, KafkaSendError, KafkaTopicError, KafkaTransportError
 from wow_kafka.lanes import PartitionLanes
 from wow_kafka.log_reader import KafkaLogReader
 from wow_kafka.receiver import KafkaTransportReceiver
@@ -57,6 +68,61 @@ SECTION = "kafka"
 def _bytes(text: str) -> bytes:
     # The inverse of the receiver's decoding: a dead letter keeps the original bytes.
     return text.encode("utf-8", "surrogateescape")
+
+
+class _Pending:
+    """A record sent to a topic whose partitions are not known yet, and its sender's future."""
+
+    __slots__ = ("future", "message")
+
+    def __init__(self, message: TransportMessage, future: asyncio.Future[None]) -> None:
+        self.message = message
+        self.future = future
+
+
+class _Gate:
+    """The records sent to one topic while it is looked up, in the order of the calls."""
+
+    __slots__ = ("pending", "task")
+
+    def __init__(self) -> None:
+        self.pending: list[_Pending] = []
+        self.task: asyncio.Task[None] | None = None
+
+
+def _copied(error: BaseException) -> BaseException:
+    """A copy of ``error`` for one of many awaiters (one object raised by each would pile
+    up their tracebacks), keeping its cause."""
+    try:
+        copied = copy.copy(error)
+    except Exception:
+        return error
+    copied.__cause__ = error.__cause__
+    return copied
+
+
+def _chain(queued: asyncio.Future[None], future: asyncio.Future[None]) -> None:
+    """``future`` (a pending sender's) completes as ``queued`` (the lane's) does; cancelling
+    ``future`` cancels ``queued`` (a record still in its lane is then taken out)."""
+
+    def settle(done: asyncio.Future[None]) -> None:
+        if future.done():
+            return
+        if done.cancelled():
+            future.set_exception(KafkaError("the record's delivery was cancelled"))
+            return
+        error = done.exception()
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(None)
+
+    def cancelled(done: asyncio.Future[None]) -> None:
+        if done.cancelled():
+            queued.cancel()
+
+    queued.add_done_callback(settle)
+    future.add_done_callback(cancelled)
 
 
 class KafkaTransport(TransportBase[KafkaTransportReceiver]):
@@ -89,6 +155,8 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
         self.topics = KafkaTopics(self.settings, self._common)
         self._producer: AIOKafkaProducer | None = None
         self._lanes: PartitionLanes | None = None
+        # the topics being looked up, with the records sent to them meanwhile
+        self._gates: dict[str, _Gate] = {}
         self._start_lock = asyncio.Lock()
         self._log_readers: set[KafkaLogReader] = set()
 
@@ -136,13 +204,24 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
             return self._lanes
 
     async def close(self) -> None:
-        """Close every receiver, flush the producer, release the connections; idempotent."""
+        """Close every receiver, flush the producer, release the connections; idempotent.
+
+        Sends still waiting at a topic's gate are flushed too: ``close`` waits until each
+        topic's look-up ended, so their records are queued and flushed with the others (or
+        fail with the look-up's error). A send that starts after ``close`` and would
+        wait at a gate is refused (``BusClosedError``).
+        """
         if not self._mark_closed():
             return
         for receiver in self._open_receivers():
             await receiver.close()
         for reader in list(self._log_readers):
             await reader.close()
+        while self._gates:  # no new gate opens once closed
+            tasks = [gate.task for gate in self._gates.values() if gate.task is not None]
+            if not tasks:
+                break
+            await asyncio.gather(*tasks, return_exceptions=True)
         async with self._start_lock:
             producer, self._producer = self._producer, None
             lanes, self._lanes = self._lanes, None
@@ -163,17 +242,87 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
         records other senders queued meanwhile (:mod:`wow_kafka.lanes`); the batch's
         acknowledgement is this record's. Raises :class:`~wow_kafka.errors.KafkaSendError`
         when the batch failed, or alone when the record is over ``max_request_size``.
+        While the topic is looked up, the record waits at its gate (see the module
+        docstring): records of one key keep the order of the calls either way. The
+        topic's own errors (:class:`~wow_kafka.errors.KafkaTopicError`) and the
+        producer's failure to start (:class:`~wow_kafka.errors.KafkaConnectError`) are
+        raised as they are.
         """
-        lanes = self._lanes or await self._started()
-        topic = message.topic
-        if not self.topics.known(topic):
-            await self.topics.ensure((topic,))
         try:
-            if not lanes.partitions_known(topic):
-                await lanes.partitions_for(topic)
-            await lanes.queue(topic, _bytes(message.key), _bytes(message.payload), message.timestamp)
+            await self._queued(message)
+        except KafkaTransportError:
+            raise
         except KafkaError as error:
             raise self._send_error(message, error) from error
+
+    def _queued(self, message: TransportMessage) -> asyncio.Future[None]:
+        """Queue ``message`` in its lane, or at its topic's gate while the topic is not
+        known (or is being looked up); synchronous, so records keep the order of the calls.
+
+        Raises ``MessageSizeTooLargeError`` at once for a record over ``max_request_size``.
+        """
+        lanes = self._lanes
+        topic = message.topic
+        key, value = _bytes(message.key), _bytes(message.payload)
+        if (
+            lanes is not None
+            and topic not in self._gates
+            and self.topics.known(topic)
+            and lanes.partitions_known(topic)
+        ):
+            return lanes.queue(topic, key, value, message.timestamp)
+        if self.closed:
+            raise self._closed_error(topic)
+        size = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, [])
+        if size > self.settings.max_request_size:  # as the producer would refuse it, at once
+            raise MessageSizeTooLargeError(
+                f"The message is {size} bytes when serialized which is larger than the maximum "
+                "request size you have configured with the max_request_size configuration"
+            )
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        gate = self._gates.get(topic)
+        if gate is None:
+            gate = self._gates[topic] = _Gate()
+            gate.task = loop.create_task(self._open_gate(topic, gate), name=f"kafka-topic {topic}")
+        gate.pending.append(_Pending(message, future))
+        return future
+
+    async def _open_gate(self, topic: str, gate: _Gate) -> None:
+        """Start the producer if needed, make sure ``topic`` exists and its partitions are
+        known, then queue every pending record in order, in one step (or fail them all)."""
+        try:
+            lanes = self._lanes or await self._started()
+            if not self.topics.known(topic):
+                await self.topics.ensure((topic,))
+            if not lanes.partitions_known(topic):
+                await lanes.partitions_for(topic)
+        except BaseException as error:
+            if self._gates.get(topic) is gate:
+                del self._gates[topic]
+            failure = error if isinstance(error, Exception) else KafkaError(f"the look-up of {topic} stopped")
+            for pending in gate.pending:
+                if not pending.future.done():
+                    pending.future.set_exception(_copied(failure))
+            gate.pending = []
+            if not isinstance(error, Exception):
+                raise
+            return
+        # no await from here on: the records reach their lanes in the order of the calls,
+        # before any send that comes after the gate closes
+        if self._gates.get(topic) is gate:
+            del self._gates[topic]
+        for pending in gate.pending:
+            if pending.future.done():
+                continue  # its sender was cancelled: the record is not sent
+            message = pending.message
+            try:
+                queued = lanes.queue(topic, _bytes(message.key), _bytes(message.payload), message.timestamp)
+            except KafkaError as error:  # too large, or the producer is closing
+                pending.future.set_exception(error)
+                continue
+            _chain(queued, pending.future)
+        gate.pending = []
 
     async def check_co_partitioned(self, topic: str, others: Sequence[str]) -> None:
         """Raise :class:`~wow_kafka.errors.KafkaTopicError` unless ``topic`` has as many
@@ -193,33 +342,24 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
     async def send_many(self, messages: Sequence[TransportMessage]) -> None:
         """Send all ``messages``; return when every one was acknowledged.
 
-        Records are queued in order, so records of one key keep their order. If any
-        fails, the first failure is raised after all have completed; the others may have
-        been sent. A record refused when queued (over ``max_request_size``) stops the
-        queueing: the records after it are not sent.
+        Records are queued in order, in one synchronous step (each in its lane, or at its
+        topic's gate while the topic is looked up), so records of one key keep their
+        order, also among concurrent sends. If any fails, the first failure is raised
+        after all have completed; the others may have been sent. A record refused when
+        queued (over ``max_request_size``) stops the queueing: the records after it are
+        not sent.
         """
         if not messages:
             return
-        lanes = self._lanes or await self._started()
-        topics = {message.topic for message in messages}
-        await self.topics.ensure(topics)
+        if self._lanes is None:
+            self._check_open()
         futures: list[asyncio.Future[None]] = []
         first_error: BaseException | None = None
         failed: TransportMessage | None = None
-        try:
-            for topic in topics:
-                if not lanes.partitions_known(topic):
-                    await lanes.partitions_for(topic)
-        except KafkaError as error:
-            raise self._send_error(messages[0], error) from error
         for message in messages:
             try:
-                futures.append(
-                    lanes.queue(
-                        message.topic, _bytes(message.key), _bytes(message.payload), message.timestamp
-                    )
-                )
-            except KafkaError as error:
+                futures.append(self._queued(message))
+            except Exception as error:
                 first_error, failed = error, message
                 break
         results = await asyncio.gather(*futures, return_exceptions=True)
@@ -227,7 +367,7 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
             if isinstance(result, BaseException) and first_error is None:
                 first_error, failed = result, message
         if first_error is not None and failed is not None:
-            if isinstance(first_error, KafkaError):
+            if isinstance(first_error, KafkaError) and not isinstance(first_error, KafkaTransportError):
                 raise self._send_error(failed, first_error) from first_error
             raise first_error
 

@@ -72,6 +72,8 @@ class KafkaWaitNotifier:
         self._consumer: AIOKafkaConsumer | None = None
         self._reader: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
+        # the topics the producer's client tracks (see _tracked)
+        self._tracked: set[str] = set()
 
     @classmethod
     def from_settings(cls, settings: ProcessSettings) -> KafkaWaitNotifier:
@@ -104,6 +106,7 @@ class KafkaWaitNotifier:
         missed)."""
         producer = await self._started()
         await self._topics.ensure((self.topic,), {"retention.ms": str(self.settings.wait_retention_ms)})
+        await self._track(producer, self.topic)
         partitions = sorted(await producer.partitions_for(self.topic))
         partition = random.choice(partitions)
         # The transport's fetch wait, not aiokafka's 500 ms: a broker may hold an empty
@@ -148,12 +151,27 @@ class KafkaWaitNotifier:
             raise ValueError(f"not a wait endpoint of this prefix: {endpoint.address[:160]!r}")
         return topic, int(partition), process.encode()
 
+    async def _track(self, producer: AIOKafkaProducer, topic: str) -> None:
+        """Make the producer's client track ``topic`` (once per topic).
+
+        aiokafka's client asks for every topic's metadata while it tracks none, so a
+        topic that existed when the producer started is known without being tracked, and
+        the first refresh after another topic is tracked drops it: a signal queued for it
+        meanwhile has no leader until it expires at ``request_timeout_ms`` (the caller's
+        wait hangs). The transport's producer does the same
+        (:meth:`wow_kafka.lanes.PartitionLanes.partitions_for`).
+        """
+        if topic not in self._tracked:
+            await producer.client.add_topic(topic)
+            self._tracked.add(topic)
+
     async def notify(self, endpoint: WaitEndpoint, signal: WaitSignal) -> None:
         """Produce the signal to the endpoint's topic and partition, keyed by its process
         id; returns on the broker's acknowledgement (an endpoint of another form is
         refused with ``ValueError``)."""
         topic, partition, key = self._target(endpoint)
         producer = await self._started()
+        await self._track(producer, topic)
         await producer.send_and_wait(topic, encode_signal(signal).encode(), key=key, partition=partition)
 
     async def close(self) -> None:
@@ -166,4 +184,5 @@ class KafkaWaitNotifier:
                 with contextlib.suppress(Exception):
                     await client.stop()
         self._consumer = self._producer = None
+        self._tracked.clear()
         await self._topics.close()
