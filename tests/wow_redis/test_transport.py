@@ -7,7 +7,7 @@ import contextlib
 import logging
 import re
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from redis.asyncio import Redis
@@ -485,13 +485,12 @@ async def test_entries_waiting_in_the_read_ahead_are_not_claimed_again_by_their_
     assert await pending_count(redis, topic, "g1") == 0
 
 
-async def test_read_ahead_entries_claimed_by_their_own_scan_keep_their_delivery_count(
-    make_transport: Make, redis: Redis
-) -> None:
-    # The own recovery scan claims the entries waiting in the read-ahead over and over
-    # (their idle time counts while they wait); the claim must not count a delivery
-    # (it did: XAUTOCLAIM counted one per scan, so they neared max_deliveries unhandled).
-    metrics = InMemoryMetrics()
+async def _waiting_behind_a_slow_handler(
+    make_transport: Make, metrics: InMemoryMetrics
+) -> tuple[RedisStreamTransport, str, RedisStreamReceiver, AsyncIterator[TransportRecord]]:
+    """A receiver (claim idle time 0.2 s, max_deliveries 2) that read 20 entries and handled
+    the first only, once its own scan claimed each of the other 19 three times:
+    (transport, topic, receiver, its record iterator)."""
     transport = make_transport(claim_idle_time=0.2, max_deliveries=2, metrics=metrics)
     topic = topic_of(transport)
     receiver = await opened(transport, "g1", [topic])
@@ -500,6 +499,17 @@ async def test_read_ahead_entries_claimed_by_their_own_scan_keep_their_delivery_
     [first] = await take(records, 1)
     await first.ack()
     await eventually(claimed_at_least(metrics, topic, 19 * 3), what="three self-claims of each")
+    return transport, topic, receiver, records
+
+
+async def test_read_ahead_entries_claimed_by_their_own_scan_keep_their_delivery_count(
+    make_transport: Make, redis: Redis
+) -> None:
+    # The own recovery scan claims the entries waiting in the read-ahead over and over
+    # (their idle time counts while they wait); the claim must not count a delivery
+    # (it did: XAUTOCLAIM counted one per scan, so they neared max_deliveries unhandled).
+    metrics = InMemoryMetrics()
+    _, topic, receiver, records = await _waiting_behind_a_slow_handler(make_transport, metrics)
     counts = await delivery_counts(redis, topic, "g1")
     assert len(counts) == 19
     assert {count for _, count in counts.values()} == {1}, "a self-claim counts no delivery"
@@ -521,14 +531,7 @@ async def test_read_ahead_entries_handed_back_unhandled_are_delivered_not_dead_l
     # member delivers them for the second time, well within max_deliveries=2 (they were
     # dead-lettered: each self-claim had counted a delivery).
     metrics = InMemoryMetrics()
-    transport = make_transport(claim_idle_time=0.2, max_deliveries=2, metrics=metrics)
-    topic = topic_of(transport)
-    slow = await opened(transport, "g1", [topic])
-    await transport.send_many([message(topic, key=f"k{n}", payload=str(n)) for n in range(20)])
-    records = aiter(slow)
-    [first] = await take(records, 1)
-    await first.ack()
-    await eventually(claimed_at_least(metrics, topic, 19 * 3), what="three self-claims of each")
+    transport, topic, slow, _ = await _waiting_behind_a_slow_handler(make_transport, metrics)
     await slow.close()  # the 19 never handled go back to the group
     successor = await opened(transport, "g1", [topic])
     rest = await take(successor, 19)

@@ -340,7 +340,8 @@ class LeanTracer(trace_api.Tracer):
         kind: SpanKind,
         attributes: dict[str, Any] | None,
     ) -> LeanSpan:
-        """A recording span of this tracer, its fields set here (no ``__init__`` frame)."""
+        """A recording span of this tracer, its fields set here (no ``__init__`` frame; what
+        every span of the tracer shares is on :attr:`span_type`)."""
         span: LeanSpan = _new_object(self.span_type)
         span._name = name
         span._context = context
@@ -370,12 +371,12 @@ class LeanTracer(trace_api.Tracer):
             flags = _RANDOM if self._random_ids else 0
             if self.samples_roots:
                 span_context = new_span_context(trace_id, self._new_span_id(), flags | _SAMPLED)
-                return self.span_type(name, span_context, None, kind, attributes)
+                return self._new(name, span_context, None, kind, attributes)
             bound = self.root_bound
             if bound is not None:
                 if trace_id & _LOW_64 < bound:
                     span_context = new_span_context(trace_id, self._new_span_id(), flags | _SAMPLED)
-                    return self.span_type(name, span_context, None, kind, attributes)
+                    return self._new(name, span_context, None, kind, attributes)
                 return NonRecordingSpan(new_span_context(trace_id, self._new_span_id(), flags))
         else:
             trace_id, _, parent_flags = ids_flags_of(parent)
@@ -385,7 +386,7 @@ class LeanTracer(trace_api.Tracer):
                     span_context = new_span_context(
                         trace_id, self._new_span_id(), flags | _SAMPLED, state_of(parent)
                     )
-                    return self.span_type(name, span_context, parent, kind, attributes)
+                    return self._new(name, span_context, parent, kind, attributes)
             elif self.drops_unsampled:  # decided at the root: not sampled, nothing records
                 return NonRecordingSpan(
                     new_span_context(trace_id, self._new_span_id(), flags, state_of(parent))
@@ -398,7 +399,7 @@ class LeanTracer(trace_api.Tracer):
         if decision is Decision.DROP:
             return NonRecordingSpan(span_context)
         sampled = result.attributes
-        return self.span_type(name, span_context, parent, kind, _cleaned(sampled) if sampled else None)
+        return self._new(name, span_context, parent, kind, _cleaned(sampled) if sampled else None)
 
     def start_as_current_span(self, *args: Any, **kwargs: Any) -> Any:
         return self.sdk.start_as_current_span(*args, **kwargs)
@@ -414,8 +415,10 @@ def _cleaned(attributes: Mapping[str, Any]) -> dict[str, Any]:
 class LeanSpan(trace_api.Span, ReadableSpan):
     """A recording span of a :class:`LeanTracer`, and the SDK's ``ReadableSpan`` the
     processors receive when it ends (as the SDK's own span is both): no copy at the end
-    (module docstring). Used from the event loop's thread, as the decorators do;
-    changes after the end are ignored, as the SDK's are."""
+    (module docstring). Made by :meth:`LeanTracer._new` only (its fields set there, the
+    tracer, resource and instrumentation scope on the tracer's span class). Used from the
+    event loop's thread, as the decorators do; changes after the end are ignored, as the
+    SDK's are."""
 
     _tracer: LeanTracer
     _attributes: dict[str, Any]
@@ -425,23 +428,6 @@ class LeanSpan(trace_api.Span, ReadableSpan):
     _links: Sequence[trace_api.Link] = ()
     _status = _UNSET
     _end_time: int | None = None
-
-    def __init__(
-        self,
-        name: str,
-        context: SpanContext,
-        parent: SpanContext | None,
-        kind: SpanKind,
-        attributes: dict[str, Any] | None,
-    ) -> None:
-        # _tracer, _resource and the instrumentation scope are on the tracer's span class
-        # (LeanTracer.span_type)
-        self._name = name
-        self._context = context
-        self._parent = parent
-        self._kind = kind
-        self._attributes = attributes if attributes is not None else {}
-        self._start_time = time_ns()
 
     def get_span_context(self) -> SpanContext:
         return self._context
