@@ -485,6 +485,37 @@ async def test_entries_waiting_in_the_read_ahead_are_not_claimed_again_by_their_
     assert await pending_count(redis, topic, "g1") == 0
 
 
+@pytest.mark.parametrize("claim_idle_time", [None, 0.2], ids=["no recovery", "recovery on"])
+async def test_an_iteration_left_mid_read_leaves_the_rest_to_the_next_in_order(
+    make_transport: Make, redis: Redis, claim_idle_time: float | None
+) -> None:
+    # A consumer breaks out of its loop in the middle of a read and iterates again: the
+    # entries of that read it had not taken come first, in order, once each (they were
+    # left for recovery and came after newer entries, out of their key's order).
+    transport = make_transport(claim_idle_time=claim_idle_time)
+    topic = topic_of(transport)
+    receiver = await opened(transport, "g1", [topic])
+    await transport.send_many([message(topic, key="k", payload=str(n)) for n in range(20)])
+    taken: list[TransportRecord] = []
+
+    async def until(count: int) -> None:
+        async for record in receiver:
+            taken.append(record)
+            await record.ack()
+            if len(taken) == count:
+                break
+
+    await asyncio.wait_for(until(5), 5)  # the 20 arrive in one read (batch_size is larger)
+    await asyncio.sleep(0.6)  # past the claim idle time and the hand-back scan's block time
+    await transport.send_many([message(topic, key="k", payload=str(n)) for n in range(20, 30)])
+    await asyncio.wait_for(until(30), 5)
+    assert [int(r.payload) for r in taken] == list(range(30))
+    with pytest.raises(TimeoutError):
+        await take(aiter(receiver), 1, timeout=0.6)  # and none of them comes again
+    await receiver.close()
+    assert await pending_count(redis, topic, "g1") == 0
+
+
 async def _waiting_behind_a_slow_handler(
     make_transport: Make, metrics: InMemoryMetrics
 ) -> tuple[RedisStreamTransport, str, RedisStreamReceiver, AsyncIterator[TransportRecord]]:

@@ -55,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -194,6 +195,10 @@ class RedisStreamReceiver:
         """The entries read into the read-ahead and not yet yielded (topic, id): in flight
         here, so a recovery scan that claims them (their idle time counts while they wait)
         does not deliver them a second time."""
+        self._current: deque[RedisRecord] = deque()
+        """The rest of the read being yielded, shared by every iteration: one left mid-read
+        (a ``break``) leaves it here, and the next iteration yields it first, so a key's
+        entries keep their order and none waits for recovery."""
         self._hand_back_cursor: dict[str, str] = {}
         """Per stream, where the next scan for handed-back entries goes on (``XAUTOCLAIM``)."""
         self._read_ids_new = [">"] * len(self.topics)
@@ -282,24 +287,20 @@ class RedisStreamReceiver:
 
     async def _records(self) -> AsyncIterator[RedisRecord]:
         buffer = self._buffer
+        current = self._current
         while True:
-            try:
-                batch = await buffer.get()  # a loop's failure is raised here, once
-            except StopAsyncIteration:
-                return
-            yielded = 0
-            try:
-                for record in batch:
-                    if self._closing:
-                        return  # taken but not yielded: pending, handed back by the close
-                    self._waiting.discard((record.topic, record.entry_id))
-                    yielded += 1
-                    yield record
-            finally:
-                # An iteration left mid-read: what it did not yield is pending and no
-                # longer waiting here, so recovery may deliver it again.
-                for record in batch[yielded:]:
-                    self._waiting.discard((record.topic, record.entry_id))
+            if not current:
+                try:
+                    batch = await buffer.get()  # a loop's failure is raised here, once
+                except StopAsyncIteration:
+                    return
+                current.extend(batch)
+            while current:
+                if self._closing:
+                    return  # taken but not yielded: pending, handed back by the close
+                record = current.popleft()
+                self._waiting.discard((record.topic, record.entry_id))
+                yield record
 
     async def _push(self, records: list[RedisRecord]) -> None:
         """Hand one read to the iterators; wait while ``READ_AHEAD`` reads are untaken."""
@@ -685,6 +686,7 @@ class RedisStreamReceiver:
     def _release_unread(self) -> None:
         """Drop reads never taken (they stay pending here, handed back); end the iterators."""
         self._buffer.close()
+        self._current.clear()
 
     async def _hand_back(self) -> None:
         """Mark this consumer's pending entries idle for the others, or forget the consumer.
