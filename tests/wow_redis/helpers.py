@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 from wow_core.testing import eventually, opened
 from wow_core.transport import TransportMessage, TransportRecord
@@ -40,3 +41,21 @@ def next_record(iterator: AsyncIterator[TransportRecord]) -> asyncio.Task[Transp
 
 
 __all__ = ["eventually", "message", "next_record", "opened", "take"]
+
+
+def named_url(url: str, name: str) -> str:
+    """``url`` whose connections name themselves ``name`` (``CLIENT SETNAME`` on connect,
+    reconnects included): what :func:`own_clients` finds."""
+    return f"{url}{'&' if '?' in url else '?'}client_name={name}"
+
+
+async def own_clients(redis: Any, name: str, command: str | None = None) -> list[str]:
+    """The ids of the connections named ``name`` (and, given ``command``, running it):
+    a fault test kills only its own connections, never those of the other tests and
+    sessions sharing the server."""
+    found: list[str] = []
+    for line in (await redis.execute_command("CLIENT", "LIST")).decode().splitlines():
+        fields = dict(part.split("=", 1) for part in line.split(" ") if "=" in part)
+        if fields.get("name") == name and (command is None or fields.get("cmd") == command):
+            found.append(fields["id"])
+    return found

@@ -13,7 +13,8 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from tests.wow_redis.helpers import eventually, message, next_record, opened, take
+from tests.wow_redis.conftest import REDIS_URL
+from tests.wow_redis.helpers import eventually, message, named_url, next_record, opened, own_clients, take
 from wow_core.messaging import BusClosedError
 from wow_core.metrics import InMemoryMetrics
 from wow_core.model import NamedAggregate, TopicKind
@@ -164,10 +165,14 @@ async def test_a_server_side_error_fails_only_its_send(
 
 
 async def test_a_killed_connection_is_retried_transparently(make_transport: Make, redis: Redis) -> None:
-    transport = make_transport(reconnect_backoff=0.01)
+    name = f"wowtest-{uuid.uuid4().hex[:10]}"
+    transport = make_transport(reconnect_backoff=0.01, url=named_url(REDIS_URL, name))
     topic = topic_of(transport)
     await transport.send(message(topic))
-    await redis.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+    killed = await own_clients(redis, name)
+    assert killed, "the transport's connection is named"
+    for client_id in killed:
+        await redis.execute_command("CLIENT", "KILL", "ID", client_id)
     await transport.send(message(topic))
     assert await redis.xlen(topic) == 2
 
@@ -754,7 +759,10 @@ async def test_a_reader_whose_connection_is_killed_goes_on_reading(
     make_transport: Make, redis: Redis
 ) -> None:
     metrics = InMemoryMetrics()
-    transport = make_transport(reconnect_backoff=0.01, block_time=5.0, metrics=metrics)
+    name = f"wowtest-{uuid.uuid4().hex[:10]}"
+    transport = make_transport(
+        reconnect_backoff=0.01, block_time=5.0, metrics=metrics, url=named_url(REDIS_URL, name)
+    )
     topic = topic_of(transport)
     receiver = await opened(transport, "g1", [topic])
     await transport.send(message(topic, payload="1"))
@@ -762,15 +770,11 @@ async def test_a_reader_whose_connection_is_killed_goes_on_reading(
     await first.ack()
 
     async def blocked_reader() -> bool:
-        clients = (await redis.execute_command("CLIENT", "LIST")).decode()
-        return "cmd=xreadgroup" in clients
+        return bool(await own_clients(redis, name, "xreadgroup"))
 
     await eventually(blocked_reader)
-    clients = (await redis.execute_command("CLIENT", "LIST")).decode().splitlines()
-    for line in clients:
-        if "cmd=xreadgroup" in line:
-            client_id = line.split("id=", 1)[1].split(" ", 1)[0]
-            await redis.execute_command("CLIENT", "KILL", "ID", client_id)
+    for client_id in await own_clients(redis, name, "xreadgroup"):
+        await redis.execute_command("CLIENT", "KILL", "ID", client_id)
     await transport.send(message(topic, payload="2"))
     [second] = await take(receiver, 1)
     assert second.payload == "2"
