@@ -538,6 +538,19 @@ async def _waiting_behind_a_slow_handler(
     return transport, topic, receiver, records
 
 
+async def _all_handled_none_dead_lettered(
+    redis: Redis, receiver: RedisStreamReceiver, rest: list[TransportRecord], metrics: InMemoryMetrics
+) -> None:
+    """Acknowledge ``rest``, close ``receiver``: nothing pending, nothing dead-lettered."""
+    for record in rest:
+        await record.ack()
+    await receiver.close()
+    [topic] = receiver.topics
+    assert await pending_count(redis, topic, "g1") == 0
+    assert await redis.xlen(f"{topic}.dlq") == 0
+    assert metrics.counter_value(DEAD_LETTERED, stream=topic, group="g1") == 0
+
+
 async def test_read_ahead_entries_claimed_by_their_own_scan_keep_their_delivery_count(
     make_transport: Make, redis: Redis
 ) -> None:
@@ -552,12 +565,7 @@ async def test_read_ahead_entries_claimed_by_their_own_scan_keep_their_delivery_
     rest = await take(records, 19)
     assert sorted(int(r.payload) for r in rest) == list(range(1, 20)), "each entry once"
     assert all(r.delivery_count == 1 for r in rest)
-    for record in rest:
-        await record.ack()
-    await receiver.close()
-    assert await pending_count(redis, topic, "g1") == 0
-    assert await redis.xlen(f"{topic}.dlq") == 0
-    assert metrics.counter_value(DEAD_LETTERED, stream=topic, group="g1") == 0
+    await _all_handled_none_dead_lettered(redis, receiver, rest, metrics)
 
 
 async def test_read_ahead_entries_handed_back_unhandled_are_delivered_not_dead_lettered(
@@ -575,12 +583,7 @@ async def test_read_ahead_entries_handed_back_unhandled_are_delivered_not_dead_l
     assert all(r.delivery_count == 2 for r in rest)
     counts = await delivery_counts(redis, topic, "g1")
     assert counts == {entry_id_of(r): (successor.consumer, 2) for r in rest}
-    for record in rest:
-        await record.ack()
-    await successor.close()
-    assert await pending_count(redis, topic, "g1") == 0
-    assert await redis.xlen(f"{topic}.dlq") == 0
-    assert metrics.counter_value(DEAD_LETTERED, stream=topic, group="g1") == 0
+    await _all_handled_none_dead_lettered(redis, successor, rest, metrics)
 
 
 async def test_entries_of_a_crashed_consumer_are_counted_and_the_own_waiting_ones_are_not(

@@ -300,11 +300,11 @@ class LeanTracer(trace_api.Tracer):
         # The common case in a few operations (a sampled child under the always-on or
         # parent-based sampler, or a root under always-on): the parent read from the
         # context, the ids, the span context tuple and the span's fields, no frame each.
+        if attributes and not _PLAIN.issuperset(map(type, attributes.values())):
+            attributes = _cleaned(attributes)
         multi: Any = self.processor
         if self._direct and multi._span_processors is self._processors and self.sdk._tracer_config.is_enabled:
             found: Any = (_current() if context is None else context).get(_SPAN_KEY, None)
-            if attributes and not _PLAIN.issuperset(map(type, attributes.values())):
-                attributes = _cleaned(attributes)
             kind_of = type(found)
             parent = (
                 found._context
@@ -358,12 +358,10 @@ class LeanTracer(trace_api.Tracer):
         kind: SpanKind,
         attributes: dict[str, Any] | None,
     ) -> trace_api.Span:
-        """:meth:`start_owning` past its common case: every sampler, the SDK's way when the
-        pipeline changed."""
+        """:meth:`start_owning` past its common case (``attributes`` cleaned there): every
+        sampler, the SDK's way when the pipeline changed."""
         if not self._lean():
             return self.sdk.start_span(name, context, kind, attributes)
-        if attributes and not _PLAIN.issuperset(map(type, attributes.values())):
-            attributes = _cleaned(attributes)
         parent: SpanContext | None = span_of(context).get_span_context()
         if parent is None or not is_valid_of(parent):
             parent = None
