@@ -31,7 +31,10 @@ over some streams. What it guarantees:
   read-ahead are claimed by its own scan too (their idle time restarts) but not delivered
   a second time. The claim itself (``JUSTID``) counts no delivery; only the entries then
   delivered again are fetched (``XCLAIM``), which counts one, so an entry waiting behind
-  slow handlers does not near ``max_deliveries`` unhandled. An entry delivered more than
+  slow handlers does not near ``max_deliveries`` unhandled. An entry deleted from the
+  stream (``XDEL``, ``MAXLEN``) before it is fetched is reported as trimmed, once, whether
+  the claim or the fetch found it gone; one acknowledged meanwhile was handled and is
+  neither delivered nor reported. An entry delivered more than
   ``max_deliveries`` times is copied to ``<stream>.dlq`` and acknowledged, atomically,
   instead of being delivered forever.
 - An entry that is not a message (no UTF-8 ``msg`` field) is reported through the
@@ -68,7 +71,7 @@ from wow_redis.connection import TRANSIENT_ERRORS, Backoff, command, deadline, p
 from wow_redis.naming import dead_letter_stream
 from wow_redis.observer import RedisMessageBusObserver
 from wow_redis.record import KEY_FIELD, MSG_FIELD, TIMESTAMP_FIELD, RedisRecord, entry_timestamp
-from wow_redis.scripts import DEAD_LETTER_SCRIPT
+from wow_redis.scripts import DEAD_LETTER_SCRIPT, FETCH_CLAIMED_SCRIPT
 from wow_redis.settings import GroupStart, RedisSettings
 
 if TYPE_CHECKING:
@@ -190,6 +193,7 @@ class RedisStreamReceiver:
         """Per stream, the last entry id a ``>`` read returned: after a lost connection only
         the own pending entries past it are read again (a reply lost on the wire)."""
         self._dead_letter: AsyncScript | None = None
+        self._fetch_claimed: AsyncScript | None = None
         self._handed_back: set[tuple[str, str]] = set()
         self._waiting: set[tuple[str, str]] = set()
         """The entries read into the read-ahead and not yet yielded (topic, id): in flight
@@ -418,30 +422,24 @@ class RedisStreamReceiver:
         """Rows asked per ``XPENDING`` page over ``ids``: room for the own entries between them."""
         return len(ids) + len(self._waiting) + 16
 
-    async def _delivery_counts(
-        self, topic: str, ids: Sequence[str], first_page: tuple[list[Any], int] | None = None
-    ) -> dict[str, int]:
+    async def _delivery_counts(self, topic: str, ids: Sequence[str]) -> dict[str, int]:
         """XPENDING's times-delivered of ``ids`` (ascending, pending in this consumer).
 
-        ``first_page``: the reply of ``_pending_page(topic, ids[0], ids[-1], size)`` and that
-        ``size``, when already read. Further pages are read only while some id is missing
-        from a full one.
+        Further pages are read only while some id is missing from a full one.
         """
-        rows, size = first_page if first_page is not None else (None, self._page_size(ids))
+        size = self._page_size(ids)
         low, high = ids[0], ids[-1]
         counts: dict[str, int] = {}
         while True:
-            if rows is None:
-                async with deadline(self._timeout, "XPENDING"):
-                    [rows] = await round_trip(self._client, [self._pending_page(topic, low, high, size)])
-                if isinstance(rows, ResponseError):
-                    raise rows
-            assert rows is not None
+            async with deadline(self._timeout, "XPENDING"):
+                [rows] = await round_trip(self._client, [self._pending_page(topic, low, high, size)])
+            if isinstance(rows, ResponseError):
+                raise rows
             for row in rows:
                 counts[_text(row[0])] = int(row[3])
             if len(rows) < size or all(entry_id in counts for entry_id in ids):
                 return counts
-            low, rows = "(" + _text(rows[-1][0]), None
+            low = "(" + _text(rows[-1][0])
 
     async def _deliver(
         self, topic: str, entries: Sequence[Any], counts: dict[str, int] | None, *, claimed: bool = False
@@ -561,10 +559,11 @@ class RedisStreamReceiver:
         entries waiting in this receiver's read-ahead (claimed from itself; they are
         delivered once, from there). The others, to be delivered now (a dead consumer's,
         handed back, or in flight here past the idle time), are fetched with ``XCLAIM``,
-        which counts the delivery, and their counts read with ``XPENDING`` in the same
-        round trip: one round trip when nothing is claimed or all of it waits here, two
-        otherwise. Entries deleted from the stream that ``XAUTOCLAIM`` reports (and drops
-        from the pending list) are reported as trimmed.
+        which counts the delivery, in one script with the ``XPENDING`` that gives their
+        counts (see :meth:`_redeliver`): one round trip when nothing is claimed or all of
+        it waits here, two otherwise. Entries deleted from the stream that ``XAUTOCLAIM``
+        reports (and drops from the pending list) are reported as trimmed, and so are
+        those deleted between the claim and the fetch.
         """
         packed = pack(
             b"XAUTOCLAIM",
@@ -594,26 +593,24 @@ class RedisStreamReceiver:
 
     async def _redeliver(self, topic: str, ids: list[str]) -> None:
         """Fetch ``ids`` (claimed by this consumer, ascending) with ``XCLAIM``, counting a
-        delivery, and deliver them with their counts."""
-        group, consumer = self.group.encode(), self.consumer.encode()
-        fetch = pack(b"XCLAIM", topic.encode(), group, consumer, b"0", *(i.encode() for i in ids))
-        size = self._page_size(ids)
-        counts_page = self._pending_page(topic, ids[0], ids[-1], size)
+        delivery, and deliver them with their counts; report the deleted ones as trimmed.
+
+        One script (:data:`~wow_redis.scripts.FETCH_CLAIMED_SCRIPT`), one round trip: it
+        reads which ids are pending here and their counts, then runs the ``XCLAIM``, in one
+        step. An id pending here just before and not returned was deleted meanwhile (Redis 7
+        drops it from the pending list, Redis 6.2 returns nil for it): trimmed, reported
+        once. One no longer pending was acknowledged meanwhile (handled): nothing to do.
+        """
+        if self._fetch_claimed is None:
+            self._fetch_claimed = self._client.register_script(FETCH_CLAIMED_SCRIPT)
         async with deadline(self._timeout, "XCLAIM"):
-            entries, rows = await round_trip(self._client, [fetch, counts_page])
-        for reply in (entries, rows):
-            if isinstance(reply, ResponseError):
-                raise reply
-        entries = [entry for entry in entries if entry is not None]  # nil: deleted (Redis 6.2)
-        counts = await self._delivery_counts(topic, ids, (rows, size))
-        await self._deliver(topic, entries, counts, claimed=True)
-        # An id XCLAIM did not return, though still pending here, has no content left (Redis
-        # before 7 keeps a deleted entry pending): handled as trimmed. One no longer pending
-        # was acknowledged meanwhile, or deleted (Redis 7 drops it): nothing to deliver.
-        fetched = {_text(entry[0]) for entry in entries}
-        for entry_id in ids:
-            if entry_id not in fetched and entry_id in counts:
-                await self._trimmed(topic, entry_id)
+            entries, counts, trimmed = await self._fetch_claimed(
+                keys=[topic], args=[self.group, self.consumer, self._page_size(ids), *ids]
+            )
+        delivered = {_text(entry[0]): int(count) for entry, count in zip(entries, counts, strict=True)}
+        await self._deliver(topic, entries, delivered, claimed=True)
+        for entry_id in trimmed:
+            await self._trimmed(topic, _text(entry_id))
 
     async def _send_to_dead_letter(self, topic: str, entry_id: str, deliveries: int, reason: str) -> None:
         if self._dead_letter is None:

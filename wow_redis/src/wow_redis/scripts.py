@@ -47,6 +47,69 @@ Atomic: the entry is either still pending or acknowledged with its copy in
 another consumer owns the entry by now or it was acknowledged meanwhile.
 """
 
+FETCH_CLAIMED_SCRIPT = """
+-- KEYS[1] stream; ARGV: group, consumer, XPENDING page size, the claimed ids (ascending)
+local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]
+local size = tonumber(ARGV[3])
+local ids, wanted, missing = {}, {}, 0
+for i = 4, #ARGV do
+  ids[#ids + 1] = ARGV[i]
+  wanted[ARGV[i]] = true
+  missing = missing + 1
+end
+-- the counts of the ids pending in this consumer before the XCLAIM, paged
+local before = {}
+local low = ids[1]
+while missing > 0 do
+  local rows = redis.call('XPENDING', stream, group, low, ids[#ids], size, consumer)
+  for _, row in ipairs(rows) do
+    if wanted[row[1]] and not before[row[1]] then
+      before[row[1]] = row[4]
+      missing = missing - 1
+    end
+  end
+  if #rows < size then
+    break
+  end
+  low = '(' .. rows[#rows][1]
+end
+local entries, counts, fetched, trimmed = {}, {}, {}, {}
+for first = 1, #ids, 1000 do -- unpack takes a few thousand values at most
+  local last = math.min(first + 999, #ids)
+  local reply = redis.call('XCLAIM', stream, group, consumer, 0, unpack(ids, first, last))
+  for _, entry in ipairs(reply) do
+    if entry then -- false: deleted, still pending (Redis 6.2)
+      local id = entry[1]
+      local count = before[id]
+      if count then
+        count = count + 1
+      else -- taken back from another consumer meanwhile: its count as XCLAIM left it
+        count = redis.call('XPENDING', stream, group, id, id, 1)[1][4]
+      end
+      entries[#entries + 1] = entry
+      counts[#counts + 1] = count
+      fetched[id] = true
+    end
+  end
+end
+for _, id in ipairs(ids) do
+  if before[id] and not fetched[id] then
+    trimmed[#trimmed + 1] = id
+  end
+end
+return {entries, counts, trimmed}
+"""
+"""Fetch the entries a recovery claim (``XAUTOCLAIM ... JUSTID``) took, with ``XCLAIM``.
+
+Returns ``{entries, counts, trimmed}``: the entries ``XCLAIM`` returned, each one's
+delivery count after it (``XCLAIM`` counts one), and the ids that were pending in this
+consumer just before it and that it did not return: deleted from the stream (Redis 7
+drops them from the pending list, Redis 6.2 returns nil and keeps them). An id neither
+returned nor pending here before was acknowledged meanwhile: in none of the three.
+Atomic, so that a deleted id is told from an acknowledged one; the ``XPENDING`` pages
+(``size`` rows each, consumer-filtered) go on until every id is found or the range ends.
+"""
+
 APPEND_SCRIPT = """
 -- KEYS[1] the aggregate's list of streams, KEYS[2] the aggregate type's request ids
 -- ARGV: request id, version, stream JSON, where-appended JSON
