@@ -477,3 +477,132 @@ def test_a_disabled_tracer_or_another_configuration_reader_takes_the_general_pat
     span.end()
     assert [s.name for s in exporter.get_finished_spans()] == ["child", "through the general path"]
     assert exporter.get_finished_spans()[0].parent == span.get_span_context()
+
+
+@pytest.mark.parametrize("ratio", [0.1, 0.5])
+def test_a_lazy_root_under_a_ratio_sampler_builds_its_attributes_only_when_sampled(ratio: float) -> None:
+    """``start_lazy`` decides a root from its trace id before its attributes exist: the
+    sampler's decision for that id, one draw per root (the ratio kept), the attributes
+    built once for a span that records and never for one that does not."""
+    provider, exporter = _pipeline(sampler=ParentBased(TraceIdRatioBased(ratio)))
+    tracer = lean_tracer(provider.get_tracer("wow"))
+    assert isinstance(tracer, LeanTracer)
+    sampler = TraceIdRatioBased(ratio)
+    builds: list[bool] = []
+
+    def build() -> dict[str, Any]:
+        builds.append(True)
+        return {"wow.message": "Open", "n": 1, "listed": ["x"]}  # a list: cleaned
+
+    sampled = 0
+    for _ in range(2_000):
+        before = len(builds)
+        span = tracer.start_lazy("wait Open", None, SpanKind.INTERNAL, build)
+        context = span.get_span_context()
+        expected = sampler.should_sample(None, context.trace_id, "wait Open").decision
+        assert context.is_valid
+        assert context.trace_flags.sampled == (expected is Decision.RECORD_AND_SAMPLE) == span.is_recording()
+        assert len(builds) - before == (1 if span.is_recording() else 0)
+        sampled += context.trace_flags.sampled
+        span.end()
+    assert 0.5 * ratio * 2_000 < sampled < 1.5 * ratio * 2_000
+    finished = exporter.get_finished_spans()
+    assert len(finished) == sampled
+    assert all(
+        dict(s.attributes or {}) == {"wow.message": "Open", "n": 1, "listed": ("x",)} for s in finished
+    )
+
+
+@pytest.mark.parametrize("sampler", ["always_off", "parentbased_always_off"])
+def test_a_lazy_root_that_is_always_dropped_builds_nothing_and_still_propagates(
+    sampler: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A root that ``always_off`` drops, with or without ``parentbased``: a non-recording
+    span of a new valid trace, not sampled, without a call to the sampler or to ``build``;
+    a child started in it carries its trace id."""
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    chosen: Sampler = ALWAYS_OFF if sampler == "always_off" else ParentBased(ALWAYS_OFF)
+    provider, exporter = _pipeline(sampler=chosen)
+    tracer = lean_tracer(provider.get_tracer("wow"))
+    assert isinstance(tracer, LeanTracer)
+    assert tracer.drops_roots
+    assert tracer.drops_unsampled
+
+    def no_call(*args: object, **kwargs: object) -> SamplingResult:
+        raise AssertionError("the sampler was called")
+
+    monkeypatch.setattr(chosen, "should_sample", no_call)
+
+    def no_build() -> dict[str, Any]:
+        raise AssertionError("attributes built for a span that does not record")
+
+    root = tracer.start_lazy("wait Open", None, SpanKind.INTERNAL, no_build)
+    assert isinstance(root, NonRecordingSpan)
+    context = root.get_span_context()
+    assert context.is_valid
+    assert not context.trace_flags.sampled
+    child = tracer.start_lazy("send t", trace.set_span_in_context(root), SpanKind.PRODUCER, no_build)
+    assert isinstance(child, NonRecordingSpan)
+    assert child.get_span_context().trace_id == context.trace_id
+    assert child.get_span_context().span_id != context.span_id
+    assert not child.get_span_context().trace_flags.sampled
+    grandchild = tracer.start_owning("process t", trace.set_span_in_context(child), SpanKind.CONSUMER, {})
+    assert grandchild.get_span_context().trace_id == context.trace_id
+    assert exporter.get_finished_spans() == ()
+
+
+def test_a_lazy_span_under_always_on_or_a_sampled_parent_is_the_owning_start() -> None:
+    """Where the span records anyway (always on, a sampled parent), ``start_lazy`` builds the
+    attributes once and starts the span as ``start_owning`` does."""
+    provider, exporter = _pipeline()
+    tracer = lean_tracer(provider.get_tracer("wow"))
+    assert isinstance(tracer, LeanTracer)
+    builds: list[str] = []
+
+    def build(name: str) -> Any:
+        return lambda: builds.append(name) or {"name": name}
+
+    root = tracer.start_lazy("root", None, SpanKind.INTERNAL, build("root"))
+    child = tracer.start_lazy("child", trace.set_span_in_context(root), SpanKind.INTERNAL, build("child"))
+    child.end()
+    root.end()
+    assert builds == ["root", "child"]
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert spans["child"].parent == root.get_span_context()
+    assert dict(spans["root"].attributes or {}) == {"name": "root"}
+
+
+def test_a_context_written_again_is_not_formatted_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``traceparent`` of a span context written or read here is kept with it: a trace
+    not sampled (every message of a command carries its root's context) and an event
+    stream's sends write the kept value; it is the value the SDK's propagator writes."""
+    context = SpanContext(2**120 + 77, 2**60 + 5, is_remote=False, trace_flags=TraceFlags(0x00))
+    first = inject(_command(), span_context=context)
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier, trace.set_span_in_context(NonRecordingSpan(context)))
+    assert first.header[TRACEPARENT] == carrier[TRACEPARENT]
+    found = remote_parent(first.header)
+    assert found is not None
+
+    class Unformattable(int):
+        def to_bytes(self, *args: object, **kwargs: object) -> bytes:  # type: ignore[override]
+            raise AssertionError("formatted again")
+
+    # the kept values are found by the context's identity: a formatting would show
+    monkeypatch.setattr(propagation, "ids_flags_of", lambda c: (Unformattable(1), Unformattable(2), 0))
+    assert inject(_command(), span_context=context).header[TRACEPARENT] == carrier[TRACEPARENT]
+    remote = found[0]
+    assert inject(_command(), span_context=remote).header[TRACEPARENT] == carrier[TRACEPARENT]
+    monkeypatch.undo()
+    equal = SpanContext(2**120 + 77, 2**60 + 5, is_remote=False, trace_flags=TraceFlags(0x01))
+    assert inject(_command(), span_context=equal).header[TRACEPARENT] == carrier[TRACEPARENT][:-2] + "01"
+
+
+def test_an_id_out_of_range_is_written_as_before() -> None:
+    """An id generator whose ids do not fit (128 and 64 bits) is written as the format
+    string writes it, not an error of the send."""
+    context = lean.new_span_context(2**130 + 1, 2**70 + 2, 1)
+    value = inject(_command(), span_context=context).header[TRACEPARENT]
+    assert value == "00-%032x-%016x-01" % (2**130 + 1, 2**70 + 2)  # noqa: UP031
+    assert traceparent(context) == value

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Any
 
 import pytest
 from opentelemetry import trace
@@ -208,15 +209,27 @@ async def test_a_trace_not_sampled_starts_no_span_below_its_root_and_keeps_its_c
 
     monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_always_off")
     started: list[tuple[str, int, bool]] = []
-    start_owning = LeanTracer.start_owning  # what the decorators start their spans with
+    # what the decorators start their spans with (the wait span: start_lazy)
+    start_owning, start_lazy = LeanTracer.start_owning, LeanTracer.start_lazy
 
-    def counting(self: LeanTracer, name: str, *args: object, **kwargs: object) -> trace.Span:
-        span = start_owning(self, name, *args, **kwargs)  # type: ignore[arg-type]
-        context = span.get_span_context()
-        started.append((name, context.trace_id, context.trace_flags.sampled))
-        return span
+    nested: list[bool] = []  # start_lazy's fallback is start_owning: one span counted once
 
-    monkeypatch.setattr(LeanTracer, "start_owning", counting)
+    def counting(start: Any) -> Any:
+        def counted(self: LeanTracer, name: str, *args: Any) -> trace.Span:
+            nested.append(True)
+            try:
+                span: trace.Span = start(self, name, *args)
+            finally:
+                nested.pop()
+            if not nested:
+                context = span.get_span_context()
+                started.append((name, context.trace_id, context.trace_flags.sampled))
+            return span
+
+        return counted
+
+    monkeypatch.setattr(LeanTracer, "start_owning", counting(start_owning))
+    monkeypatch.setattr(LeanTracer, "start_lazy", counting(start_lazy))
     with OtelCapture() as otel:
         runtime = app().runtime(WowSettings(metrics="otel"))
         async with runtime:

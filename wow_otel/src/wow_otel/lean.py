@@ -37,7 +37,7 @@ import logging
 import os
 import random
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from time import time_ns
 from types import MappingProxyType, TracebackType
 from typing import Any
@@ -216,9 +216,10 @@ class LeanTracer(trace_api.Tracer):
         self.follows_sampled = always or _all(
             _delegates(sampler, "_remote_parent_sampled", "_local_parent_sampled"), ALWAYS_ON
         )
-        self.drops_unsampled = _all(
+        self.drops_unsampled = sampler is ALWAYS_OFF or _all(
             _delegates(sampler, "_remote_parent_not_sampled", "_local_parent_not_sampled"), ALWAYS_OFF
         )
+        self.drops_roots = sampler is ALWAYS_OFF or _all(_delegates(sampler, "_root"), ALWAYS_OFF)
         # A root under the SDK's ratio sampler (``parentbased_traceidratio``): its decision
         # is the trace id's low 64 bits below the sampler's bound, as the sampler computes
         # it, without its three frames and result (a root has no trace state to pass on).
@@ -332,6 +333,42 @@ class LeanTracer(trace_api.Tracer):
             return self._start(name, context, kind, attributes)
         return self._start(name, context, kind, attributes)
 
+    def start_lazy(
+        self, name: str, context: Context | None, kind: SpanKind, build: Callable[[], dict[str, Any]]
+    ) -> trace_api.Span:
+        """:meth:`start_owning` with the attributes built by ``build`` only for a span that
+        records: where the sampler's decision does not read them (a root under the ratio
+        sampler or ``always_off``, a child of a parent not sampled that is dropped), a
+        span that does not record is decided first, without them."""
+        multi: Any = self.processor
+        if self._direct and multi._span_processors is self._processors and self.sdk._tracer_config.is_enabled:
+            found: Any = (_current() if context is None else context).get(_SPAN_KEY, None)
+            kind_of = type(found)
+            parent = (
+                found._context
+                if kind_of is self.span_type or kind_of is NonRecordingSpan
+                else (None if found is None else found.get_span_context())
+            )
+            if parent is not None and parent[5]:
+                parent_flags = parent[3]
+                if not parent_flags & _SAMPLED and self.drops_unsampled:
+                    span_id = (_getrandbits(64) if self._random_span_ids else 0) or self.span_id()
+                    ids = (parent[0], span_id, False, FLAGS[parent_flags & _RANDOM], parent[4], True)
+                    return NonRecordingSpan(_new_tuple(SpanContext, ids))
+            elif not self.samples_roots and (self.drops_roots or self.root_bound is not None):
+                trace_id = self._ids.generate_trace_id()
+                span_id = (_getrandbits(64) if self._random_span_ids else 0) or self.span_id()
+                flags = _RANDOM if self._random_ids else 0
+                bound = self.root_bound
+                if self.drops_roots or bound is None or trace_id & _LOW_64 >= bound:
+                    return NonRecordingSpan(new_span_context(trace_id, span_id, flags))
+                attributes = build()
+                if attributes and not _PLAIN.issuperset(map(type, attributes.values())):
+                    attributes = _cleaned(attributes)
+                span_context = new_span_context(trace_id, span_id, flags | _SAMPLED)
+                return self._new(name, span_context, None, kind, attributes)
+        return self.start_owning(name, context, kind, build())
+
     def _new(
         self,
         name: str,
@@ -370,6 +407,8 @@ class LeanTracer(trace_api.Tracer):
             if self.samples_roots:
                 span_context = new_span_context(trace_id, self._new_span_id(), flags | _SAMPLED)
                 return self._new(name, span_context, None, kind, attributes)
+            if self.drops_roots:
+                return NonRecordingSpan(new_span_context(trace_id, self._new_span_id(), flags))
             bound = self.root_bound
             if bound is not None:
                 if trace_id & _LOW_64 < bound:

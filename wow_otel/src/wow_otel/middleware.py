@@ -289,6 +289,16 @@ class OtelMiddleware(Middleware):
         )
         """Start a span of ``tracer`` with (name, context, kind, attributes), the attributes
         a fresh dict handed over (:meth:`~wow_otel.lean.LeanTracer.start_owning`)."""
+        self.start_lazy: Callable[[str, Any, SpanKind, Callable[[], Attributes]], Span] = (
+            self.tracer.start_lazy if isinstance(self.tracer, LeanTracer) else self._sdk_start_lazy
+        )
+        """:attr:`start_span` with the attributes built by a function, only for a span that
+        records where the sampler decides without them (:meth:`~wow_otel.lean.LeanTracer.start_lazy`)."""
+        self.lazy_roots = isinstance(self.tracer, LeanTracer) and not (
+            self.tracer.samples_roots and self.tracer.follows_sampled
+        )
+        """Whether a wait span (a root, or a child of the caller's span) may be decided not
+        to record before its attributes are built (a sampler other than always-on)."""
         self.skips_unsampled = isinstance(self.tracer, LeanTracer) and self.tracer.drops_unsampled
         """A trace not sampled at its root records nothing below it: no span is started
         there, its context propagates as it came (module docstring)."""
@@ -304,6 +314,12 @@ class OtelMiddleware(Middleware):
     def _sdk_start(self, name: str, context: Any, kind: SpanKind, attributes: Attributes) -> Span:
         assert self.tracer is not None
         return self.tracer.start_span(name, context, kind, attributes)
+
+    def _sdk_start_lazy(
+        self, name: str, context: Any, kind: SpanKind, build: Callable[[], Attributes]
+    ) -> Span:
+        assert self.tracer is not None
+        return self.tracer.start_span(name, context, kind, build())
 
     def destination(self, named_aggregate: NamedAggregate, kind: TopicKind) -> str:
         """The topic of ``named_aggregate`` and ``kind`` (``messaging.destination.name``)."""
@@ -662,6 +678,15 @@ class TracingLocalMessageBus(LocalMessageBusDecorator[M, E]):
 # -- command handler --------------------------------------------------------------------
 
 
+async def _attached(context: Any, work: Coroutine[Any, Any, T]) -> T:
+    """``work`` awaited with ``context`` current (a trace not sampled, without metrics)."""
+    token = attach(context)
+    try:
+        return await work
+    finally:
+        detach(token)
+
+
 def _outcome_of(outcome: CommandOutcome) -> str:
     if outcome.duplicate:
         return "duplicate"
@@ -737,20 +762,19 @@ class TracingCommandHandler(CommandHandlerDecorator):
         )
         self.middleware.instruments.process_duration.series(failed).record_ns(ns)
 
-    async def process(self, command: CommandMessage[Any]) -> CommandOutcome:
+    def process(self, command: CommandMessage[Any]) -> Coroutine[Any, Any, CommandOutcome]:
+        """The coroutine of the command's processing (returned, not awaited here: one
+        frame of this decorator per command)."""
         middleware = self.middleware
-        tracer = middleware.tracer
-        if tracer is None:
-            return await self._measured(command)
+        if middleware.tracer is None:
+            return self._measured(command)
         parent, skip = _parent(middleware, command)
         if not skip:
-            return await self._traced(command, parent)
+            return self._traced(command, parent)
         # a trace not sampled: nothing records, its context goes on; the metrics
-        token = attach(parent)
-        try:
-            return await self._measured(command)
-        finally:
-            detach(token)
+        if middleware.instruments is not None:
+            return self._metered(command, parent)
+        return _attached(parent, self._measured(command))
 
     def _measured(self, command: CommandMessage[Any]) -> Coroutine[Any, Any, CommandOutcome]:
         """The command's processing with the metrics only (or nothing): its coroutine."""
@@ -766,14 +790,19 @@ class TracingCommandHandler(CommandHandlerDecorator):
         self.counts.count(outcome)
         return outcome
 
-    async def _metered(self, command: CommandMessage[Any]) -> CommandOutcome:
-        # metrics only: one reading before and after; a success is one point update
+    async def _metered(self, command: CommandMessage[Any], context: Any = None) -> CommandOutcome:
+        # metrics only (``context``: of a trace not sampled, current around the processing):
+        # one reading before and after; a success is one point update
+        token = None if context is None else attach(context)
         started = _clock()
         try:
             outcome = await self.inner.process(command)
         except BaseException as error:
             self._failed(command, error, _clock() - started)
             raise
+        finally:
+            if token is not None:
+                detach(token)
         ns = _clock() - started
         if outcome.conflicts or outcome.publish_failures or outcome.duplicate or outcome.error_code:
             self._settled(command, outcome, ns)
@@ -937,24 +966,31 @@ class TracingEventStore(EventStoreDecorator):
 
 
 def _start_wait_span(
-    start: Callable[[str, Any, SpanKind, Attributes], Span],
+    middleware: OtelMiddleware,
     command: CommandMessage[Any],
     wait: WaitPlan | None,
     wait_stage: str,
     *,
     streaming: bool | None = None,
 ) -> Span:
-    """The ``wait <command>`` span of ``send_and_wait`` (and, with ``streaming``, of a stream)."""
-    attributes: Attributes = {
-        sc.AGGREGATE: command.aggregate_id.named_aggregate.key,
-        sc.MESSAGE: command.name,
-        sc.WAIT_STAGE: wait_stage if wait is None else str(wait),
-        sc.COMMAND_ID: command.id,
-        sc.REQUEST_ID: command.request_id,
-    }
-    if streaming is not None:
-        attributes["wow.command.wait.streaming"] = streaming
-    return start(f"wait {command.name}", None, SpanKind.INTERNAL, attributes)
+    """The ``wait <command>`` span of ``send_and_wait`` (and, with ``streaming``, of a
+    stream); under a sampler that may drop it, its attributes built only if it records."""
+
+    def attributes() -> Attributes:
+        built: Attributes = {
+            sc.AGGREGATE: command.aggregate_id.named_aggregate.key,
+            sc.MESSAGE: command.name,
+            sc.WAIT_STAGE: wait_stage if wait is None else str(wait),
+            sc.COMMAND_ID: command.id,
+            sc.REQUEST_ID: command.request_id,
+        }
+        if streaming is not None:
+            built["wow.command.wait.streaming"] = streaming
+        return built
+
+    if middleware.lazy_roots:
+        return middleware.start_lazy(f"wait {command.name}", None, SpanKind.INTERNAL, attributes)
+    return middleware.start_span(f"wait {command.name}", None, SpanKind.INTERNAL, attributes())
 
 
 def _wait_outcome(result: CommandResult) -> str:
@@ -1084,7 +1120,7 @@ class TracingCommandGateway(CommandGatewayDecorator):
         wait_stage: str,
     ) -> CommandResult:
         """``send_and_wait`` in its wait span (and the metrics, if on)."""
-        span = _start_wait_span(self.middleware.start_span, command, wait, wait_stage)
+        span = _start_wait_span(self.middleware, command, wait, wait_stage)
         token = attach_span(span)
         if not span.is_recording():  # a trace not sampled: the metrics, under its context
             try:
@@ -1170,8 +1206,7 @@ class TracingCommandGateway(CommandGatewayDecorator):
         wait_stage = (wait.stage if wait is not None else CommandStage.PROCESSED).value
         span: Span | None = None
         if tracer is not None:
-            start = self.middleware.start_span
-            span = _start_wait_span(start, command, wait, wait_stage, streaming=streaming)
+            span = _start_wait_span(middleware, command, wait, wait_stage, streaming=streaming)
         started = _clock()
         stage = ""
         outcome = "closed"
@@ -1290,29 +1325,32 @@ class TracingEventHandler:
             attributes = self._attributes.get(key, lambda: {**base, sc.OUTCOME: outcome})
         return attributes
 
-    async def handle(self, exchange: FunctionExchange) -> Settled:
+    def handle(self, exchange: FunctionExchange) -> Coroutine[Any, Any, Settled]:
+        """The coroutine of the function's handling (returned, not awaited here: one frame
+        of this decorator per function)."""
         middleware = self.middleware
-        tracer = middleware.tracer
-        if tracer is None:
+        if middleware.tracer is None:
             if middleware.instruments is None:
-                return await self.inner.handle(exchange)
-            return await self._metered(exchange)
+                return self.inner.handle(exchange)
+            return self._metered(exchange)
         parent, skip = _parent(middleware, exchange.source.message)
         if not skip:
-            return await self._traced(exchange, parent)
+            return self._traced(exchange, parent)
         # a trace not sampled: nothing records, its context goes on; the metrics
-        token = attach(parent)
-        try:
-            if middleware.instruments is None:
-                return await self.inner.handle(exchange)
-            return await self._metered(exchange)
-        finally:
-            detach(token)
+        if middleware.instruments is not None:
+            return self._metered(exchange, parent)
+        return _attached(parent, self.inner.handle(exchange))
 
-    async def _metered(self, exchange: FunctionExchange) -> Settled:
-        # metrics only: one reading before and after, one point update
+    async def _metered(self, exchange: FunctionExchange, context: Any = None) -> Settled:
+        # metrics only (``context``: of a trace not sampled, current around the handling):
+        # one reading before and after, one point update
+        token = None if context is None else attach(context)
         started = _clock()
-        settled = await self.inner.handle(exchange)
+        try:
+            settled = await self.inner.handle(exchange)
+        finally:
+            if token is not None:
+                detach(token)
         ns = _clock() - started
         source = exchange.source.message
         outcome = settled.outcome._value_

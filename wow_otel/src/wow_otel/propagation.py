@@ -37,10 +37,21 @@ _COMMON = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 """A version ``00`` ``traceparent`` exactly (anything else: the SDK's propagator)."""
 
 
+_FLAGS_TEXT = tuple(f"-{flags:02x}" for flags in range(256))
+
+
+def _formatted(trace_id: int, span_id: int, flags: int) -> str:
+    # the ids' bytes in hex: half the time of a format string of the ints
+    try:
+        trace_hex, span_hex = trace_id.to_bytes(16, "big").hex(), span_id.to_bytes(8, "big").hex()
+        return f"00-{trace_hex}-{span_hex}{_FLAGS_TEXT[flags]}"
+    except OverflowError:  # an id out of range (another id generator): written as it is
+        return "00-%032x-%016x-%02x" % (trace_id, span_id, flags)  # noqa: UP031
+
+
 def traceparent(context: SpanContext) -> str:
     """The ``traceparent`` value of ``context`` (version ``00``)."""
-    # %-formatting: half the time of an f-string here (TraceFlags formats through int)
-    return "00-%032x-%016x-%02x" % ids_flags_of(context)  # noqa: UP031
+    return _formatted(*ids_flags_of(context))
 
 
 _MAX_PARENTS = 256
@@ -49,6 +60,13 @@ _parents: dict[str, tuple[SpanContext, Context]] = {}
 values without a ``tracestate``: a command's ``process`` context, passed on to its event
 stream as it came when the trace is not sampled, is read again by each event function."""
 
+
+_values: dict[int, tuple[SpanContext, str]] = {}
+"""The ``traceparent`` values of the latest span contexts written or read here (without a
+``tracestate``), by the context's identity (the context kept with it, so the identity is
+not reused while it is here): a context written again (a trace not sampled, whose root
+context every message of a command carries; an event stream's sends) is not formatted
+again."""
 
 _written: dict[str, tuple[int, int, int]] = {}
 """The ids and flags of the latest ``traceparent`` values this process wrote (without a
@@ -78,7 +96,14 @@ def remote_parent(header: Header) -> tuple[SpanContext, Context] | None:
         if len(_parents) >= _MAX_PARENTS:
             _parents.clear()
         _parents[value] = found
+        _remember(context, value)
     return found
+
+
+def _remember(context: SpanContext, value: str) -> None:
+    if len(_values) >= _MAX_PARENTS:
+        _values.clear()
+    _values[id(context)] = (context, value)
 
 
 def remote_span_context(header: Header) -> SpanContext | None:
@@ -133,15 +158,27 @@ def inject(message: M, context: Context | None = None, *, span_context: SpanCont
     value: str | None = None
     state: str | None = None
     if is_valid_of(span_context):
-        ids = ids_flags_of(span_context)
-        value = "00-%032x-%016x-%02x" % ids  # noqa: UP031
         trace_state = state_of(span_context)
         if trace_state is not DEFAULT_TRACE_STATE and trace_state:
+            value = traceparent(span_context)
             state = trace_state.to_header()
         else:
-            if len(_written) >= _MAX_PARENTS:
-                _written.clear()
-            _written[value] = ids
+            known = _values.get(id(span_context))
+            if known is not None and known[0] is span_context:
+                value = known[1]
+            else:  # formatted in place (the hot path: no frame of _formatted, _remember)
+                ids = trace_id, span_id, flags = ids_flags_of(span_context)
+                try:
+                    trace_hex, span_hex = trace_id.to_bytes(16, "big").hex(), span_id.to_bytes(8, "big").hex()
+                    value = f"00-{trace_hex}-{span_hex}{_FLAGS_TEXT[flags]}"
+                except OverflowError:
+                    value = _formatted(*ids)
+                if len(_written) >= _MAX_PARENTS:
+                    _written.clear()
+                _written[value] = ids
+                if len(_values) >= _MAX_PARENTS:
+                    _values.clear()
+                _values[id(span_context)] = (span_context, value)
     header = message.header
     if header.read_only:
         if header.get(TRACEPARENT) == value and header.get(TRACESTATE) == state:
