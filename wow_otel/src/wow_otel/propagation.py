@@ -96,14 +96,10 @@ def remote_parent(header: Header) -> tuple[SpanContext, Context] | None:
         if len(_parents) >= _MAX_PARENTS:
             _parents.clear()
         _parents[value] = found
-        _remember(context, value)
+        if len(_values) >= _MAX_PARENTS:
+            _values.clear()
+        _values[id(context)] = (context, value)
     return found
-
-
-def _remember(context: SpanContext, value: str) -> None:
-    if len(_values) >= _MAX_PARENTS:
-        _values.clear()
-    _values[id(context)] = (context, value)
 
 
 def remote_span_context(header: Header) -> SpanContext | None:
@@ -163,10 +159,11 @@ def inject(message: M, context: Context | None = None, *, span_context: SpanCont
             value = traceparent(span_context)
             state = trace_state.to_header()
         else:
-            known = _values.get(id(span_context))
+            key = id(span_context)
+            known = _values.get(key)
             if known is not None and known[0] is span_context:
                 value = known[1]
-            else:  # formatted in place (the hot path: no frame of _formatted, _remember)
+            else:  # formatted in place (the hot path: no frame of _formatted)
                 ids = trace_id, span_id, flags = ids_flags_of(span_context)
                 try:
                     trace_hex, span_hex = trace_id.to_bytes(16, "big").hex(), span_id.to_bytes(8, "big").hex()
@@ -178,7 +175,7 @@ def inject(message: M, context: Context | None = None, *, span_context: SpanCont
                 _written[value] = ids
                 if len(_values) >= _MAX_PARENTS:
                     _values.clear()
-                _values[id(span_context)] = (span_context, value)
+                _values[key] = (span_context, value)
     header = message.header
     if header.read_only:
         if header.get(TRACEPARENT) == value and header.get(TRACESTATE) == state:
