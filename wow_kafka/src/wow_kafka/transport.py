@@ -372,8 +372,8 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
             raise first_error
 
     def _send_error(self, message: TransportMessage, error: KafkaError) -> KafkaSendError:
-        if isinstance(error, KafkaTopicError):
-            return KafkaSendError(str(error), error)
+        """The :class:`~wow_kafka.errors.KafkaSendError` of a client error (the transport's
+        own errors, a topic's included, are raised as they are by the callers)."""
         if isinstance(error, MessageSizeTooLargeError):
             return KafkaSendError(
                 f"the record for topic {message.topic!r} (key {message.key!r}) was not sent: over "
