@@ -103,6 +103,22 @@ async def _nothing_more_then_nothing_pending(
     assert await redis.xlen(f"{topic}.dlq") == 0
 
 
+async def _the_other_three_delivered_again(
+    receiver: RedisStreamReceiver, redis: Redis, topic: str, idle: list[str], gone: str
+) -> None:
+    """The claimed entries but ``gone`` are delivered once each, in order, with a count of 2
+    (pending here with it), ``gone`` is not pending, and they are acknowledged."""
+    records = await take(receiver, 3)
+    expected = [entry for entry in idle if entry != gone]
+    assert [r.position.rsplit("/", 1)[1] for r in records] == expected
+    assert [r.delivery_count for r in records] == [2, 2, 2]
+    pending = await _pending(redis, topic)
+    assert {i: pending[i] for i in expected} == {i: (receiver.consumer, 2) for i in expected}
+    assert gone not in pending
+    for record in records:
+        await record.ack()
+
+
 @pytest.mark.parametrize("own_between", [0, 60], ids=["one page", "past the first page"])
 async def test_an_entry_deleted_between_the_claim_and_the_fetch_is_reported_as_trimmed_once(
     make_transport: Make, redis: Redis, own_between: int
@@ -122,15 +138,7 @@ async def test_an_entry_deleted_between_the_claim_and_the_fetch_is_reported_as_t
     assert await receiver.claim_idle(30.0) == 4
     assert calls == [idle], "the four claimed entries are fetched in one call"
     assert observer.dead == [(topic, "g1", victim, 0, TRIMMED)], "reported once, as trimmed"
-    records = await take(receiver, 3)
-    expected = [idle[0], idle[1], idle[3]]
-    assert [r.position.rsplit("/", 1)[1] for r in records] == expected
-    assert [r.delivery_count for r in records] == [2, 2, 2]
-    pending = await _pending(redis, topic)
-    assert {i: pending[i] for i in expected} == {i: (receiver.consumer, 2) for i in expected}
-    assert victim not in pending
-    for record in records:
-        await record.ack()
+    await _the_other_three_delivered_again(receiver, redis, topic, idle, victim)
     await _nothing_more_then_nothing_pending(redis, receiver, topic, own)
     assert observer.dead == [(topic, "g1", victim, 0, TRIMMED)], "and not again"
 
@@ -150,13 +158,7 @@ async def test_an_entry_acknowledged_between_the_claim_and_the_fetch_is_neither_
 
     _in_the_window(receiver, acknowledge)
     assert await receiver.claim_idle(30.0) == 4
-    records = await take(receiver, 3)
-    expected = [idle[0], idle[1], idle[3]]
-    assert [r.position.rsplit("/", 1)[1] for r in records] == expected
-    assert [r.delivery_count for r in records] == [2, 2, 2]
-    assert finished not in await _pending(redis, topic)
-    for record in records:
-        await record.ack()
+    await _the_other_three_delivered_again(receiver, redis, topic, idle, finished)
     await _nothing_more_then_nothing_pending(redis, receiver, topic, own)
     assert observer.dead == []
     assert await redis.xlen(topic) == 4 + own_between, "nothing deleted: the entry was handled"

@@ -293,13 +293,19 @@ class LeanTracer(trace_api.Tracer):
         context: Context | None,
         kind: SpanKind,
         attributes: dict[str, Any] | None,
+        build: Callable[[], dict[str, Any]] | None = None,
     ) -> trace_api.Span:
         """:meth:`start_span` for a caller that hands over ``attributes``: a dict of its own
         it never touches again, kept as the span's attributes without a copy (a value
         that is not a plain scalar is still cleaned as the SDK would). What the
-        decorators call; the SDK tracer when the pipeline has changed (module docstring)."""
-        # The common case in a few operations (a sampled child under the always-on or
-        # parent-based sampler, or a root under always-on): the parent read from the
+        decorators call; the SDK tracer when the pipeline has changed (module docstring).
+
+        ``build``, instead of ``attributes``: a function that builds them, called only for
+        a span that records where the sampler decides without reading them (see
+        :meth:`start_lazy`)."""
+        # The common cases in a few operations (a sampled child under the always-on or
+        # parent-based sampler, a root under always-on; a dropped child of a parent not
+        # sampled, a root of the ratio sampler or always_off): the parent read from the
         # context, the ids, the span context tuple and the span's fields, no frame each.
         if attributes and not _PLAIN.issuperset(map(type, attributes.values())):
             attributes = _cleaned(attributes)
@@ -314,15 +320,23 @@ class LeanTracer(trace_api.Tracer):
             )
             if parent is not None and parent[5]:  # a valid parent (INDEXED)
                 parent_flags = parent[3]
-                if parent_flags & _SAMPLED and self.follows_sampled:
-                    span_id = (_getrandbits(64) if self._random_span_ids else 0) or self.span_id()
-                    flags = FLAGS[parent_flags & _RANDOM | _SAMPLED]
-                    ids = (parent[0], span_id, False, flags, parent[4], True)
-                    return self._new(name, _new_tuple(SpanContext, ids), parent, kind, attributes)
+                span_id = (_getrandbits(64) if self._random_span_ids else 0) or self.span_id()
+                if parent_flags & _SAMPLED:
+                    if self.follows_sampled:
+                        flags = FLAGS[parent_flags & _RANDOM | _SAMPLED]
+                        ids = (parent[0], span_id, False, flags, parent[4], True)
+                        if build is not None:
+                            attributes = _built(build)
+                        return self._new(name, _new_tuple(SpanContext, ids), parent, kind, attributes)
+                elif self.drops_unsampled:  # decided at the root: not sampled, nothing records
+                    ids = (parent[0], span_id, False, FLAGS[parent_flags & _RANDOM], parent[4], True)
+                    return NonRecordingSpan(_new_tuple(SpanContext, ids))
             elif self.samples_roots:
                 trace_id = self._ids.generate_trace_id()
                 span_id = (_getrandbits(64) if self._random_span_ids else 0) or self.span_id()
                 flags = FLAGS[(_RANDOM if self._random_ids else 0) | _SAMPLED]
+                if build is not None:
+                    attributes = _built(build)
                 return self._new(
                     name,
                     _new_tuple(SpanContext, (trace_id, span_id, False, flags, DEFAULT_TRACE_STATE, True)),
@@ -330,8 +344,19 @@ class LeanTracer(trace_api.Tracer):
                     kind,
                     attributes,
                 )
-            return self._start(name, context, kind, attributes)
-        return self._start(name, context, kind, attributes)
+            elif self.drops_roots or self.root_bound is not None:
+                # the ratio sampler's decision from the trace id (as in _start); always_off
+                trace_id = self._ids.generate_trace_id()
+                span_id = (_getrandbits(64) if self._random_span_ids else 0) or self.span_id()
+                random_flag = _RANDOM if self._random_ids else 0
+                bound = self.root_bound
+                if self.drops_roots or bound is None or trace_id & _LOW_64 >= bound:
+                    return NonRecordingSpan(new_span_context(trace_id, span_id, random_flag))
+                if build is not None:
+                    attributes = _built(build)
+                span_context = new_span_context(trace_id, span_id, random_flag | _SAMPLED)
+                return self._new(name, span_context, None, kind, attributes)
+        return self._start(name, context, kind, _built(build) if build is not None else attributes)
 
     def start_lazy(
         self, name: str, context: Context | None, kind: SpanKind, build: Callable[[], dict[str, Any]]
@@ -340,34 +365,7 @@ class LeanTracer(trace_api.Tracer):
         records: where the sampler's decision does not read them (a root under the ratio
         sampler or ``always_off``, a child of a parent not sampled that is dropped), a
         span that does not record is decided first, without them."""
-        multi: Any = self.processor
-        if self._direct and multi._span_processors is self._processors and self.sdk._tracer_config.is_enabled:
-            found: Any = (_current() if context is None else context).get(_SPAN_KEY, None)
-            kind_of = type(found)
-            parent = (
-                found._context
-                if kind_of is self.span_type or kind_of is NonRecordingSpan
-                else (None if found is None else found.get_span_context())
-            )
-            if parent is not None and parent[5]:
-                parent_flags = parent[3]
-                if not parent_flags & _SAMPLED and self.drops_unsampled:
-                    span_id = (_getrandbits(64) if self._random_span_ids else 0) or self.span_id()
-                    ids = (parent[0], span_id, False, FLAGS[parent_flags & _RANDOM], parent[4], True)
-                    return NonRecordingSpan(_new_tuple(SpanContext, ids))
-            elif not self.samples_roots and (self.drops_roots or self.root_bound is not None):
-                trace_id = self._ids.generate_trace_id()
-                span_id = (_getrandbits(64) if self._random_span_ids else 0) or self.span_id()
-                flags = _RANDOM if self._random_ids else 0
-                bound = self.root_bound
-                if self.drops_roots or bound is None or trace_id & _LOW_64 >= bound:
-                    return NonRecordingSpan(new_span_context(trace_id, span_id, flags))
-                attributes = build()
-                if attributes and not _PLAIN.issuperset(map(type, attributes.values())):
-                    attributes = _cleaned(attributes)
-                span_context = new_span_context(trace_id, span_id, flags | _SAMPLED)
-                return self._new(name, span_context, None, kind, attributes)
-        return self.start_owning(name, context, kind, build())
+        return self.start_owning(name, context, kind, None, build)
 
     def _new(
         self,
@@ -440,6 +438,14 @@ class LeanTracer(trace_api.Tracer):
 
     def start_as_current_span(self, *args: Any, **kwargs: Any) -> Any:
         return self.sdk.start_as_current_span(*args, **kwargs)
+
+
+def _built(build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """The attributes ``build`` returns, cleaned as :meth:`LeanTracer.start_owning` cleans."""
+    attributes = build()
+    if attributes and not _PLAIN.issuperset(map(type, attributes.values())):
+        return _cleaned(attributes)
+    return attributes
 
 
 def _cleaned(attributes: Mapping[str, Any]) -> dict[str, Any]:
