@@ -165,11 +165,14 @@ async def test_an_append_after_another_write_in_its_transaction_is_not_skipped(
 async def test_concurrent_appenders_on_every_path_are_read_exactly_once_in_order(
     store: PostgresEventStore, scratch: str
 ) -> None:
+    after = START
     for _ in range(3):
-        await _one_concurrent_round(store, scratch)
+        after = await _one_concurrent_round(store, scratch, after)
 
 
-async def _one_concurrent_round(store: PostgresEventStore, scratch: str) -> None:
+async def _one_concurrent_round(
+    store: PostgresEventStore, scratch: str, start: GlobalPosition
+) -> GlobalPosition:
     outbox = store.transactional_outbox()
     assert outbox is not None
     aggregates = [new_aggregate_id() for _ in range(6)]
@@ -216,7 +219,7 @@ async def _one_concurrent_round(store: PostgresEventStore, scratch: str) -> None
     seen: list[PositionedStream] = []
 
     async def reader() -> None:
-        after = START
+        after = start
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 60
         while loop.time() < deadline:
@@ -244,3 +247,4 @@ async def _one_concurrent_round(store: PostgresEventStore, scratch: str) -> None
     for p in seen:
         by_aggregate[p.stream.aggregate_id].append(p.stream.version)
     assert all(v == list(range(1, versions + 1)) for v in by_aggregate.values())
+    return seen[-1].position
