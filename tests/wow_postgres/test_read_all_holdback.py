@@ -159,7 +159,7 @@ async def test_an_append_after_another_write_in_its_transaction_is_not_skipped(
     assert sorted(p.stream.id for p in rest[:2]) == sorted([late.id, raw.id])
     assert [p.stream.id for p in rest[2:]] == [after_late.id]
     assert all(p.position > read[-1].position for p in rest)
-    assert [p.stream.aggregate_id for p in await store.load(late.aggregate_id)] == [late.aggregate_id]
+    assert [s.id for s in await store.load(late.aggregate_id)] == [late.id]
 
 
 async def test_concurrent_appenders_on_every_path_are_read_exactly_once_in_order(
@@ -248,3 +248,60 @@ async def _one_concurrent_round(
         by_aggregate[p.stream.aggregate_id].append(p.stream.version)
     assert all(v == list(range(1, versions + 1)) for v in by_aggregate.values())
     return seen[-1].position
+
+
+async def test_a_late_appends_key_is_widened_to_xid8_across_the_wraparound(store: PostgresEventStore) -> None:
+    """The late key is a 32-bit subtransaction xid made ``xid8`` from the top-level one:
+    in the same epoch, and in the next when the 32-bit counter wrapped in between."""
+    widen = f"{store.names.schema}.event_stream_widen_xid"
+    epoch = 1 << 32
+    connection = await asyncpg.connect(POSTGRES_DSN)
+    try:
+        for top, sub, expected in [
+            (1813, 1814, 1814),
+            (3 * epoch + 5, 9, 3 * epoch + 9),
+            (3 * epoch + epoch - 6, 3, 4 * epoch + 3),
+            (3 * epoch + epoch - 1, epoch - 1, 4 * epoch - 1),
+        ]:
+            got = await connection.fetchval(
+                f"SELECT {widen}($1::text::xid8, $2::text::xid)::text::bigint", str(top), str(sub)
+            )
+            assert got == expected, (top, sub)
+    finally:
+        await connection.close()
+
+
+async def test_normal_appends_carry_their_own_xid_and_late_ones_a_fresh_one(
+    store: PostgresEventStore, scratch: str
+) -> None:
+    """The lock is taken before the xid (by the insert trigger, before any row): an append
+    that is its transaction's first write keeps the transaction's xid as its key."""
+    connection = await asyncpg.connect(POSTGRES_DSN)
+    try:
+        async with connection.transaction():
+            await store.append_in(connection, make_stream(new_aggregate_id(), 1))
+            first = await connection.fetchval("SELECT pg_current_xact_id()::text::bigint")
+            assert await connection.fetchval("SELECT current_setting('wow.late_append', true)") in (None, "")
+            held = await connection.fetchval(
+                "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory' "
+                "AND classid = $1::oid AND objid = $2::oid AND objsubid = 2 AND granted",
+                store.names.append_lock[0] & 0xFFFFFFFF,
+                store.names.append_lock[1] & 0xFFFFFFFF,
+            )
+            assert held == 1
+            await store.append_in(connection, make_stream(new_aggregate_id(), 1))  # xid held: late
+        async with connection.transaction():
+            await connection.execute(f"INSERT INTO {scratch} VALUES (1)")
+            top = await connection.fetchval("SELECT pg_current_xact_id()::text::bigint")
+            await store.append_in(connection, make_stream(new_aggregate_id(), 1))
+        keys = [
+            int(row["tx"])
+            for row in await connection.fetch(
+                f"SELECT transaction_id::text::bigint AS tx FROM {store.names.events} ORDER BY global_position"
+            )
+        ]
+    finally:
+        await connection.close()
+    assert keys[0] == first
+    assert keys[1] > first
+    assert keys[2] > top

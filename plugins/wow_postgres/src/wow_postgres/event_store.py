@@ -60,6 +60,10 @@ if TYPE_CHECKING:
     from wow_postgres.outbox import PostgresOutbox
 
 
+_APPEND_LOCK_MIGRATION = 5
+"""The migration that installs the append lock (:func:`wow_postgres.migrations._append_lock_sql`)."""
+
+
 class EventStoreDataError(EventStoreError):
     """A row of the event-store tables is not what this store writes."""
 
@@ -192,6 +196,37 @@ class PostgresEventStore(_PostgresStore):
             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb
             WHERE COALESCE((SELECT max(version) FROM {events} WHERE {_WHERE_AGGREGATE}), 0) = $5 - 1
             RETURNING global_position"""
+        key_class, key_table = self.names.append_lock
+        self._read_all_sql = f"""
+            WITH snapshot AS MATERIALIZED (SELECT pg_current_snapshot() AS s),
+            locks AS MATERIALIZED (
+                SELECT locktype, virtualtransaction, transactionid::text::bigint AS xid
+                FROM pg_locks
+                WHERE granted AND (
+                    (locktype = 'transactionid' AND mode = 'ExclusiveLock')
+                    OR (locktype = 'advisory' AND classid = {key_class & 0xFFFFFFFF}::oid
+                        AND objid = {key_table & 0xFFFFFFFF}::oid AND objsubid = 2
+                        AND database = (SELECT oid FROM pg_database WHERE datname = current_database())))),
+            cutoff AS MATERIALIZED (
+                SELECT CASE WHEN EXISTS (SELECT FROM {self.names.migrations} WHERE version = {_APPEND_LOCK_MIGRATION})
+                    THEN LEAST(pg_snapshot_xmax(s), (
+                        SELECT min(running) FROM pg_snapshot_xip(s) AS running
+                        WHERE NOT EXISTS (
+                            SELECT FROM locks AS own
+                            WHERE own.locktype = 'transactionid'
+                              AND own.xid = running::text::bigint % 4294967296
+                              AND NOT EXISTS (
+                                  SELECT FROM locks AS appending
+                                  WHERE appending.locktype = 'advisory'
+                                    AND appending.virtualtransaction = own.virtualtransaction))))
+                    ELSE pg_snapshot_xmin(s) END AS xid
+                FROM snapshot)
+            SELECT transaction_id::text::bigint AS tx, global_position, version, payload
+            FROM {events}
+            WHERE (transaction_id, global_position) > ($1::text::xid8, $2)
+              AND transaction_id < (SELECT xid FROM cutoff)
+            ORDER BY transaction_id, global_position
+            LIMIT $3"""
 
     async def append(self, stream: DomainEventStream) -> None:
         await self.append_in(None, stream)
@@ -311,13 +346,7 @@ class PostgresEventStore(_PostgresStore):
         any that began after them) are left for a later call."""
         if not 1 <= limit <= 100_000:
             raise ValueError(f"limit must be in 1..100000, got {limit}")
-        sql = f"""
-            SELECT transaction_id::text::bigint AS tx, global_position, version, payload
-            FROM {self.names.events}
-            WHERE (transaction_id, global_position) > ($1::text::xid8, $2)
-              AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())
-            ORDER BY transaction_id, global_position
-            LIMIT $3"""
+        sql = self._read_all_sql
 
         async def fetch(conn: Connection) -> list[asyncpg.Record]:
             return list(await conn.fetch(sql, str(after.transaction_id), after.position, limit))
