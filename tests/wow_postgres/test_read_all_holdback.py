@@ -39,7 +39,7 @@ async def store(settings_for: Callable[..., PostgresSettings]) -> AsyncIterator[
 
 
 @pytest.fixture
-async def scratch(store: PostgresEventStore) -> AsyncIterator[str]:
+async def scratch(store: PostgresEventStore) -> str:
     """A table of the test's schema that is not the events table."""
     name = f"{store.names.schema}.scratch"
     connection = await asyncpg.connect(POSTGRES_DSN)
@@ -47,7 +47,7 @@ async def scratch(store: PostgresEventStore) -> AsyncIterator[str]:
         await connection.execute(f"CREATE TABLE {name} (n integer)")
     finally:
         await connection.close()
-    yield name
+    return name
 
 
 async def read_until(
@@ -297,7 +297,8 @@ async def test_normal_appends_carry_their_own_xid_and_late_ones_a_fresh_one(
         keys = [
             int(row["tx"])
             for row in await connection.fetch(
-                f"SELECT transaction_id::text::bigint AS tx FROM {store.names.events} ORDER BY global_position"
+                f"SELECT transaction_id::text::bigint AS tx FROM {store.names.events} "
+                "ORDER BY global_position"
             )
         ]
     finally:
