@@ -306,3 +306,51 @@ async def test_normal_appends_carry_their_own_xid_and_late_ones_a_fresh_one(
     assert keys[0] == first
     assert keys[1] > first
     assert keys[2] > top
+
+
+async def test_with_the_append_lock_trigger_disabled_the_cluster_wide_rule_applies(
+    store: PostgresEventStore, scratch: str
+) -> None:
+    """A writer could then insert without the lock: every running transaction holds back again."""
+    admin = await asyncpg.connect(POSTGRES_DSN)
+    other = await asyncpg.connect(POSTGRES_DSN)
+    try:
+        await admin.execute(
+            f'ALTER TABLE {store.names.events} DISABLE TRIGGER "{store.names.append_lock_trigger}"'
+        )
+        transaction = await open_transaction(other)
+        await other.execute(f"INSERT INTO {scratch} VALUES (1)")
+        await store.append(make_stream(new_aggregate_id(), 1))
+        assert await store.read_all(START) == []
+        await transaction.rollback()
+        await admin.execute(
+            f'ALTER TABLE {store.names.events} ENABLE TRIGGER "{store.names.append_lock_trigger}"'
+        )
+        assert len(await read_until(store, START, 1)) == 1
+    finally:
+        await other.close()
+        await admin.close()
+
+
+async def test_a_late_append_needs_no_update_privilege(store: PostgresEventStore, scratch: str) -> None:
+    role = f"wowtest_role_{store.settings.schema_name[-12:]}"
+    admin = await asyncpg.connect(POSTGRES_DSN)
+    try:
+        await admin.execute(f"CREATE ROLE {role} NOLOGIN")
+        await admin.execute(
+            f"GRANT USAGE ON SCHEMA {store.names.schema} TO {role}; "
+            f"GRANT SELECT, INSERT ON {store.names.events}, {scratch} TO {role}"
+        )
+        stream = make_stream(new_aggregate_id(), 1)
+        async with admin.transaction():
+            await admin.execute(f"SET LOCAL ROLE {role}")
+            await admin.execute(f"INSERT INTO {scratch} VALUES (1)")  # an xid first: a late append
+            top = await admin.fetchval("SELECT pg_current_xact_id()::text::bigint")
+            assert await store.append_in(admin, stream)
+        key = await admin.fetchval(
+            f"SELECT transaction_id::text::bigint FROM {store.names.events} WHERE stream_id = $1", stream.id
+        )
+        assert key > top
+    finally:
+        await admin.execute(f"DROP OWNED BY {role}; DROP ROLE IF EXISTS {role}")
+        await admin.close()

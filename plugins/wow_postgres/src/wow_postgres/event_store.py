@@ -62,10 +62,6 @@ if TYPE_CHECKING:
     from wow_postgres.outbox import PostgresOutbox
 
 
-_APPEND_LOCK_MIGRATION = 5
-"""The migration that installs the append lock (:func:`wow_postgres.migrations._append_lock_sql`)."""
-
-
 class EventStoreDataError(EventStoreError):
     """A row of the event-store tables is not what this store writes."""
 
@@ -201,7 +197,13 @@ class PostgresEventStore(_PostgresStore):
             WHERE COALESCE((SELECT max(version) FROM {events} WHERE {_WHERE_AGGREGATE}), 0) = $5 - 1
             RETURNING global_position"""
         key_class, key_table = self.names.append_lock
-        migrated = f"EXISTS (SELECT FROM {self.names.migrations} WHERE version = {_APPEND_LOCK_MIGRATION})"
+        # The protocol is in force while both triggers of migration 5 fire (not on a standby,
+        # whose snapshots list no running xids and whose pg_locks shows none of the primary's).
+        in_force = f"""NOT pg_is_in_recovery() AND (
+                    SELECT count(*) FROM pg_trigger
+                    WHERE tgrelid = to_regclass('{events}')
+                      AND tgname IN ('{self.names.append_lock_trigger}', '{self.names.late_append_trigger}')
+                      AND tgenabled IN ('O', 'A')) = 2"""
         self._read_all_sql = f"""
             WITH snapshot AS MATERIALIZED (SELECT pg_current_snapshot() AS s),
             locks AS MATERIALIZED (
@@ -213,7 +215,7 @@ class PostgresEventStore(_PostgresStore):
                         AND objid = {key_table & 0xFFFFFFFF}::oid AND objsubid = 2
                         AND database = (SELECT oid FROM pg_database WHERE datname = current_database())))),
             cutoff AS MATERIALIZED (
-                SELECT CASE WHEN {migrated}
+                SELECT CASE WHEN {in_force}
                     THEN LEAST(pg_snapshot_xmax(s), (
                         SELECT min(running) FROM pg_snapshot_xip(s) AS running
                         WHERE NOT EXISTS (

@@ -52,6 +52,8 @@ class Names:
     append_lock: tuple[int, int]
     """The two ``int4`` keys of the shared advisory lock every append takes (see
     :func:`append_lock_key`)."""
+    append_lock_trigger: str
+    late_append_trigger: str
 
     @classmethod
     def of(cls, settings: PostgresSettings) -> Names:
@@ -68,6 +70,8 @@ class Names:
             version_constraint=f"{settings.events_table}_version_key"[:63],
             request_constraint=f"{settings.events_table}_request_key"[:63],
             append_lock=append_lock_key(settings.schema_name, settings.events_table),
+            append_lock_trigger=f"{settings.events_table}_append_lock"[:63],
+            late_append_trigger=f"{settings.events_table}_late_append"[:63],
         )
 
 
@@ -81,7 +85,7 @@ def append_lock_key(schema_name: str, events_table: str) -> tuple[int, int]:
     migration 5) and that :meth:`~wow_postgres.PostgresEventStore.read_all` looks for in
     ``pg_locks``: a fixed first key, and a CRC-32 of the qualified table name, as signed
     ``int4``. ``pg_locks`` shows them as ``classid`` and ``objid`` (``oid``, unsigned),
-    ``objsubid = 2``."""
+    ``objsubid = 2``. Never change it: migration 5 wrote it into the trigger."""
     table = zlib.crc32(f"{schema_name}.{events_table}".encode())
     return APPEND_LOCK_CLASS, table - (1 << 32) if table >= 1 << 31 else table
 
@@ -224,7 +228,11 @@ def _append_lock_sql(names: Names, settings: PostgresSettings) -> str:
     - a transaction that already had an xid (it wrote elsewhere first) is marked *late*
       (:data:`LATE_APPEND_SETTING`); each row it inserts is then given, by a row trigger,
       the xid of a subtransaction started after the lock: a key above every position a
-      reader may have passed before the lock was taken.
+      reader may have passed before the lock was taken (as the table's owner: a role
+      that may only insert needs no ``UPDATE``).
+
+    A reader relies on the protocol only while both triggers are enabled (see
+    :meth:`~wow_postgres.PostgresEventStore.read_all`).
     """
     table = settings.events_table
     key_class, key_table = names.append_lock
@@ -247,7 +255,8 @@ def _append_lock_sql(names: Names, settings: PostgresSettings) -> str:
             END IF;
             RETURN NULL;
         END $$;
-        CREATE FUNCTION {late_function}() RETURNS trigger LANGUAGE plpgsql AS $$
+        CREATE FUNCTION {late_function}() RETURNS trigger LANGUAGE plpgsql
+            SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
         DECLARE
             fresh xid;
         BEGIN
@@ -261,9 +270,9 @@ def _append_lock_sql(names: Names, settings: PostgresSettings) -> str:
                 WHERE global_position = NEW.global_position;
             RETURN NULL;
         END $$;
-        CREATE TRIGGER {quote((table + "_append_lock")[:63])}
+        CREATE TRIGGER {quote(names.append_lock_trigger)}
             BEFORE INSERT ON {names.events} FOR EACH STATEMENT EXECUTE FUNCTION {lock_function}();
-        CREATE TRIGGER {quote((table + "_late_append")[:63])}
+        CREATE TRIGGER {quote(names.late_append_trigger)}
             AFTER INSERT ON {names.events} FOR EACH ROW
             WHEN (current_setting('{LATE_APPEND_SETTING}', true) = 'on')
             EXECUTE FUNCTION {late_function}();
