@@ -96,8 +96,8 @@ async def read_caught_up(
     store: PostgresEventStore, after: GlobalPosition, count: int, limit: int = 1000
 ) -> list[PositionedStream]:
     """``read_all`` as a catch-up reader calls it: again, until ``count`` streams are
-    readable. The hold-back is by the database's oldest running transaction, so another
-    test's open transaction (in any schema) holds these streams back for a moment."""
+    readable. Only an append in flight to this schema's events table holds them back
+    (see test_read_all_holdback.py); the loop keeps the tests independent of timing."""
     deadline = asyncio.get_running_loop().time() + 20
     while True:
         page = await store.read_all(after, limit=limit)

@@ -189,9 +189,9 @@ def test_wow_postgres_migrate_and_status(
     monkeypatch.setenv("WOW_POSTGRES__DSN", POSTGRES_DSN)
     monkeypatch.setenv("WOW_POSTGRES__SCHEMA_NAME", schema)
     assert main(["postgres", "status"]) == 1
-    assert "pending [1, 2, 3, 4]" in capsys.readouterr().out
+    assert "pending [1, 2, 3, 4, 5]" in capsys.readouterr().out
     assert main(["postgres", "migrate"]) == 0
-    assert "applied migration(s) 1, 2, 3, 4" in capsys.readouterr().out
+    assert "applied migration(s) 1, 2, 3, 4, 5" in capsys.readouterr().out
     assert main(["postgres", "migrate"]) == 0
     assert "is up to date" in capsys.readouterr().out
     assert main(["postgres", "status"]) == 0

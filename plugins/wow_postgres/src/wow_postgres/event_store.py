@@ -22,8 +22,10 @@ id with its own stream id at the same version and returns as a success, so an ap
 never reported failed when it landed, nor written twice.
 
 ``read_all`` reads every aggregate's streams in commit order for catching up: a row is
-returned only once every transaction that began before it has ended, so a reader never
-skips a stream committed late with a lower position (see :class:`GlobalPosition`).
+returned only once every transaction that may still append a row ordered before it has
+ended, so a reader never skips a stream committed late with a lower position (see
+:class:`GlobalPosition` and :meth:`PostgresEventStore.read_all`); a transaction that does
+not append (another table, an idle session) holds nothing back.
 """
 
 from __future__ import annotations
@@ -70,8 +72,10 @@ class GlobalPosition:
 
     Positions come from a sequence, so a transaction that commits late can hold a lower
     position than one already read; ordering by the writing transaction first, and reading
-    only transactions older than every one still running, gives an order in which nothing
-    appears behind the reader.
+    only transactions older than every one that may still append, gives an order in which
+    nothing appears behind the reader. ``transaction_id`` is the appending transaction's
+    xid, or, for an append made after the transaction wrote elsewhere, the xid of a
+    subtransaction begun when it appended (migration 5).
     """
 
     transaction_id: int = 0
@@ -192,6 +196,44 @@ class PostgresEventStore(_PostgresStore):
             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb
             WHERE COALESCE((SELECT max(version) FROM {events} WHERE {_WHERE_AGGREGATE}), 0) = $5 - 1
             RETURNING global_position"""
+        key_class, key_table = self.names.append_lock
+        # The protocol is in force while both triggers of migration 5 fire (not on a standby,
+        # whose snapshots list no running xids and whose pg_locks shows none of the primary's).
+        in_force = f"""NOT pg_is_in_recovery() AND (
+                    SELECT count(*) FROM pg_trigger
+                    WHERE tgrelid = to_regclass('{events}')
+                      AND tgname IN ('{self.names.append_lock_trigger}', '{self.names.late_append_trigger}')
+                      AND tgenabled IN ('O', 'A')) = 2"""
+        self._read_all_sql = f"""
+            WITH snapshot AS MATERIALIZED (SELECT pg_current_snapshot() AS s),
+            locks AS MATERIALIZED (
+                SELECT locktype, pid, virtualtransaction, transactionid::text::bigint AS xid
+                FROM pg_locks
+                WHERE granted AND (
+                    (locktype = 'transactionid' AND mode = 'ExclusiveLock')
+                    OR (locktype = 'advisory' AND classid = {key_class & 0xFFFFFFFF}::oid
+                        AND objid = {key_table & 0xFFFFFFFF}::oid AND objsubid = 2
+                        AND database = (SELECT oid FROM pg_database WHERE datname = current_database())))),
+            cutoff AS MATERIALIZED (
+                SELECT CASE WHEN {in_force}
+                    THEN LEAST(pg_snapshot_xmax(s), (
+                        SELECT min(running) FROM pg_snapshot_xip(s) AS running
+                        WHERE NOT EXISTS (
+                            SELECT FROM locks AS own
+                            WHERE own.locktype = 'transactionid' AND own.pid IS NOT NULL
+                              AND own.xid = running::text::bigint % 4294967296
+                              AND NOT EXISTS (
+                                  SELECT FROM locks AS appending
+                                  WHERE appending.locktype = 'advisory'
+                                    AND appending.virtualtransaction = own.virtualtransaction))))
+                    ELSE pg_snapshot_xmin(s) END AS xid
+                FROM snapshot)
+            SELECT transaction_id::text::bigint AS tx, global_position, version, payload
+            FROM {events}
+            WHERE (transaction_id, global_position) > ($1::text::xid8, $2)
+              AND transaction_id < (SELECT xid FROM cutoff)
+            ORDER BY transaction_id, global_position
+            LIMIT $3"""
 
     async def append(self, stream: DomainEventStream) -> None:
         await self.append_in(None, stream)
@@ -307,17 +349,35 @@ class PostgresEventStore(_PostgresStore):
 
     async def read_all(self, after: GlobalPosition = START, limit: int = 1000) -> list[PositionedStream]:
         """Up to ``limit`` streams of every aggregate after ``after``, in commit order; pass
-        the last one's position to read on. Streams of transactions still running (and of
-        any that began after them) are left for a later call."""
+        the last one's position to read on. Streams of appends still in flight, and every
+        stream ordered after one, are left for a later call; transactions that do not
+        append hold nothing back.
+
+        The guarantee: a stream ordered before the last position returned is never
+        committed after this call, so a reader that moves on never skips one. Order:
+        ``(transaction_id, global_position)``.
+
+        Why (migration 5; a schema without it keeps the cluster-wide rule
+        ``transaction_id < pg_snapshot_xmin``): every insert into the events table takes a
+        shared advisory transaction lock (:func:`~wow_postgres.migrations.append_lock_key`)
+        in a statement trigger, before its first row, and a transaction that already had
+        an xid then gives its rows the xid of a subtransaction begun after the lock. The
+        statement's cutoff is ``min(xmax, x)`` over the xids ``x`` of its snapshot's
+        running transactions, leaving out those that ``pg_locks`` (read after the
+        snapshot) shows running without the lock. A row committed later with a key
+        ``k`` below the cutoff ``< xmax`` was keyed before the snapshot, by a
+        transaction ``T`` running at the snapshot, whose lock came before ``k``: so ``T``
+        held the lock at the snapshot and its top-level xid (``<= k``) is in the
+        snapshot's running list; in ``pg_locks`` ``T`` is then either still holding the
+        lock or ended (its xid lock gone, it goes before the advisory one), and either
+        way the cutoff is at most ``T``'s xid ``<= k``: a contradiction. A transaction
+        running without the lock can append only with a fresh key above ``xmax``. (The
+        xid lock goes before the advisory one at the end of a transaction; a prepared
+        transaction, whose locks go in no set order, is never left out.)
+        One statement; ``pg_locks`` is read only when a transaction was running."""
         if not 1 <= limit <= 100_000:
             raise ValueError(f"limit must be in 1..100000, got {limit}")
-        sql = f"""
-            SELECT transaction_id::text::bigint AS tx, global_position, version, payload
-            FROM {self.names.events}
-            WHERE (transaction_id, global_position) > ($1::text::xid8, $2)
-              AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())
-            ORDER BY transaction_id, global_position
-            LIMIT $3"""
+        sql = self._read_all_sql
 
         async def fetch(conn: Connection) -> list[asyncpg.Record]:
             return list(await conn.fetch(sql, str(after.transaction_id), after.position, limit))

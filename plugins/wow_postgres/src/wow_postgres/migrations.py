@@ -16,6 +16,7 @@ check and the request-id de-duplication per aggregate type.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -48,6 +49,11 @@ class Names:
     outbox: str
     version_constraint: str
     request_constraint: str
+    append_lock: tuple[int, int]
+    """The two ``int4`` keys of the shared advisory lock every append takes (see
+    :func:`append_lock_key`)."""
+    append_lock_trigger: str
+    late_append_trigger: str
 
     @classmethod
     def of(cls, settings: PostgresSettings) -> Names:
@@ -63,7 +69,25 @@ class Names:
             outbox=f"{schema}.{quote(settings.outbox_table)}",
             version_constraint=f"{settings.events_table}_version_key"[:63],
             request_constraint=f"{settings.events_table}_request_key"[:63],
+            append_lock=append_lock_key(settings.schema_name, settings.events_table),
+            append_lock_trigger=f"{settings.events_table}_append_lock"[:63],
+            late_append_trigger=f"{settings.events_table}_late_append"[:63],
         )
+
+
+APPEND_LOCK_CLASS = 0x776F7745
+"""The first key of every events table's append lock (``"wowE"``): a namespace of its own."""
+
+
+def append_lock_key(schema_name: str, events_table: str) -> tuple[int, int]:
+    """The keys of ``pg_advisory_xact_lock_shared(int4, int4)`` that every transaction
+    appending to ``schema_name.events_table`` holds (taken by the table's insert trigger,
+    migration 5) and that :meth:`~wow_postgres.PostgresEventStore.read_all` looks for in
+    ``pg_locks``: a fixed first key, and a CRC-32 of the qualified table name, as signed
+    ``int4``. ``pg_locks`` shows them as ``classid`` and ``objid`` (``oid``, unsigned),
+    ``objsubid = 2``. Never change it: migration 5 wrote it into the trigger."""
+    table = zlib.crc32(f"{schema_name}.{events_table}".encode())
+    return APPEND_LOCK_CLASS, table - (1 << 32) if table >= 1 << 31 else table
 
 
 def _migrations(names: Names, settings: PostgresSettings) -> list[tuple[int, str, str]]:
@@ -179,7 +203,80 @@ def _migrations(names: Names, settings: PostgresSettings) -> list[tuple[int, str
             ALTER TABLE {names.queue} ADD COLUMN last_error text, ADD COLUMN failed_deliveries integer;
             """,
         ),
+        (
+            5,
+            "events: every append holds a shared advisory lock, taken before its xid",
+            _append_lock_sql(names, settings),
+        ),
     ]
+
+
+LATE_APPEND_SETTING = "wow.late_append"
+"""Set (``on``, for the transaction) by the insert trigger when the inserting transaction
+already had an xid before it took the append lock."""
+
+
+def _append_lock_sql(names: Names, settings: PostgresSettings) -> str:
+    """Migration 5: the protocol :meth:`~wow_postgres.PostgresEventStore.read_all` relies
+    on, enforced by the table itself for every writer (this package, an older release of
+    it still running, plain SQL).
+
+    - a statement trigger, before any row of an ``INSERT`` (or ``COPY``) into the events
+      table is produced, takes the shared advisory transaction lock
+      (:func:`append_lock_key`); a transaction that has no xid yet gets it after the lock,
+      and its rows carry it (the column's default);
+    - a transaction that already had an xid (it wrote elsewhere first) is marked *late*
+      (:data:`LATE_APPEND_SETTING`); each row it inserts is then given, by a row trigger,
+      the xid of a subtransaction started after the lock: a key above every position a
+      reader may have passed before the lock was taken (as the table's owner: a role
+      that may only insert needs no ``UPDATE``).
+
+    A reader relies on the protocol only while both triggers are enabled (see
+    :meth:`~wow_postgres.PostgresEventStore.read_all`).
+    """
+    table = settings.events_table
+    key_class, key_table = names.append_lock
+    lock_function = f"{names.schema}.{quote((table + '_append_lock')[:63])}"
+    late_function = f"{names.schema}.{quote((table + '_late_append')[:63])}"
+    widen_function = f"{names.schema}.{quote((table + '_widen_xid')[:63])}"
+    return f"""
+        CREATE FUNCTION {widen_function}(top xid8, sub xid) RETURNS xid8
+            LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+            RETURN ((top::text::numeric
+                     + ((sub::text::bigint - top::text::numeric % 4294967296 + 4294967296) % 4294967296))
+                    )::text::xid8;
+        COMMENT ON FUNCTION {widen_function}(xid8, xid) IS
+            'The xid8 of sub, an xid assigned at or after top (less than 2^31 after it).';
+        CREATE FUNCTION {lock_function}() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM pg_advisory_xact_lock_shared({key_class}, {key_table});
+            IF pg_current_xact_id_if_assigned() IS NOT NULL THEN
+                PERFORM set_config('{LATE_APPEND_SETTING}', 'on', true);
+            END IF;
+            RETURN NULL;
+        END $$;
+        CREATE FUNCTION {late_function}() RETURNS trigger LANGUAGE plpgsql
+            SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+        DECLARE
+            fresh xid;
+        BEGIN
+            BEGIN  -- an exception block is a subtransaction: its xid is assigned here, now
+                UPDATE {names.events} SET transaction_id = transaction_id
+                    WHERE global_position = NEW.global_position RETURNING xmin INTO fresh;
+            EXCEPTION WHEN OTHERS THEN
+                RAISE;
+            END;
+            UPDATE {names.events} SET transaction_id = {widen_function}(pg_current_xact_id(), fresh)
+                WHERE global_position = NEW.global_position;
+            RETURN NULL;
+        END $$;
+        CREATE TRIGGER {quote(names.append_lock_trigger)}
+            BEFORE INSERT ON {names.events} FOR EACH STATEMENT EXECUTE FUNCTION {lock_function}();
+        CREATE TRIGGER {quote(names.late_append_trigger)}
+            AFTER INSERT ON {names.events} FOR EACH ROW
+            WHEN (current_setting('{LATE_APPEND_SETTING}', true) = 'on')
+            EXECUTE FUNCTION {late_function}();
+        """
 
 
 def latest_version(settings: PostgresSettings) -> int:
