@@ -140,7 +140,7 @@ def load_app(target: str) -> WowApp:
     """Import ``module:attribute``; the attribute is a WowApp or returns one."""
     module_name, sep, attribute = target.partition(":")
     if not sep or not module_name or not attribute:
-        raise AppImportError(f"{target!r} is not 'module:app' (for example examples.bank.app:app)")
+        raise AppImportError(f"{target!r} is not 'module:app' (for example wow_core.examples.bank.app:app)")
     if "/" in module_name or "\\" in module_name or module_name.endswith(".py"):
         parts = module_name.removesuffix(".py").replace("\\", "/").split("/")
         dotted = ".".join(part for part in parts if part not in ("", "."))
