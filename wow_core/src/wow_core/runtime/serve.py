@@ -87,8 +87,10 @@ def _library_roots() -> list[Path]:
 
 
 def _is_library(filename: str, roots: list[Path]) -> bool:
+    """Installed code, or a frame whose file is not on disk (a compiled extension names its
+    ``.pyx``/``.pxd`` source relative to its build: ``src/dependency_injector/providers.pxd``)."""
     path = Path(filename).resolve()
-    return any(path.is_relative_to(root) for root in roots)
+    return not path.is_file() or any(path.is_relative_to(root) for root in roots)
 
 
 def _definition_named(error: BaseException, module: ModuleType) -> str | None:
