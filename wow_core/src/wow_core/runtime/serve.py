@@ -374,7 +374,13 @@ def demo_command(invocation: Any) -> int:
     DemoAborted, print_report, run_demo = demo.DemoAborted, demo.print_report, demo.run_demo
 
     container = invocation.container()
-    runtime = build_runtime(app, container=container)
+    try:
+        runtime = build_runtime(app, container=container)
+    except (SettingsError, PluginError):
+        raise
+    except Exception as error:  # a plugin's own check (wow-otel's OTEL_* exporters): one line, as `wow run`
+        message = f"the bank service could not be built: {describe_app_error(error)}"
+        raise AppImportError(message, error) from None
     out = invocation.out
     described = runtime.describe()
     out.write(
