@@ -1,4 +1,4 @@
-"""The bank service: ``wow run examples.bank.app:app``."""
+"""The bank service: ``wow run wow_core.examples.bank.app:app``."""
 
 from __future__ import annotations
 

@@ -7,10 +7,13 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from wow_core.plugins import hookimpl, load_plugins
 from wow_core.runtime.cli import main
 from wow_core.runtime.runtime import Lifecycle, RuntimeState, StartError
 
@@ -192,6 +195,32 @@ def test_a_demo_that_cannot_open_accounts_says_so_in_one_message(
     (line,) = captured.err.splitlines()
     assert line.startswith("wow demo: only 0 of 3 accounts could be opened (the demo needs 3)")
     assert "TIMEOUT" in line
+
+
+class _RefusingMetricsPlugin:
+    """A metrics backend whose factory refuses its configuration with a plain ValueError, as
+    a plugin reading variables of its own does (wow-otel's ``OTEL_METRICS_EXPORTER``)."""
+
+    @hookimpl
+    def register_metrics(self, register: Callable[[str, Callable[..., Any]], None]) -> None:
+        def refuse(*_: Any) -> Any:
+            raise ValueError("PROBE_EXPORTER='statsd' is not accepted: otlp, none")
+
+        register("refusing", refuse)
+
+
+def test_a_plugin_that_refuses_its_configuration_stops_the_demo_in_one_message(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("WOW_METRICS", "refusing")
+    plugins = load_plugins(extra=[("refusing", _RefusingMetricsPlugin())])
+    assert main(["demo", "--accounts", "3", "--transfers", "0"], plugins=plugins) == 2
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    (line,) = captured.err.splitlines()
+    assert line.startswith("wow demo: the bank service could not be built: "), line
+    assert line.endswith("ValueError: PROBE_EXPORTER='statsd' is not accepted: otlp, none"), line
 
 
 def test_the_demo_lists_stages_in_the_order_they_are_reached(

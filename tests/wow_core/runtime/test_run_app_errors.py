@@ -5,13 +5,18 @@ directory holding the user's module, as a user runs it."""
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from wow_core.runtime.serve import error_location
 
 WOW = Path(sys.executable).with_name("wow")
 
@@ -159,3 +164,20 @@ def test_the_traceback_is_shown_only_on_request(project: Path, flags: list[str])
     assert result.returncode == 2
     assert "Traceback (most recent call last)" in result.stderr
     assert result.stderr.splitlines()[-1].startswith("wow run: raises:app: ")
+
+
+def test_a_frame_of_a_compiled_extension_is_not_taken_for_the_users_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Cython frame (dependency-injector's ``src/dependency_injector/providers.pxd``, a
+    relative name of a file that is not on disk) between the framework's frames is not the
+    user's code: the place named is a file that exists."""
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, Any] = {}
+    exec(compile("def call(f):\n    return f()\n", "src/fake_ext/providers.pxd", "exec"), namespace)
+    try:
+        namespace["call"](functools.partial(json.loads, "{"))
+    except json.JSONDecodeError as error:
+        location = error_location(error)
+    assert "providers.pxd" not in location, location
+    assert location.startswith(f"{__file__}, line "), location

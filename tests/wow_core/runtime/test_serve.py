@@ -130,6 +130,23 @@ def test_run_reports_a_bad_target(
     assert message in capsys.readouterr().err
 
 
+def test_the_example_of_a_target_without_a_colon_runs_outside_a_checkout(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The example the message gives is the bank app of the installed ``wow-core``, which a
+    user can run from any folder, not the checkout's ``examples.bank.app``."""
+    assert main(["run", "no_colon"]) == 2
+    example = capsys.readouterr().err.rsplit("for example ", 1)[1].split(")", 1)[0]
+    completed = subprocess.run(
+        [sys.executable, "-I", "-c", f"from wow_core.runtime.serve import load_app; load_app({example!r})"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.returncode == 0, completed.stderr
+
+
 def test_demo_runs_the_bank_and_prints_stages_and_summary(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -133,3 +133,11 @@ def test_an_unknown_variable_does_not_show_its_value_it_may_be_a_misspelt_secret
     message = _redis_section_refused("WOW_REDIS__PASWORD", "hunter2-secret")
     assert "WOW_REDIS__PASWORD is not a setting (did you mean WOW_REDIS__PASSWORD?)" in message
     assert "hunter2" not in message
+
+
+def test_a_one_letter_slip_in_a_short_name_gets_its_hint() -> None:
+    """``URI`` for ``URL``: too short for the similarity ratio (0.67), one letter all the same
+    (the configuration page's own example)."""
+    message = _redis_section_refused("WOW_REDIS__URI", "redis://127.0.0.1:6379/0")
+    assert "WOW_REDIS__URI is not a setting (did you mean WOW_REDIS__URL?)" in message
+    assert "127.0.0.1" not in message

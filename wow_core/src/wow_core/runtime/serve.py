@@ -87,8 +87,10 @@ def _library_roots() -> list[Path]:
 
 
 def _is_library(filename: str, roots: list[Path]) -> bool:
+    """Installed code, or a frame whose file is not on disk (a compiled extension names its
+    ``.pyx``/``.pxd`` source relative to its build: ``src/dependency_injector/providers.pxd``)."""
     path = Path(filename).resolve()
-    return any(path.is_relative_to(root) for root in roots)
+    return not path.is_file() or any(path.is_relative_to(root) for root in roots)
 
 
 def _definition_named(error: BaseException, module: ModuleType) -> str | None:
@@ -140,7 +142,7 @@ def load_app(target: str) -> WowApp:
     """Import ``module:attribute``; the attribute is a WowApp or returns one."""
     module_name, sep, attribute = target.partition(":")
     if not sep or not module_name or not attribute:
-        raise AppImportError(f"{target!r} is not 'module:app' (for example examples.bank.app:app)")
+        raise AppImportError(f"{target!r} is not 'module:app' (for example wow_core.examples.bank.app:app)")
     if "/" in module_name or "\\" in module_name or module_name.endswith(".py"):
         parts = module_name.removesuffix(".py").replace("\\", "/").split("/")
         dotted = ".".join(part for part in parts if part not in ("", "."))
@@ -372,7 +374,13 @@ def demo_command(invocation: Any) -> int:
     DemoAborted, print_report, run_demo = demo.DemoAborted, demo.print_report, demo.run_demo
 
     container = invocation.container()
-    runtime = build_runtime(app, container=container)
+    try:
+        runtime = build_runtime(app, container=container)
+    except (SettingsError, PluginError):
+        raise
+    except Exception as error:  # a plugin's own check (wow-otel's OTEL_* exporters): one line, as `wow run`
+        message = f"the bank service could not be built: {describe_app_error(error)}"
+        raise AppImportError(message, error) from None
     out = invocation.out
     described = runtime.describe()
     out.write(

@@ -356,7 +356,8 @@ def closest_variable(variable: str, candidates: Iterable[str]) -> str | None:
     close where the two differ: the parts after their common sections (and ``WOW_``)
     have a similarity ratio of at least 0.8, so ``WOW_LOG_LEVEL`` gets no hint rather
     than ``WOW_EVENT``, and ``..._LOCAL_FIRST__TYPO`` is not "close" to
-    ``..._LOCAL_FIRST__ENABLED`` for the sections they share.
+    ``..._LOCAL_FIRST__ENABLED`` for the sections they share; or, when none is, they are
+    the same length and one letter apart, and only one candidate is (``WOW_REDIS__URI``).
     """
     bare = variable.upper().removeprefix(ENV_PREFIX)
     names = {candidate.upper().removeprefix(ENV_PREFIX): candidate for candidate in candidates}
@@ -366,10 +367,19 @@ def closest_variable(variable: str, candidates: Iterable[str]) -> str | None:
         return names[difflib.get_close_matches(bare, same_leaf, n=1, cutoff=0.0)[0]]
     best: tuple[float, str] | None = None
     for name in names:
-        ratio = difflib.SequenceMatcher(None, *_differing(bare, name)).ratio()
+        left, right = _differing(bare, name)
+        ratio = difflib.SequenceMatcher(None, left, right).ratio()
         if ratio >= 0.8 and (best is None or ratio > best[0]):
             best = (ratio, name)
-    return names[best[1]] if best is not None else None
+    if best is None:  # a short name one letter off (``URI`` for ``URL``) is below that ratio
+        slips = [name for name in names if _one_letter_off(*_differing(bare, name))]
+        return names[slips[0]] if len(slips) == 1 else None
+    return names[best[1]]
+
+
+def _one_letter_off(left: str, right: str) -> bool:
+    """The same length (3 or more) and one letter different."""
+    return len(left) == len(right) >= 3 and sum(a != b for a, b in zip(left, right, strict=True)) == 1
 
 
 def _differing(left: str, right: str) -> tuple[str, str]:
