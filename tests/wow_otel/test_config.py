@@ -4,6 +4,7 @@ backends."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -16,6 +17,7 @@ import pytest
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
 from wow_core.runtime.cli import main
+from wow_otel import sdk
 from wow_otel.metrics import OtelMetrics
 from wow_otel.sdk import OtelConfigError, build_meter_provider, build_tracer_provider
 
@@ -79,22 +81,150 @@ def test_the_standard_variables_choose_exporters_and_the_service_name(
     assert build_tracer_provider()._active_span_processor._span_processors == ()
 
 
-def test_prometheus_scrapes_the_metrics_of_the_otel_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text: str = response.read().decode()
+        return text
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+async def test_prometheus_scrapes_the_metrics_of_the_otel_backend_while_its_endpoint_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The endpoint listens from its first start to its last close (one per runtime of the
+    process), not from the provider's build."""
     port = free_port()
     monkeypatch.setenv("OTEL_METRICS_EXPORTER", "prometheus")
     monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1")
     monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", str(port))
     provider = build_meter_provider()
+    endpoint = sdk.prometheus_endpoint
+    assert endpoint is not None
+    assert (endpoint.host, endpoint.port) == ("127.0.0.1", port)
+    assert not _listening(port), "built, not started: no port taken"
     try:
+        await endpoint.start()
+        await endpoint.start()  # a second runtime of the process
         metrics = OtelMetrics(provider.get_meter("wow_otel"))
         metrics.increment("wow.command.rejections", tags={"code": "INSUFFICIENT_FUNDS"})
         metrics.gauge("wow.local_first.backlog", 3, {"bus": "command", "aggregate": "bank.account"})
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-            text = response.read().decode()
+        text = await asyncio.to_thread(_scrape, port)
+        await endpoint.close()
+        assert _listening(port), "still one runtime running"
+        await endpoint.close()
+        assert not _listening(port)
+        await endpoint.close()  # closed once more: nothing to do
     finally:
+        await endpoint.close()
         provider.shutdown()
     assert 'wow_command_rejections_total{code="INSUFFICIENT_FUNDS"' in text
     assert 'wow_local_first_backlog{aggregate="bank.account",bus="command"' in text
+
+
+async def test_a_prometheus_port_taken_fails_the_start_naming_the_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        endpoint = sdk.PrometheusEndpoint("127.0.0.1", port)
+        with pytest.raises(OtelConfigError, match=rf"OTEL_EXPORTER_PROMETHEUS_PORT={port}: .*cannot listen"):
+            await endpoint.start()
+        assert not endpoint.serving
+        await endpoint.close()  # never started: nothing to do
+
+
+PROMETHEUS_SERVICE = """
+import asyncio, json, socket, sys, urllib.request
+from tests.accounts import Account, Open
+from wow_core.runtime.app import WowApp
+from wow_core.runtime.runtime import StartError
+
+PORT = int(sys.argv[1])
+
+def listening() -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", PORT)) == 0
+
+async def main() -> None:
+    report = {}
+    runtime = WowApp("bank", aggregates=[Account]).runtime()
+    report["built"] = listening()
+    if sys.argv[2] == "taken":
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", PORT))
+            taken.listen()
+            try:
+                await runtime.start()
+            except StartError as error:
+                report["error"] = str(error)
+        print(json.dumps(report))
+        return
+    async with runtime:
+        await runtime.gateway.send_and_wait(runtime.aggregates.command(Open("ada")))
+        url = f"http://127.0.0.1:{PORT}/metrics"
+        report["scraped"] = urllib.request.urlopen(url, timeout=5).read().decode()
+    report["stopped"] = listening()
+    print(json.dumps(report))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["free", "taken"])
+def test_a_runtime_serves_prometheus_while_it_runs_and_a_taken_port_fails_its_start(
+    case: str, tmp_path: Path
+) -> None:
+    """A fresh process configured by the variables: building the runtime takes no port
+    (``wow asyncapi``, ``wow openapi`` and ``wow send`` build one beside a running service);
+    the endpoint answers while it runs and is closed when it stops; a port another process
+    holds fails the start, naming the variables."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "WOW_METRICS": "otel",
+        "OTEL_METRICS_EXPORTER": "prometheus",
+        "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
+        "OTEL_EXPORTER_PROMETHEUS_PORT": str(port),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", PROMETHEUS_SERVICE, str(port), case],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["built"] is False
+    if case == "taken":
+        assert "the prometheus endpoint did not start" in report["error"]
+        assert f"OTEL_EXPORTER_PROMETHEUS_PORT={port}" in report["error"]
+        return
+    assert "messaging_client_sent_messages_total" in report["scraped"]
+    assert report["stopped"] is False
+
+
+def test_a_wrong_exporter_is_one_line_and_exit_status_2_for_a_command_that_builds_the_runtime(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``OtelConfigError`` is a wrong setting (a ``SettingsError``), not a broken app."""
+    from wow_core.settings import SettingsError
+
+    assert issubclass(OtelConfigError, SettingsError)
+    monkeypatch.setenv("WOW_METRICS", "otel")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "statsd")
+    assert main(["openapi", "wow_core.examples.bank.app:app"]) == 2  # wow-http's command
+    err = capsys.readouterr().err
+    assert "OTEL_METRICS_EXPORTER='statsd' is not accepted" in err
+    assert "Traceback" not in err
 
 
 def test_wow_plugins_lists_the_otel_backends(capsys: pytest.CaptureFixture[str]) -> None:
@@ -106,6 +236,7 @@ def test_wow_plugins_lists_the_otel_backends(capsys: pytest.CaptureFixture[str])
         ("middleware", "otel"),
         ("context_capture", "trace_context"),
         ("settings", "otel"),
+        ("runtime_installer", "otel"),
     }
 
 

@@ -8,7 +8,10 @@ It registers
   metrics backend is ``otel`` (and ``WOW_OTEL__METRICS`` is not false) or
   ``WOW_OTEL__TRACING=true``, otherwise not installed at all;
 * the context capture ``trace_context``
-  (:class:`~wow_otel.context.LocalFirstContextCapture`).
+  (:class:`~wow_otel.context.LocalFirstContextCapture`);
+* the runtime installer ``otel``: with ``OTEL_METRICS_EXPORTER=prometheus``, the scrape
+  endpoint (:class:`~wow_otel.sdk.PrometheusEndpoint`) as a service of every runtime, so
+  it listens while a runtime runs.
 
 Providers and exporters come from the ``OTEL_*`` variables (:mod:`wow_otel.sdk`).
 """
@@ -16,7 +19,7 @@ Providers and exporters come from the ``OTEL_*`` variables (:mod:`wow_otel.sdk`)
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -101,6 +104,20 @@ def register_metrics(register: Callable[[str, MetricsFactory], None]) -> None:
 @hookimpl
 def register_middleware(register: Callable[[str, MiddlewareFactory], None]) -> None:
     register("otel", _otel_middleware)
+
+
+def _install(runtime: Any) -> None:
+    from wow_otel import sdk
+
+    endpoint = sdk.prometheus_endpoint
+    if endpoint is not None:
+        runtime.add_service(endpoint, endpoint.name)
+        runtime.add_closeable(endpoint, endpoint.name)
+
+
+@hookimpl
+def register_runtime_installers(register: Callable[[str, Callable[[Any], object]], None]) -> None:
+    register("otel", _install)
 
 
 @hookimpl

@@ -17,16 +17,21 @@ Which providers (in this order):
      ``http/protobuf`` (the default, ``wow-otel[otlp]``) or ``grpc`` (``wow-otel[grpc]``);
      ``OTEL_EXPORTER_OTLP_ENDPOINT`` and the rest are read by the exporters themselves;
    - ``OTEL_EXPORTER_PROMETHEUS_HOST`` (default ``localhost``), ``OTEL_EXPORTER_PROMETHEUS_PORT``
-     (default ``9464``): where the Prometheus scrape endpoint listens (``wow-otel[prometheus]``);
+     (default ``9464``): where the Prometheus scrape endpoint listens (``wow-otel[prometheus]``)
+     while a runtime runs (:class:`PrometheusEndpoint`: bound when the first runtime of the
+     process starts, closed when the last one stops; building one binds nothing);
    - ``OTEL_METRIC_EXPORT_INTERVAL`` (ms): the push interval of the OTLP and console readers;
    - ``OTEL_SDK_DISABLED=true``: no SDK provider at all (the API's no-op ones).
 
 A wrong exporter name, or one whose package is not installed, raises
-:class:`OtelConfigError` naming the variable, at start-up.
+:class:`OtelConfigError` naming the variable, when the runtime is built (a
+:class:`~wow_core.settings.SettingsError`: the ``wow`` commands print it in one line and
+exit 2).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import threading
@@ -38,11 +43,69 @@ from opentelemetry import metrics, trace
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
+from wow_core.settings import SettingsError
 from wow_otel.settings import OtelSettings
 
 
-class OtelConfigError(ValueError):
-    """An ``OTEL_*`` variable wow-otel cannot honour (an unknown or missing exporter)."""
+class OtelConfigError(SettingsError):
+    """An ``OTEL_*`` variable wow-otel cannot honour (an unknown or missing exporter, a
+    Prometheus endpoint that cannot listen where it is told to)."""
+
+
+class PrometheusEndpoint:
+    """The Prometheus scrape endpoint (``/metrics``) of the process's meter provider
+    (``OTEL_METRICS_EXPORTER=prometheus``), a service of every runtime of the process: it
+    listens from the start of the first runtime to the stop of the last, so a process that
+    only builds a runtime (``wow asyncapi``, ``wow openapi``, ``wow send``) takes no port.
+    An address it cannot listen on fails the runtime's start with
+    :class:`OtelConfigError` naming the two variables."""
+
+    name = "prometheus endpoint"
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host = host
+        self.port = port
+        self._lock = threading.Lock()
+        self._users = 0
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def serving(self) -> bool:
+        return self._server is not None
+
+    async def start(self) -> None:
+        with self._lock:
+            if self._users == 0:
+                from prometheus_client import start_http_server
+
+                try:
+                    self._server, self._thread = start_http_server(port=self.port, addr=self.host)
+                except OSError as error:
+                    raise OtelConfigError(
+                        f"OTEL_EXPORTER_PROMETHEUS_HOST={self.host!r}, OTEL_EXPORTER_PROMETHEUS_PORT="
+                        f"{self.port}: the Prometheus endpoint cannot listen there: {error.strerror or error}"
+                    ) from None
+            self._users += 1
+
+    async def close(self) -> None:
+        with self._lock:
+            if self._users == 0:
+                return
+            self._users -= 1
+            if self._users:
+                return
+            server, thread = self._server, self._thread
+            self._server = self._thread = None
+        await asyncio.to_thread(server.shutdown)  # its loop polls every 0.5 s: off the event loop
+        server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+
+
+prometheus_endpoint: PrometheusEndpoint | None = None
+"""The endpoint of the meter provider built here with a Prometheus reader (the process's:
+:func:`meter_provider` builds it once), run by every runtime (the plugin's installer)."""
 
 
 @dataclass(frozen=True)
@@ -151,7 +214,7 @@ def _metric_reader(name: str) -> Any:
     if name == "prometheus":
         try:
             from opentelemetry.exporter.prometheus import PrometheusMetricReader
-            from prometheus_client import start_http_server
+            from prometheus_client import start_http_server  # noqa: F401 - installed: the endpoint's
         except ImportError as error:
             raise _missing(variable, name, "prometheus", error) from None
         host = os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST", "localhost")
@@ -162,8 +225,9 @@ def _metric_reader(name: str) -> Any:
             raise OtelConfigError(
                 f"OTEL_EXPORTER_PROMETHEUS_PORT={port_text!r} is not a port number"
             ) from None
+        global prometheus_endpoint
         reader = PrometheusMetricReader()
-        start_http_server(port=port, addr=host)
+        prometheus_endpoint = PrometheusEndpoint(host, port)
         return reader
     raise OtelConfigError(f"{variable}={name!r} is not accepted: otlp, console, prometheus, none")
 
