@@ -102,8 +102,9 @@ async def test_prometheus_scrapes_the_metrics_of_the_otel_backend_while_its_endp
     monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1")
     monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", str(port))
     provider = build_meter_provider()
-    endpoint = sdk.prometheus_endpoint
+    endpoint = sdk.prometheus_endpoint_of(provider)
     assert endpoint is not None
+    assert sdk.process_prometheus_endpoint() is None, "not the process's provider: no runtime runs it"
     assert (endpoint.host, endpoint.port) == ("127.0.0.1", port)
     assert not _listening(port), "built, not started: no port taken"
     try:

@@ -109,7 +109,7 @@ def register_middleware(register: Callable[[str, MiddlewareFactory], None]) -> N
 def _install(runtime: Any) -> None:
     from wow_otel import sdk
 
-    endpoint = sdk.prometheus_endpoint
+    endpoint = sdk.process_prometheus_endpoint()
     if endpoint is not None:
         runtime.add_service(endpoint, endpoint.name)
         runtime.add_closeable(endpoint, endpoint.name)

@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import os
 import threading
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -103,9 +104,23 @@ class PrometheusEndpoint:
             thread.join(timeout=5)
 
 
-prometheus_endpoint: PrometheusEndpoint | None = None
-"""The endpoint of the meter provider built here with a Prometheus reader (the process's:
-:func:`meter_provider` builds it once), run by every runtime (the plugin's installer)."""
+_endpoints: weakref.WeakKeyDictionary[Any, PrometheusEndpoint] = weakref.WeakKeyDictionary()
+"""The Prometheus endpoint of each meter provider built here with a Prometheus reader."""
+
+
+def prometheus_endpoint_of(provider: object) -> PrometheusEndpoint | None:
+    """The endpoint of ``provider`` (built by :func:`build_meter_provider`), if it has one."""
+    return _endpoints.get(provider)
+
+
+def process_prometheus_endpoint() -> PrometheusEndpoint | None:
+    """The endpoint of the meter provider built for this process (:func:`meter_provider`),
+    which every runtime of the process runs (the plugin's installer); ``None`` when there is
+    none, or while :func:`use_providers` gives the runtimes other providers."""
+    if _override is not None:
+        return None
+    provider = _configured.get("metrics")
+    return None if provider is None else _endpoints.get(provider)
 
 
 @dataclass(frozen=True)
@@ -187,7 +202,7 @@ def _span_exporter(name: str) -> Any:
     raise OtelConfigError(f"{variable}={name!r} is not accepted: otlp, console, none")
 
 
-def _metric_reader(name: str) -> Any:
+def _metric_reader(name: str, endpoints: list[PrometheusEndpoint]) -> Any:
     variable = "OTEL_METRICS_EXPORTER"
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
@@ -225,10 +240,8 @@ def _metric_reader(name: str) -> Any:
             raise OtelConfigError(
                 f"OTEL_EXPORTER_PROMETHEUS_PORT={port_text!r} is not a port number"
             ) from None
-        global prometheus_endpoint
-        reader = PrometheusMetricReader()
-        prometheus_endpoint = PrometheusEndpoint(host, port)
-        return reader
+        endpoints.append(PrometheusEndpoint(host, port))
+        return PrometheusMetricReader()
     raise OtelConfigError(f"{variable}={name!r} is not accepted: otlp, console, prometheus, none")
 
 
@@ -254,8 +267,13 @@ def build_meter_provider() -> MeterProvider:
     """An SDK meter provider from the ``OTEL_*`` variables (module docstring)."""
     from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
-    readers = [_metric_reader(name) for name in _names("OTEL_METRICS_EXPORTER", "otlp") if name != "none"]
-    return SdkMeterProvider(metric_readers=readers, resource=_resource())
+    endpoints: list[PrometheusEndpoint] = []
+    names = [name for name in _names("OTEL_METRICS_EXPORTER", "otlp") if name != "none"]
+    readers = [_metric_reader(name, endpoints) for name in names]
+    provider = SdkMeterProvider(metric_readers=readers, resource=_resource())
+    for endpoint in endpoints:
+        _endpoints[provider] = endpoint
+    return provider
 
 
 def _sdk_installed(provider: object) -> bool:
