@@ -121,6 +121,10 @@ def test_a_combination_refused_names_the_variables_involved(
         load_section("kafka", KafkaSettings)
     for variable in named:
         assert variable in str(raised.value)
+    # the section's own check: its message is the line, not "WOW_KAFKA is not accepted: ..."
+    (line,) = str(raised.value).splitlines()[1:]
+    assert line.strip().startswith("WOW_KAFKA__"), line
+    assert "WOW_KAFKA is not accepted" not in line
 
 
 def test_the_heartbeat_must_be_shorter_than_the_session() -> None:

@@ -460,7 +460,10 @@ def describe(error: ValidationError, prefix: tuple[str, ...], model: type[BaseMo
         shown = "" if isinstance(value, dict) else "=**********" if secret else _shown(value)
         source = sources.get(variable)
         where = source.where if source is not None else ""
-        if item["type"] in _REASON_ONLY:
+        if item["type"] in _REASON_ONLY and not rest and _is_section(model, fields):
+            # a section's own validator, over a combination: its message names the variables
+            lines.append(_reason(item))
+        elif item["type"] in _REASON_ONLY:
             lines.append(f"{variable}{inside}{shown}{where} is not accepted: {_reason(item)}")
         else:
             accepted = _accepted(item)
@@ -468,6 +471,16 @@ def describe(error: ValidationError, prefix: tuple[str, ...], model: type[BaseMo
                 f"{variable}{inside}{shown}{where} is not accepted ({item['msg']}); accepted: {accepted}"
             )
     return "invalid settings:\n  " + "\n  ".join(lines)
+
+
+def _is_section(model: type[BaseModel] | None, fields: tuple[str, ...]) -> bool:
+    """Whether ``fields`` name a whole section (a model), not one setting."""
+    if model is None:
+        return False
+    if not fields:
+        return True
+    annotation = _field_at(model, list(fields))
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
 def _is_secret(annotation: Any) -> bool:
