@@ -87,6 +87,7 @@ def test_run_serves_until_a_signal_then_stops_in_order_and_exits_zero(signum: si
     assert "event store: InMemoryEventStore" in text
     assert "plugins: " in text
     assert "setting WOW_RUNTIME__SHUTDOWN_TIMEOUT=30.0" in text
+    assert "setting WOW_SERVICE_NAME=wow-service (unused: the app is named 'served')" in text
     assert "setting WOW_NATS__PASSWORD=" in text  # a plugin section, logged...
     assert "hunter2-secret" not in text  # ...with its secret masked
     assert (

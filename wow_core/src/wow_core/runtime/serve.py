@@ -210,7 +210,10 @@ def log_startup(runtime: WowRuntime, plugins: Any, sections: dict[str, Any] | No
     log.info(
         "plugins: %s", ", ".join(f"{o.plugin} ({o.distribution} {o.version})" for o in origins) or "none"
     )
+    service_setting = f"{ENV_PREFIX}SERVICE_NAME="
     for line in settings_lines(runtime.settings, ENV_PREFIX):
+        if line.startswith(service_setting) and runtime.name != runtime.settings.service_name:
+            line = f"{line} (unused: the app is named {runtime.name!r})"
         log.info("setting %s", line)
     for name, section in (sections or {}).items():
         for line in settings_lines(section, ENV_PREFIX + name.upper() + NESTED):
