@@ -12,7 +12,7 @@ from wow_core.command import CommandStage, CommandWait, ErrorCodes
 from wow_core.eventsourcing import InMemoryEventStore
 from wow_core.modeling import AggregateRegistry
 from wow_core.runtime.app import WowApp
-from wow_core.runtime.runtime import Lifecycle, RuntimeState, WowRuntime
+from wow_core.runtime.runtime import Lifecycle, RuntimeState, StartError, WowRuntime
 from wow_core.runtime.settings import WowSettings
 
 
@@ -152,6 +152,41 @@ async def test_start_and_stop_happen_in_order() -> None:
     assert log == ["stop d1", "stop d2", "flush copies", "close bus", "close transport"]
     assert await lifecycle.stop()  # a second stop waits for the first and changes nothing
     assert log == ["stop d1", "stop d2", "flush copies", "close bus", "close transport"]
+
+
+async def test_dispatchers_prepare_at_once_and_a_failure_names_its_dispatcher() -> None:
+    """Each prepare may wait for a broker's group join: they run at once, not one after
+    another; the first that fails cancels the others and is the part the error names."""
+    gate = asyncio.Event()
+    cancelled: list[str] = []
+
+    class Waits(Recorder):
+        async def prepare(self) -> None:
+            self.log.append(f"prepare {self.name}")
+            try:
+                await gate.wait()
+            except asyncio.CancelledError:
+                cancelled.append(self.name)
+                raise
+
+    class Fails(Recorder):
+        async def prepare(self) -> None:
+            self.log.append(f"prepare {self.name}")
+            await asyncio.sleep(0.01)
+            raise ConnectionError("group join refused")
+
+    log: list[str] = []
+    lifecycle = Lifecycle(shutdown_timeout=5)
+    lifecycle.add_dispatcher(Waits(log, "d1"))
+    lifecycle.add_dispatcher(Fails(log, "d2"))
+    with pytest.raises(StartError) as caught:
+        await asyncio.wait_for(lifecycle.start(), 5)
+    assert log[:2] == ["prepare d1", "prepare d2"]  # d2 prepared while d1 still waited
+    assert cancelled == ["d1"]
+    assert caught.value.part == "receivers of d2"
+    assert "group join refused" in str(caught.value)
+    assert isinstance(caught.value.__cause__, ConnectionError)
+    assert lifecycle.state is RuntimeState.STOPPED
 
 
 async def test_a_flush_past_the_shutdown_timeout_is_cancelled_and_reported() -> None:

@@ -37,7 +37,7 @@ import logging
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any, Generic, TypeVar
 
-from wow_core.concurrency import start_task
+from wow_core.concurrency import start_task, together
 from wow_core.event.compensation import CompensationTarget, InvalidCompensationHeaderError
 from wow_core.event.exchange import FunctionExchange
 from wow_core.event.failure import ProcessingOutcome
@@ -121,13 +121,13 @@ class AbstractAggregateEventDispatcher(Generic[E]):
         return tuple(self._receivers)
 
     async def prepare(self) -> None:
-        """Open a receiver per bounded context and wait until each is ready (no processing)."""
+        """Open a receiver per bounded context and wait until they are ready, all at once
+        (no processing)."""
         if self._receivers:
             return
         for subscription in self.subscriptions():
-            receiver = self.bus.receiver(subscription)
-            self._receivers.append(receiver)
-            await receiver.ready()
+            self._receivers.append(self.bus.receiver(subscription))
+        await together(receiver.ready() for receiver in self._receivers)
 
     async def start(self) -> None:
         """Prepare if not done yet, then open processing and consume."""
@@ -417,8 +417,7 @@ class CompositeEventDispatcher:
         return [d for d in (self.event_stream_dispatcher, self.state_event_dispatcher) if d is not None]
 
     async def prepare(self) -> None:
-        for child in self.children:
-            await child.prepare()
+        await together(child.prepare() for child in self.children)
 
     async def start(self) -> None:
         for child in self.children:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from wow_core.concurrency import together
 from wow_core.event.declare import OwnerLookup, component_spec, parse_component
 from wow_core.event.dispatcher import (
     AbstractAggregateEventDispatcher,
@@ -73,8 +74,7 @@ class EventDispatch:
         return found
 
     async def prepare(self) -> None:
-        for dispatcher in self.dispatchers:
-            await dispatcher.prepare()
+        await together(dispatcher.prepare() for dispatcher in self.dispatchers)
 
     async def start(self) -> None:
         await self.prepare()

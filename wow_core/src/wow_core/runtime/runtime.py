@@ -5,7 +5,9 @@ Start, in order:
 1. **transports ready**: every transport is started (connected), then the services that
    need them (the wait notifier, :meth:`Lifecycle.add_service`);
 2. **receivers open**: every dispatcher that can prepare (``prepare()``) opens its
-   receivers and waits until they are ready, before any dispatcher processes;
+   receivers and waits until they are ready, before any dispatcher processes; the
+   dispatchers prepare at once (each Kafka consumer group join waits for the broker's
+   rebalance delay: one after another, start-up would wait that once per group);
 3. **dispatchers run**: every dispatcher opens processing and consumes (``start()``).
 
 Stop, in order, within ``settings.runtime.shutdown_timeout``:
@@ -40,6 +42,7 @@ from wow_core.cluster.intake import CommandIntake
 from wow_core.command.coordinator import WaitCoordinator
 from wow_core.command.gateway import CommandGateway
 from wow_core.command.notifier import WaitNotifierService
+from wow_core.concurrency import TogetherError, all_or_none
 from wow_core.event.pipeline import EventDispatch
 from wow_core.eventsourcing.store import EventStore, SnapshotRepository
 from wow_core.messaging.contract import CommandBus, DomainEventBus, StateEventBus
@@ -161,11 +164,21 @@ class Lifecycle:
             for label, service in self._services:
                 part = label
                 await service.start()
-            for dispatcher in self.dispatchers:
-                prepare = getattr(dispatcher, "prepare", None)
-                if prepare is not None:
-                    part = f"receivers of {_name(dispatcher)}"
-                    await prepare()
+            preparing = [
+                (_name(dispatcher), prepare)
+                for dispatcher in self.dispatchers
+                if (prepare := getattr(dispatcher, "prepare", None)) is not None
+            ]
+            if preparing:
+                part = f"receivers of {', '.join(name for name, _ in preparing)}"
+                failure: TogetherError | None = None
+                try:
+                    await all_or_none([prepare() for _, prepare in preparing])
+                except TogetherError as failed:
+                    failure = failed
+                if failure is not None:  # raised out of the handler: its own context kept
+                    part = f"receivers of {preparing[failure.index][0]}"
+                    raise failure.error
             for dispatcher in self.dispatchers:
                 part = f"dispatcher {_name(dispatcher)}"
                 await dispatcher.start()
