@@ -163,13 +163,9 @@ def inject(message: M, context: Context | None = None, *, span_context: SpanCont
             known = _values.get(key)
             if known is not None and known[0] is span_context:
                 value = known[1]
-            else:  # formatted in place (the hot path: no frame of _formatted)
-                ids = trace_id, span_id, flags = ids_flags_of(span_context)
-                try:
-                    trace_hex, span_hex = trace_id.to_bytes(16, "big").hex(), span_id.to_bytes(8, "big").hex()
-                    value = f"00-{trace_hex}-{span_hex}{_FLAGS_TEXT[flags]}"
-                except OverflowError:
-                    value = _formatted(*ids)
+            else:
+                ids = ids_flags_of(span_context)
+                value = _formatted(*ids)
                 if len(_written) >= _MAX_PARENTS:
                     _written.clear()
                 _written[value] = ids

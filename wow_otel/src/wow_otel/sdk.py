@@ -98,10 +98,14 @@ class PrometheusEndpoint:
                 return
             server, thread = self._server, self._thread
             self._server = self._thread = None
-        await asyncio.to_thread(server.shutdown)  # its loop polls every 0.5 s: off the event loop
-        server.server_close()
-        if thread is not None:
-            thread.join(timeout=5)
+        await asyncio.to_thread(_stop_serving, server, thread)  # its loop polls every 0.5 s
+
+
+def _stop_serving(server: Any, thread: threading.Thread | None) -> None:
+    server.shutdown()
+    server.server_close()
+    if thread is not None:
+        thread.join(timeout=5)
 
 
 _endpoints: weakref.WeakKeyDictionary[Any, PrometheusEndpoint] = weakref.WeakKeyDictionary()
