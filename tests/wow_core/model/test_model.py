@@ -45,6 +45,16 @@ def test_a_pair_of_keys_is_replaced_together_and_a_read_only_header_refuses_a_ch
     with pytest.raises(TypeError):
         Header().replace_pair("k", 1, "j", None)  # type: ignore[arg-type]
     assert header == {"traceparent": "new", "other": "x"}
+    assert header.get_pair("traceparent", "tracestate") == ("new", None)
+
+
+def test_a_pair_with_a_bad_key_or_value_changes_nothing() -> None:
+    header = Header({"traceparent": "old"})
+    with pytest.raises(TypeError, match="'tracestate' must be a string"):
+        header.replace_pair("traceparent", "new", "tracestate", b"a=1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="non-empty strings"):
+        header.replace_pair("traceparent", "new", "", "a=1")
+    assert header == {"traceparent": "old"}
 
 
 def test_a_message_marked_read_only_before_emission_refuses_header_writes() -> None:

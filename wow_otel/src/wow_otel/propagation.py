@@ -21,8 +21,17 @@ from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, TraceState
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 
-from wow_core.model import Header, Message
-from wow_otel.current import current_span_context, ids_flags_of, is_valid_of, span_of, state_of, with_span
+from wow_core.model import Header, Message, ReadOnlyHeaderError
+from wow_otel.current import (
+    DIRECT,
+    SPAN_KEY,
+    current_span_context,
+    ids_flags_of,
+    is_valid_of,
+    span_of,
+    state_of,
+    with_span,
+)
 from wow_otel.lean import FLAGS, new_span_context
 
 TRACEPARENT = "traceparent"
@@ -30,6 +39,8 @@ TRACESTATE = "tracestate"
 
 M = TypeVar("M", bound=Message)
 
+_SPAN_KEY = SPAN_KEY if DIRECT else None
+"""The context key of the span, to build a context with one span directly (else the API)."""
 _PROPAGATOR = TraceContextTextMapPropagator()
 ROOT = Context()
 """The empty context: a span started in it is a root."""
@@ -79,10 +90,10 @@ def remote_parent(header: Header) -> tuple[SpanContext, Context] | None:
     """The valid remote span context in ``header`` and a context with it as its span
     (:func:`extract`), or ``None``; the same objects for a ``traceparent`` read recently
     (no ``tracestate``): no parse, no span made."""
-    value = header.get(TRACEPARENT)
+    value, state = header.get_pair(TRACEPARENT, TRACESTATE)
     if value is None:
         return None
-    plain = type(value) is str and TRACESTATE not in header
+    plain = state is None and type(value) is str
     found = _parents.get(value) if plain else None
     if found is not None:
         return found
@@ -91,7 +102,8 @@ def remote_parent(header: Header) -> tuple[SpanContext, Context] | None:
     context = remote_span_context(header) if written is None else new_span_context(*written, remote=True)
     if context is None:
         return None
-    found = (context, with_span(NonRecordingSpan(context), ROOT))
+    span = NonRecordingSpan(context)
+    found = (context, with_span(span, ROOT) if _SPAN_KEY is None else Context({_SPAN_KEY: span}))
     if plain:
         if len(_parents) >= _MAX_PARENTS:
             _parents.clear()
@@ -172,13 +184,11 @@ def inject(message: M, context: Context | None = None, *, span_context: SpanCont
                 if len(_values) >= _MAX_PARENTS:
                     _values.clear()
                 _values[key] = (span_context, value)
-    header = message.header
-    if header.read_only:
-        if header.get(TRACEPARENT) == value and header.get(TRACESTATE) == state:
-            return message
+    try:  # unchanged, or written: one call
+        message.header.replace_pair(TRACEPARENT, value, TRACESTATE, state)
+    except ReadOnlyHeaderError:  # a change to an emitted header: on a copy
         message = message.copy()
-        header = message.header
-    header.replace_pair(TRACEPARENT, value, TRACESTATE, state)
+        message.header.replace_pair(TRACEPARENT, value, TRACESTATE, state)
     return message
 
 

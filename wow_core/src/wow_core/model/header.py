@@ -75,12 +75,26 @@ class Header(MutableMapping[str, str]):
             return False
         if self._read_only:
             raise ReadOnlyHeaderError(f"header is read-only; cannot set {key!r}")
-        for name, written in ((key, value), (other, other_value)):
-            if written is None:
-                data.pop(name, None)
-            else:
-                data[_check_key(name)] = _check_value(name, written)
+        # checked before either is written: a bad pair changes nothing
+        if value is not None and (type(value) is not str or type(key) is not str or not key):
+            _check_value(_check_key(key), value)
+        if other_value is not None and (type(other_value) is not str or type(other) is not str or not other):
+            _check_value(_check_key(other), other_value)
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+        if other_value is None:
+            data.pop(other, None)
+        else:
+            data[other] = other_value
         return True
+
+    def get_pair(self, key: str, other: str) -> tuple[str | None, str | None]:
+        """The values of ``key`` and ``other`` (``None`` where absent), in one call: the
+        ``traceparent`` and ``tracestate`` a tracing middleware reads on every message."""
+        data = self._data
+        return data.get(key), data.get(other)
 
     def __delitem__(self, key: str) -> None:
         if self._read_only:
