@@ -3,6 +3,8 @@ the direct ``traceparent`` format and parse against the SDK's propagator."""
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from typing import Any
 
@@ -422,6 +424,84 @@ def test_a_full_batch_wakes_the_batch_processors_worker() -> None:
         assert [span.name for span in exporter.get_finished_spans()] == ["s0", "s1", "s2", "s3"]
     finally:
         provider.shutdown()
+
+
+def test_a_full_queue_drops_the_oldest_span_and_warns_once_with_the_count(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The processor's own emit makes a log record per span dropped (one kept per 20 s,
+    without a count). A lean span's end drops as it does (the oldest goes) and warns once
+    per interval, with the count."""
+    release = threading.Event()
+    exporting = threading.Event()
+
+    class Stuck(InMemorySpanExporter):
+        def export(self, spans: Any) -> Any:
+            exporting.set()
+            release.wait(10)
+            return super().export(spans)
+
+    exporter = Stuck()
+    provider = TracerProvider()
+    provider.add_span_processor(
+        BatchSpanProcessor(exporter, max_queue_size=4, max_export_batch_size=4, schedule_delay_millis=60_000)
+    )
+    tracer = lean_tracer(provider.get_tracer("wow"))
+    assert isinstance(tracer, LeanTracer)
+    assert tracer.batch is not None
+    clock = [100.0]
+    monkeypatch.setattr(lean, "monotonic", lambda: clock[0])
+    try:
+        for n in range(4):  # a full batch: the worker takes it and is stuck exporting it
+            tracer.start_span(f"first{n}").end()
+        assert exporting.wait(5)
+        deadline = time.monotonic() + 5
+        while tracer.batch._queue and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with caplog.at_level(logging.WARNING):
+            for n in range(14):
+                tracer.start_span(f"s{n}").end()
+            warnings = [r.getMessage() for r in caplog.records if "queue full" in r.getMessage().lower()]
+            assert warnings == [
+                "span queue full (4 spans): 1 dropped so far, 1 in all; the exporter does not keep up "
+                "(OTEL_BSP_MAX_QUEUE_SIZE, OTEL_BSP_SCHEDULE_DELAY, OTEL_BSP_MAX_EXPORT_BATCH_SIZE, "
+                "or sample fewer traces)"
+            ]
+            assert tracer.dropped == 10
+            clock[0] += lean.DROP_WARNING_SECONDS
+            tracer.start_span("later").end()
+            warnings = [r.getMessage() for r in caplog.records if "queue full" in r.getMessage().lower()]
+            assert len(warnings) == 2
+            assert "10 dropped since the last warning, 11 in all" in warnings[1]
+        assert [span.name for span in tracer.batch._queue][::-1] == ["s11", "s12", "s13", "later"]
+    finally:
+        release.set()
+        provider.shutdown()
+    assert [span.name for span in exporter.get_finished_spans()] == [
+        "first0",
+        "first1",
+        "first2",
+        "first3",
+        "s11",
+        "s12",
+        "s13",
+        "later",
+    ]
+
+
+def test_inject_copies_a_read_only_header_it_changes_and_keeps_one_it_would_not() -> None:
+    context = SpanContext(2**100 + 3, 2**40 + 9, is_remote=False, trace_flags=TraceFlags(0x01))
+    message = CommandMessage(AggregateId(NamedAggregate("t", "a"), "a-1"), {"n": 1}, "add")
+    message.header[TRACEPARENT] = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
+    message.header[TRACESTATE] = "vendor=abc"
+    message.header.with_read_only()
+    copied = inject(message, span_context=context)
+    assert copied is not message
+    assert not copied.header.read_only
+    assert copied.header.get_pair(TRACEPARENT, TRACESTATE) == (traceparent(context), None)
+    assert message.header.get(TRACEPARENT) == "00-" + "1" * 32 + "-" + "2" * 16 + "-01", "what was emitted"
+    copied.header.with_read_only()
+    assert inject(copied, span_context=context) is copied  # already so: not copied again
 
 
 def test_a_shut_down_processor_or_a_fork_goes_through_the_processors_emit(

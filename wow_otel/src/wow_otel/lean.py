@@ -38,7 +38,7 @@ import os
 import random
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from time import time_ns
+from time import monotonic, time_ns
 from types import MappingProxyType, TracebackType
 from typing import Any
 
@@ -85,6 +85,9 @@ _NO_ATTRIBUTES: types.Attributes = MappingProxyType({})
 FLAGS = tuple(TraceFlags(value) for value in range(256))
 """Every ``TraceFlags`` value, built once: a ``TraceFlags`` is an ``int`` subclass the
 collector tracks, one per span context otherwise."""
+
+DROP_WARNING_SECONDS = 10.0
+"""At most one warning per this many seconds for spans dropped at a full batch queue."""
 
 _LOW_64 = TraceIdRatioBased.TRACE_ID_LIMIT
 _getrandbits = random.getrandbits
@@ -230,6 +233,10 @@ class LeanTracer(trace_api.Tracer):
         self._processors = _processors(tracer)
         self.emits: tuple[Any, ...] = tuple(map(_emit_of, self._processors or ()))
         self.batch: Any = _batch_of(self._processors)
+        self.dropped = 0
+        """Spans dropped at the batch processor's full queue (:meth:`queue_full`)."""
+        self._dropped_since = 0
+        self._warned_at: float | None = None
         self._ids = tracer.id_generator
         self.span_id = tracer.id_generator.generate_span_id
         self._random_span_ids = type(tracer.id_generator) is RandomIdGenerator
@@ -256,6 +263,34 @@ class LeanTracer(trace_api.Tracer):
                 "_instrumentation_scope": tracer._instrumentation_scope,
             },
         )
+
+    def queue_full(self) -> None:
+        """A span dropped at the batch processor's full queue (its oldest: the queue is a
+        bounded deque, as the processor's ``emit`` drops it): counted in :attr:`dropped`
+        and by the processor's own metrics, and told in one warning per
+        :data:`DROP_WARNING_SECONDS` with the count and what to change. The processor's
+        ``emit`` makes a log record for every span it drops (its logger's filter then
+        keeps one per 20 seconds, without a count): the cost of a record per span just
+        when the process is short of time."""
+        self.dropped += 1
+        self._dropped_since += 1
+        metrics = getattr(self.batch, "_metrics", None)
+        drop_items = getattr(metrics, "drop_items", None)
+        if callable(drop_items):
+            drop_items(1)
+        now = monotonic()
+        if self._warned_at is None or now - self._warned_at >= DROP_WARNING_SECONDS:
+            log.warning(
+                "span queue full (%d spans): %d dropped %s, %d in all; the exporter does "
+                "not keep up (OTEL_BSP_MAX_QUEUE_SIZE, OTEL_BSP_SCHEDULE_DELAY, "
+                "OTEL_BSP_MAX_EXPORT_BATCH_SIZE, or sample fewer traces)",
+                len(self.batch._queue),
+                self._dropped_since,
+                "so far" if self._warned_at is None else "since the last warning",
+                self.dropped,
+            )
+            self._warned_at = now
+            self._dropped_since = 0
 
     def _lean(self) -> bool:
         multi: Any = self.processor
@@ -553,10 +588,12 @@ class LeanSpan(trace_api.Span, ReadableSpan):
             # BatchProcessor.emit's common case in place: queued, the worker woken at a
             # full batch; a shut-down processor, a fork or a full queue go through emit
             queue = batch._queue
-            if batch._shutdown or batch._pid != _pid or len(queue) >= batch._max_queue_size:
+            if batch._shutdown or batch._pid != _pid:
                 batch.emit(self)
                 return
-            queue.appendleft(self)
+            if len(queue) >= batch._max_queue_size:
+                tracer.queue_full()
+            queue.appendleft(self)  # at a full queue, the oldest span goes (a bounded deque)
             if len(queue) >= batch._max_export_batch_size and not batch._worker_awaken.is_set():
                 batch._worker_awaken.set()
 
