@@ -48,6 +48,17 @@ def test_a_pair_of_keys_is_replaced_together_and_a_read_only_header_refuses_a_ch
     assert header.get_pair("traceparent", "tracestate") == ("new", None)
 
 
+def test_a_copy_without_a_prefix_is_writable_and_independent() -> None:
+    marks = {"local_first": "true", "local_first.disabled": "true"}
+    header = Header({"traceparent": "t", **marks}, read_only=True)
+    copied = header.copy_without(Header.LOCAL_FIRST)
+    assert copied == {"traceparent": "t"}
+    assert not copied.read_only
+    copied["k"] = "v"
+    assert header == {"traceparent": "t", **marks}
+    assert Header().copy_without("x") == {}
+
+
 def test_a_pair_with_a_bad_key_or_value_changes_nothing() -> None:
     header = Header({"traceparent": "old"})
     with pytest.raises(TypeError, match="'tracestate' must be a string"):

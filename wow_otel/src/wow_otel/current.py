@@ -22,7 +22,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context.context import Context
 from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
-from opentelemetry.trace import INVALID_SPAN, Span, SpanContext, TraceFlags, TraceState
+from opentelemetry.trace import INVALID_SPAN, NonRecordingSpan, Span, SpanContext, TraceFlags, TraceState
 from opentelemetry.trace import propagation as _propagation
 
 log = logging.getLogger(__name__)
@@ -83,6 +83,14 @@ ids_flags_of: Any = itemgetter(0, 1, 3) if INDEXED else attrgetter("trace_id", "
 """``(trace_id, span_id, trace_flags)``: what a ``traceparent`` is written from."""
 
 
+KEEPS_CONTEXT: set[type] = {NonRecordingSpan} if INDEXED else set()
+"""Span types whose ``get_span_context()`` returns their ``_context`` attribute, as the
+API's ``NonRecordingSpan`` does (a lean tracer adds its span type): read without the
+method's frame. Checked by the exact type, so a subclass that overrides the method is
+asked."""
+if type(getattr(NonRecordingSpan(INVALID_SPAN.get_span_context()), "_context", None)) is not SpanContext:
+    KEEPS_CONTEXT.clear()  # pragma: no cover - the API's span keeps it elsewhere
+
 if DIRECT:
     assert _var is not None
     _get = _var.get
@@ -106,9 +114,12 @@ if DIRECT:
             log.exception("Failed to detach context")
 
     def current_span_context() -> SpanContext:
-        """The span context of the current span (``get_current_span().get_span_context()``)."""
-        span: Span = _get().get(_key, _invalid)  # type: ignore[assignment]
-        return span.get_span_context()
+        """The span context of the current span (``get_current_span().get_span_context()``;
+        read in place for the span types of :data:`KEEPS_CONTEXT`)."""
+        span: Any = _get().get(_key, _invalid)
+        if type(span) in KEEPS_CONTEXT:
+            return span._context  # type: ignore[no-any-return]
+        return span.get_span_context()  # type: ignore[no-any-return]
 
     def span_of(context: Context | None) -> Span:
         """The span of ``context`` (default: the current one), ``trace.get_current_span``."""

@@ -57,6 +57,7 @@ from opentelemetry.util import types
 from wow_otel.current import (
     DIRECT,
     INDEXED,
+    KEEPS_CONTEXT,
     SPAN_KEY,
     current,
     flags_of,
@@ -252,7 +253,7 @@ class LeanTracer(trace_api.Tracer):
             and tracer._is_enabled() is config.is_enabled  # type: ignore[union-attr]
         )
         # What every span of this tracer shares, on its own span class: not set per span.
-        self.span_type: type[LeanSpan] = type(
+        span_type: type[LeanSpan] = type(
             "LeanSpan",
             (LeanSpan,),
             {
@@ -263,6 +264,9 @@ class LeanTracer(trace_api.Tracer):
                 "_instrumentation_scope": tracer._instrumentation_scope,
             },
         )
+        self.span_type = span_type
+        if INDEXED:
+            KEEPS_CONTEXT.add(span_type)
 
     def queue_full(self) -> None:
         """A span dropped at the batch processor's full queue (its oldest: the queue is a

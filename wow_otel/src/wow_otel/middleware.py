@@ -135,6 +135,9 @@ def _parent(middleware: OtelMiddleware, message: Message) -> tuple[Any, bool]:
 _clock = time.perf_counter_ns
 """One reading before and one after each measured operation (nanoseconds)."""
 
+_PAST_PROCESSED = frozenset(stage for stage in CommandStage if stage.rank > CommandStage.PROCESSED.rank)
+"""The stages a wait reaches through the stream (the event stages, in parallel)."""
+
 _SENT = CommandStage.SENT._value_
 """The ``SENT`` span event's name."""
 
@@ -475,7 +478,8 @@ class _BusRecorder:
         return cell
 
     async def send(self, inner: Callable[[Any], Any], message: Any) -> None:
-        tracer = self.tracer
+        traced = self._traced  # decided at the first send (the property), then read here
+        tracer = self.tracer if traced is None else (self.middleware.tracer if traced else None)
         instruments = self.instruments
         if tracer is not None and (not self.spans or self.middleware.skips_unsampled):
             active = current_span_context()
@@ -1069,7 +1073,7 @@ class TracingCommandGateway(CommandGatewayDecorator):
         wait_stage = (wait.stage if wait is not None else CommandStage.PROCESSED)._value_
         if tracer is None:
             return self._measured(command, wait, timeout, wait_stage)
-        if wait is not None and wait.stage.rank > CommandStage.PROCESSED.rank:
+        if wait is not None and wait.stage in _PAST_PROCESSED:
             return self._through_stream(command, wait, timeout)
         return self._traced(command, wait, timeout, wait_stage)
 

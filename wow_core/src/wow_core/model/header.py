@@ -49,6 +49,15 @@ class Header(MutableMapping[str, str]):
         header._read_only = False
         return header
 
+    def copy_without(self, prefix: str) -> Header:
+        """An independent, writable copy without the keys that start with ``prefix`` (the
+        checked keys and values taken as they are)."""
+        header = Header.__new__(Header)
+        data = self._data
+        header._data = {k: v for k, v in data.items() if not k.startswith(prefix)} if data else {}
+        header._read_only = False
+        return header
+
     def __getitem__(self, key: str) -> str:
         return self._data[key]
 

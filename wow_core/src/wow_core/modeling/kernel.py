@@ -422,12 +422,7 @@ class CommandKernel:
                 )
                 for index, body in enumerate(bodies, start=1)
             )
-        source = command.header
-        header = (
-            Header({k: v for k, v in source.items() if not k.startswith(Header.LOCAL_FIRST)})
-            if source
-            else Header()
-        )
+        header = command.header.copy_without(Header.LOCAL_FIRST)
         return DomainEventStream(
             aggregate_id=aggregate_id,
             version=version,
