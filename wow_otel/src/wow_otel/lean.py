@@ -366,7 +366,15 @@ class LeanTracer(trace_api.Tracer):
                         ids = (parent[0], span_id, False, flags, parent[4], True)
                         if build is not None:
                             attributes = _built(build)
-                        return self._new(name, _new_tuple(SpanContext, ids), parent, kind, attributes)
+                        # _new in place: four spans of a command in five are sampled children
+                        span: LeanSpan = _new_object(self.span_type)
+                        span._name = name
+                        span._context = _new_tuple(SpanContext, ids)
+                        span._parent = parent
+                        span._kind = kind
+                        span._attributes = attributes if attributes is not None else {}
+                        span._start_time = time_ns()
+                        return span
                 elif self.drops_unsampled:  # decided at the root: not sampled, nothing records
                     ids = (parent[0], span_id, False, FLAGS[parent_flags & _RANDOM], parent[4], True)
                     return NonRecordingSpan(_new_tuple(SpanContext, ids))
@@ -519,7 +527,10 @@ class LeanSpan(trace_api.Span, ReadableSpan):
 
     def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
         if self._end_time is None:
-            self._attributes.update(_cleaned(attributes))
+            if _PLAIN.issuperset(map(type, attributes.values())):
+                self._attributes.update(attributes)
+            else:
+                self._attributes.update(_cleaned(attributes))
 
     def set_attribute(self, key: str, value: types.AttributeValue) -> None:
         if self._end_time is None:

@@ -969,6 +969,22 @@ class TracingEventStore(EventStoreDecorator):
 # -- gateway ----------------------------------------------------------------------------
 
 
+_plan_texts: dict[int, tuple[WaitPlan, str]] = {}
+"""``str(plan)`` of the latest wait plans, by identity (the plan kept with it): a caller
+that waits with one plan object has it written once, not per wait."""
+
+
+def _plan_text(plan: WaitPlan) -> str:
+    known = _plan_texts.get(id(plan))
+    if known is not None and known[0] is plan:
+        return known[1]
+    if len(_plan_texts) >= 256:
+        _plan_texts.clear()
+    text = str(plan)
+    _plan_texts[id(plan)] = (plan, text)
+    return text
+
+
 def _start_wait_span(
     middleware: OtelMiddleware,
     command: CommandMessage[Any],
@@ -984,7 +1000,7 @@ def _start_wait_span(
         built: Attributes = {
             sc.AGGREGATE: command.aggregate_id.named_aggregate.key,
             sc.MESSAGE: command.name,
-            sc.WAIT_STAGE: wait_stage if wait is None else str(wait),
+            sc.WAIT_STAGE: wait_stage if wait is None else _plan_text(wait),
             sc.COMMAND_ID: command.id,
             sc.REQUEST_ID: command.request_id,
         }
