@@ -18,6 +18,11 @@ with metrics and tracing, in one run.
   and acknowledge loop, over a ``tansu`` broker started here (or
   ``WOW_BENCH_KAFKA_BOOTSTRAP``), the bus undecorated against the same bus decorated by
   the otel middleware (metrics; metrics and producer spans with trace context injected).
+- ``the span operations of one traced command alone``: what always-on tracing would cost
+  if the decorators' own code were free (:func:`span_operations`: the five spans of an
+  embedded command, their contexts, two injections and two reads, and nothing else), as
+  ``wow run`` runs it; its ratio is the inactive command's CPU time over metrics only
+  plus these operations, the most the decorators could reach with these spans.
 
 Every configuration runs ``--repeat`` times, the order rotating every round; the
 **median** of each is kept. Two figures per run: the wall-clock throughput, and the
@@ -49,6 +54,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler, TraceIdRatioBased
+from opentelemetry.trace import SpanKind
 
 from benchmarks._harness import ACCOUNT, Figure, Harness, ack_each, codec, commands
 from benchmarks.kernel import BenchAccount, processed_throughput
@@ -59,7 +65,10 @@ from wow_core.runtime.gc_tuning import freeze_start_up
 from wow_core.runtime.settings import WowSettings
 from wow_core.transport.bus import TransportCommandBus
 from wow_otel import semconv
+from wow_otel.current import attach_span, current_span_context, detach
+from wow_otel.lean import lean_tracer
 from wow_otel.middleware import OtelMiddleware
+from wow_otel.propagation import inject, remote_parent
 from wow_otel.sdk import use_providers
 
 CONFIGURATIONS = ("off", "metrics", "all", "all 1 in 10")
@@ -138,6 +147,113 @@ async def embedded(name: str, commands_count: int, wow_run: bool = False) -> Rat
             gc.set_threshold(*threshold)
             gc.unfreeze()
         return rate, commands_count // 64 * 64 / cpu
+
+
+def span_operations(tracer: Any, messages: Iterator[Any]) -> None:
+    """The span operations of one traced embedded command as the decorators make them,
+    with nothing around them (no bus, kernel, store or metrics): the wait span and its two
+    events, the send span with its context injected, the process span from that context,
+    the append span, the stream's context injected, one event function's span from it.
+    Their attribute dicts are the sizes the decorators' are. What always-on tracing would
+    cost if the decorators' own code were free."""
+    command, stream = next(messages), next(messages)
+    destination = {
+        "messaging.system": "in_memory",
+        "messaging.destination.name": "wow.bench.account.command",
+        "messaging.operation.name": "send",
+        "wow.message": "Add",
+    }
+    wait = tracer.start_owning(
+        "wait Add",
+        None,
+        SpanKind.INTERNAL,
+        {"a": "bench.account", "m": "Add", "s": "PROCESSED", "c": "c", "r": "r"},
+    )
+    waiting = attach_span(wait)
+    send = tracer.start_owning(
+        "send d", None, SpanKind.PRODUCER, {**destination, "t": "send", "k": "command", "i": "id", "g": "a-1"}
+    )
+    sending = attach_span(send)
+    command = inject(command, span_context=send.get_span_context())
+    wait.add_event("SENT")
+    detach(sending)
+    send.end()
+    found = remote_parent(command.header)
+    assert found is not None
+    parent = found[1]
+    process = tracer.start_owning(
+        "process d",
+        parent,
+        SpanKind.CONSUMER,
+        {**destination, "t": "process", "i": "id", "g": "a-1", "r": "r"},
+    )
+    processing = attach_span(process, parent)
+    stream = inject(stream, span_context=current_span_context())
+    append = tracer.start_owning(
+        "append a", None, SpanKind.INTERNAL, {"a": "bench.account", "g": "a-1", "v": 3, "c": "c", "e": 1}
+    )
+    append.set_attribute("wow.outcome", "ok")
+    append.end()
+    process.set_attributes({"wow.outcome": "succeeded", "wow.aggregate.version": 3})
+    process.end()
+    detach(processing)
+    found = remote_parent(stream.header)
+    assert found is not None
+    parent = found[1]
+    function = tracer.start_owning(
+        "snapshot f",
+        parent,
+        SpanKind.CONSUMER,
+        {**destination, "t": "process", "c": "snapshot", "p": "p", "f": "f", "i": "id", "g": "a-1", "v": 3},
+    )
+    handling = attach_span(function, parent)
+    function.set_attribute("wow.outcome", "ok")
+    function.end()
+    detach(handling)
+    wait.add_event("PROCESSED")
+    wait.set_attributes({"wow.stage": "PROCESSED", "wow.outcome": "succeeded", "v": 3, "g": "a-1"})
+    detach(waiting)
+    wait.end()
+
+
+def operations_cost(count: int) -> float:
+    """CPU µs per command of :func:`span_operations` alone, under the "all" configuration's
+    pipeline, the collector tuned as ``wow run`` tunes it (so the messages made up front
+    are frozen with the rest, as a runtime's start-up is; with Python's defaults they
+    would be walked by every collection, which no runtime does with its in-flight
+    messages: no figure is given for that row)."""
+    tracer_provider, meter_provider = providers("all")
+    tracer = lean_tracer(tracer_provider.get_tracer(semconv.INSTRUMENTATION_NAME))
+    messages = iter(commands(2 * (count + 1_000), note="span operations"))
+    threshold = gc.get_threshold()
+    try:
+        for _ in range(1_000):
+            span_operations(tracer, messages)
+        freeze_start_up()
+        cpu = time.process_time()
+        for _ in range(count):
+            span_operations(tracer, messages)
+        return (time.process_time() - cpu) / count * 1e6
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
+        tracer_provider.shutdown()
+        meter_provider.shutdown()
+
+
+def ceiling(label: str, rates: dict[str, Rates], costs: list[float], detail: dict[str, Any]) -> Figure:
+    """The ratio always-on tracing would reach if the decorators' own code were free: the
+    inactive command's CPU time over metrics only plus the span operations alone."""
+    us = statistics.median(costs)
+    off_us, metrics_us = 1e6 / rates["off"][1], 1e6 / rates["metrics"][1]
+    return Figure(
+        f"{label}, the span operations of one traced command alone",
+        1e6 / us,
+        "commands/s",
+        ratio=off_us / (metrics_us + us),
+        ratio_of="otel off, per CPU second, with the decorators' own code free",
+        detail={**detail, "us_per_command": us, "off_us": off_us, "metrics_us": metrics_us},
+    )
 
 
 def decorated(bus: Any, name: str, tracer_provider: TracerProvider, meter_provider: MeterProvider) -> Any:
@@ -242,6 +358,10 @@ async def run(h: Harness) -> list[Figure]:
         "commands/s",
         rates,
         {"commands": count, "callers": 64, "gc": "wow run (start-up frozen, young threshold 10000)"},
+    )
+    costs = [operations_cost(count) for _ in range(h.repeat)]
+    found.append(
+        ceiling("embedded send_and_wait(PROCESSED) as wow run runs it", rates, costs, {"commands": count})
     )
     if os.environ.get("WOW_BENCH_NO_KAFKA"):
         return found
