@@ -178,9 +178,7 @@ def span_operations(tracer: Any, messages: Iterator[Any]) -> None:
     wait.add_event("SENT")
     detach(sending)
     send.end()
-    found = remote_parent(command.header)
-    assert found is not None
-    parent = found[1]
+    parent = _parent_of(command)
     process = tracer.start_owning(
         "process d",
         parent,
@@ -197,9 +195,7 @@ def span_operations(tracer: Any, messages: Iterator[Any]) -> None:
     process.set_attributes({"wow.outcome": "succeeded", "wow.aggregate.version": 3})
     process.end()
     detach(processing)
-    found = remote_parent(stream.header)
-    assert found is not None
-    parent = found[1]
+    parent = _parent_of(stream)
     function = tracer.start_owning(
         "snapshot f",
         parent,
@@ -214,6 +210,13 @@ def span_operations(tracer: Any, messages: Iterator[Any]) -> None:
     wait.set_attributes({"wow.stage": "PROCESSED", "wow.outcome": "succeeded", "v": 3, "g": "a-1"})
     detach(waiting)
     wait.end()
+
+
+def _parent_of(message: Any) -> Any:
+    """The context a consumer span of ``message`` starts in (its ``traceparent``)."""
+    found = remote_parent(message.header)
+    assert found is not None
+    return found[1]
 
 
 def operations_cost(count: int) -> float:
