@@ -228,7 +228,14 @@ class MessageBus(Protocol[M_contra, E_co]):
 def opened_messages(bus: MessageBus[Any, E]) -> Callable[[MessageSubscription], AsyncIterator[E]]:
     """``opened_messages(bus)(subscription)``: the plain exchange stream, processing open.
 
-    The receiver is closed when the iteration ends.
+    The receiver is closed when the stream ends: exhausted, or closed (``aclose()``,
+    ``contextlib.aclosing``). Leaving an ``async for`` over it early (``break``,
+    ``return``) does not close an async generator at once: Python leaves that to the event
+    loop's finalizer, some steps later. To release the receiver as the loop is left::
+
+        async with contextlib.aclosing(opened_messages(bus)(subscription)) as stream:
+            async for exchange in stream:
+                ...
     """
 
     async def stream(subscription: MessageSubscription) -> AsyncIterator[E]:
