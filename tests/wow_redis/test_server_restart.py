@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
+import signal
 import tempfile
-import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,11 +28,20 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from tests.service_members import Member, journal
+from tests.wait_members import caller, record, serving
+from tests.wow_kafka.journal_app import AGGREGATE, CONTEXT
 from tests.wow_redis.helpers import message
 from tests.wow_redis.own_server import OwnServer
+from wow_core.command import CommandResult, CommandWait
+from wow_core.eventsourcing import DuplicateRequestIdError
+from wow_core.model import BodyTypeRegistry, DomainEventStream, MessageCodec
+from wow_core.runtime.runtime import WowRuntime
 from wow_core.testing import eventually, opened
-from wow_redis import RedisSettings, RedisStreamTransport
+from wow_core.testing.event_store import CONFORMANCE_BODY_TYPES, make_stream, new_aggregate_id
+from wow_redis import RedisEventStore, RedisSettings, RedisStreamTransport
 from wow_redis.connection import TRANSIENT_ERRORS
+from wow_redis.wait_notifier import RedisWaitNotifier
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
@@ -67,9 +77,7 @@ def settings(server: OwnServer, **overrides: object) -> RedisSettings:
 
 def _met_outage(caplog: pytest.LogCaptureFixture, where: str) -> bool:
     """Some ``where`` command failed on the connection and was retried: the outage was met."""
-    return any(
-        r.name == "wow_redis" and f"redis {where} failed" in r.getMessage() for r in caplog.records
-    )
+    return any(r.name == "wow_redis" and f"redis {where} failed" in r.getMessage() for r in caplog.records)
 
 
 async def test_every_acknowledged_send_is_delivered_and_nothing_stays_pending_after_a_restart(
@@ -107,10 +115,10 @@ async def test_every_acknowledged_send_is_delivered_and_nothing_stays_pending_af
             await asyncio.sleep(0.02)
 
     async def receive_all() -> None:
-        async for record in receiver:
-            received[record.payload].append((record.entry_id, record.delivery_count))
+        async for entry in receiver:
+            received[entry.payload].append((entry.entry_id, entry.delivery_count))
             await asyncio.sleep(0.01)  # the work: the receiver holds entries when the server dies
-            await record.ack()
+            await entry.ack()
 
     receiver = await opened(receiving, group, [topic])
     consumer = asyncio.create_task(receive_all())
@@ -164,3 +172,185 @@ async def test_every_acknowledged_send_is_delivered_and_nothing_stays_pending_af
     assert len(copies) <= 5, f"entries written twice: {copies}"
     assert _met_outage(caplog, "XREADGROUP"), "the receiver never met the outage: the test proves nothing"
     assert failed or _met_outage(caplog, "XADD"), "the sends never met the outage: the test proves nothing"
+
+
+async def test_no_acknowledged_append_is_lost_and_appends_work_again_after_a_restart(
+    server: OwnServer,
+) -> None:
+    store = RedisEventStore(settings(server), codec=MessageCodec(BodyTypeRegistry(CONFORMANCE_BODY_TYPES)))
+    aggregate_id = new_aggregate_id()
+    total = 120
+    acknowledged: list[str] = []
+    errors: list[BaseException] = []
+    landed: list[tuple[int, int]] = []
+    """(version the duplicate names, version appended) of each retry that found its append in"""
+    halfway = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    async def append(stream: DomainEventStream) -> None:
+        """Until it is in: an append that failed is sent again with its request id; a
+        ``DuplicateRequestIdError`` naming this very append proves the first one landed."""
+        while True:
+            started = loop.time()
+            try:
+                await store.append(stream)
+                return
+            except DuplicateRequestIdError as duplicate:  # checked below: it names this append
+                landed.append((duplicate.version, stream.version))
+                return
+            except TRANSIENT_ERRORS as error:
+                errors.append(error)
+                await asyncio.sleep(0.1)
+            finally:
+                assert loop.time() - started < 5, "an append hung"
+
+    async def append_all() -> None:
+        for version in range(1, total + 1):
+            stream = make_stream(aggregate_id, version)
+            await append(stream)
+            acknowledged.append(stream.id)
+            if version == total // 3:
+                halfway.set()
+            await asyncio.sleep(0.01)
+
+    async def restart() -> float:
+        await asyncio.wait_for(halfway.wait(), 30)
+        return await server.restart_after(OUTAGE)
+
+    try:
+        _, down = await asyncio.wait_for(asyncio.gather(append_all(), restart()), 60)
+        history = await store.load(aggregate_id)
+    finally:
+        await store.close()
+    print(f"outage {down:.2f}s; {total} appends acknowledged, {len(errors)} failed attempts")
+    assert [s.version for s in history] == list(range(1, total + 1))
+    assert [s.id for s in history] == acknowledged
+    assert all(named == appended for named, appended in landed), landed
+    assert errors, "no append met the outage: the test proves nothing"
+    for error in errors:  # the connection error, naming the server
+        assert isinstance(error, RedisConnectionError | RedisTimeoutError), repr(error)
+        assert f"{server.port}" in str(error) or "took longer" in str(error), repr(error)
+
+
+async def test_a_service_in_another_process_keeps_processing_and_no_wait_hangs_across_a_restart(
+    server: OwnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal_dir = tmp_path / "journals"
+    journal_dir.mkdir()
+    env = {
+        **os.environ,
+        "WOW_TRANSPORT": "redis",
+        "WOW_SERVICE_NAME": f"journal-{uuid.uuid4().hex[:8]}",
+        "WOW_REDIS__URL": server.url,
+        "WOW_REDIS__KEY_PREFIX": settings(server).key_prefix,
+        "WOW_REDIS__BLOCK_TIME": "0.2",
+        "WOW_REDIS__SOCKET_TIMEOUT": "2",
+        "WOW_REDIS__RECONNECT_BACKOFF_MAX": "0.5",
+        "WOW_TEST_JOURNAL_DIR": str(journal_dir),
+        "PYTHONUNBUFFERED": "1",
+    }
+    run = uuid.uuid4().hex[:6]
+    member = Member("journal", env)
+    runtime: WowRuntime | None = None
+    loop = asyncio.get_running_loop()
+    try:
+        await serving(member)
+        runtime = await caller(env, monkeypatch)
+        gateway = runtime.gateway
+        assert runtime.wait_notifier is not None
+        notifier = runtime.wait_notifier.notifier
+        assert isinstance(notifier, RedisWaitNotifier)
+
+        async def processed(keys: list[str], timeout: float) -> list[CommandResult]:
+            return await asyncio.gather(
+                *(
+                    gateway.send_and_wait(record(key), CommandWait.processed(), timeout=timeout)
+                    for key in keys
+                )
+            )
+
+        before = await processed([f"b-{run}-{n}" for n in range(20)], 30)
+        assert all(r.succeeded for r in before), before
+
+        # Waits in flight when the server dies: ten SENT to a member that is frozen
+        # (SIGSTOP), so their PROCESSED can only come after the restart; then one started
+        # every 75 ms for 3 s from the kill on (their sends meet the outage). Each ends
+        # within its timeout: its result, CommandWaitTimeoutError (a signal published
+        # while the caller was not subscribed), or the send's connection error.
+        timeout = 8.0
+        started = loop.time()
+        member.process.send_signal(signal.SIGSTOP)
+        frozen_keys = [f"f-{run}-{n}" for n in range(10)]
+        during_keys = [f"d-{run}-{n}" for n in range(40)]
+
+        async def wait_for(delay: float, key: str) -> CommandResult:
+            await asyncio.sleep(delay)
+            return await gateway.send_and_wait(record(key), CommandWait.processed(), timeout=timeout)
+
+        topic = f"{env['WOW_REDIS__KEY_PREFIX']}{CONTEXT}.{AGGREGATE}:command"
+        client = Redis.from_url(server.url)
+        try:
+            length = await client.xlen(topic)
+            frozen = [asyncio.create_task(wait_for(0, key)) for key in frozen_keys]
+
+            async def all_sent() -> bool:
+                return bool(await client.xlen(topic) >= length + len(frozen_keys))
+
+            await eventually(all_sent, timeout=5, what="the frozen member's commands to be SENT")
+        finally:
+            await client.aclose()
+        assert not any(task.done() for task in frozen), "a wait ended while its member was frozen"
+        waits = [*frozen, *(asyncio.create_task(wait_for(n * 0.075, k)) for n, k in enumerate(during_keys))]
+        down = await server.restart_after(OUTAGE)
+        member.process.send_signal(signal.SIGCONT)
+        done, hung = await asyncio.wait(waits, timeout=3 + timeout + 2 - (loop.time() - started))
+        for task in hung:
+            task.cancel()
+        assert not hung, f"{len(hung)} of {len(waits)} waits outlived their {timeout}s timeout"
+        outcomes = Counter(_outcome(task) for task in done)
+        assert set(outcomes) <= {"processed", "CommandWaitTimeoutError", "ConnectionError", "TimeoutError"}, [
+            task.result() if task.exception() is None else task.exception() for task in done
+        ]
+
+        # once the caller receives again, later waits succeed: the member kept processing
+        async def receiving() -> bool:
+            return notifier.receiving
+
+        await eventually(receiving, timeout=10, what="the caller to subscribe again")
+        back = loop.time()
+        after = await processed([f"a-{run}-{n}" for n in range(20)], 15)
+        recovered = loop.time() - back
+        assert all(r.succeeded for r in after), after
+        keys = [*frozen_keys, *during_keys]
+        sent = [key for key, task in zip(keys, waits, strict=True) if not _send_failed(task)]
+
+        async def all_processed() -> bool:
+            return set(sent) <= {key for key, _ in journal(journal_dir, member.process.pid)}
+
+        await eventually(all_processed, timeout=20)
+        print(
+            f"outage {down:.2f}s; waits in flight: {dict(outcomes)}; 20 waits after the restart "
+            f"succeeded in {recovered:.2f}s; {len(sent)} of {len(keys)} sends returned, all processed"
+        )
+        assert member.stop() == 0
+    finally:
+        if member.process.poll() is None:
+            member.process.send_signal(signal.SIGCONT)
+        if runtime is not None:
+            await runtime.stop()
+        member.stop()
+
+
+def _outcome(task: asyncio.Task[CommandResult]) -> str:
+    """``processed``, or the name of the error the wait ended with (a wait that ended with
+    a result that is not a success is named by its error code)."""
+    error = task.exception()
+    if error is not None:
+        return type(error).__name__
+    result = task.result()
+    return "processed" if result.succeeded else f"result {result.error_code}"
+
+
+def _send_failed(task: asyncio.Task[CommandResult]) -> bool:
+    """The wait ended with the send's own error: nothing was SENT."""
+    return isinstance(task.exception(), RedisConnectionError | RedisTimeoutError)
