@@ -33,7 +33,7 @@ from tests.wait_members import caller, record, serving
 from tests.wow_kafka.journal_app import AGGREGATE, CONTEXT
 from tests.wow_redis.helpers import message
 from tests.wow_redis.own_server import OwnServer
-from wow_core.command import CommandResult, CommandWait
+from wow_core.command import CommandResult, CommandStage, CommandWait, CommandWaitTimeoutError
 from wow_core.eventsourcing import DuplicateRequestIdError
 from wow_core.model import BodyTypeRegistry, DomainEventStream, MessageCodec
 from wow_core.runtime.runtime import WowRuntime
@@ -75,16 +75,22 @@ def settings(server: OwnServer, **overrides: object) -> RedisSettings:
     return RedisSettings(**values)  # type: ignore[arg-type]
 
 
-def _met_outage(caplog: pytest.LogCaptureFixture, where: str) -> bool:
-    """Some ``where`` command failed on the connection and was retried: the outage was met."""
-    return any(r.name == "wow_redis" and f"redis {where} failed" in r.getMessage() for r in caplog.records)
+def _met_outage(caplog: pytest.LogCaptureFixture, *where: str) -> bool:
+    """Some command of ``where`` failed on the connection and was retried: the outage was met."""
+    return any(
+        r.name == "wow_redis" and any(f"redis {w} failed" in r.getMessage() for w in where)
+        for r in caplog.records
+    )
 
 
+@pytest.mark.parametrize("ack_confirmed", [False, True], ids=["queued-acks", "confirmed-acks"])
 async def test_every_acknowledged_send_is_delivered_and_nothing_stays_pending_after_a_restart(
-    server: OwnServer, caplog: pytest.LogCaptureFixture
+    server: OwnServer, caplog: pytest.LogCaptureFixture, ack_confirmed: bool
 ) -> None:
+    """The consumer works 10 ms per entry, so it holds entries, and acknowledges them,
+    while the server is down; with ``ack_confirmed`` each ``ack()`` waits for its reply."""
     caplog.set_level(logging.WARNING, "wow_redis")
-    config = settings(server)
+    config = settings(server, ack_confirmed=ack_confirmed)
     sender = RedisStreamTransport(config)
     receiving = RedisStreamTransport(config)
     topic = f"{config.key_prefix}restart.note:command"
@@ -170,7 +176,8 @@ async def test_every_acknowledged_send_is_delivered_and_nothing_stays_pending_af
     unmarked = {i: counts for i, counts in by_entry.items() if counts.count(1) > 1}
     assert not unmarked, f"entries delivered again without a delivery count: {unmarked}"
     assert len(copies) <= 5, f"entries written twice: {copies}"
-    assert _met_outage(caplog, "XREADGROUP"), "the receiver never met the outage: the test proves nothing"
+    met = _met_outage(caplog, "XREADGROUP", "XACK")
+    assert met, "the receiver never met the outage: the test proves nothing"
     assert failed or _met_outage(caplog, "XADD"), "the sends never met the outage: the test proves nothing"
 
 
@@ -240,6 +247,7 @@ async def test_a_service_in_another_process_keeps_processing_and_no_wait_hangs_a
     env = {
         **os.environ,
         "WOW_TRANSPORT": "redis",
+        "WOW_EVENTSOURCING__STORE": "redis",
         "WOW_SERVICE_NAME": f"journal-{uuid.uuid4().hex[:8]}",
         "WOW_REDIS__URL": server.url,
         "WOW_REDIS__KEY_PREFIX": settings(server).key_prefix,
@@ -308,6 +316,10 @@ async def test_a_service_in_another_process_keeps_processing_and_no_wait_hangs_a
             task.cancel()
         assert not hung, f"{len(hung)} of {len(waits)} waits outlived their {timeout}s timeout"
         outcomes = Counter(_outcome(task) for task in done)
+        for task in done:  # a wait whose signal was lost ends at its deadline, its command SENT
+            error = task.exception()
+            if isinstance(error, CommandWaitTimeoutError):
+                assert error.last_stage is CommandStage.SENT, error
         assert set(outcomes) <= {"processed", "CommandWaitTimeoutError", "ConnectionError", "TimeoutError"}, [
             task.result() if task.exception() is None else task.exception() for task in done
         ]
