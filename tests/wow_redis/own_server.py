@@ -85,11 +85,18 @@ class OwnServer:
             self.process.kill()
             self.process.wait(10)
 
-    async def restart_after(self, outage: float) -> float:
+    async def restart_after(self, outage: float, *, wipe: bool = False) -> float:
         """Kill it, keep it down ``outage`` seconds, start it again; returns how long it was
-        down (from the kill to accepting connections again)."""
+        down (from the kill to accepting connections again). ``wipe``: its data is deleted
+        first, so it comes back empty (a failover to a server without the data)."""
         started = time.monotonic()
         self.kill()
+        if wipe:
+            for path in self.folder.iterdir():
+                if path.is_dir():
+                    shutil.rmtree(path)
+                elif path.name != "server.log":
+                    path.unlink()
         await asyncio.sleep(outage)
         await asyncio.to_thread(self.start)
         return time.monotonic() - started

@@ -366,3 +366,46 @@ def _outcome(task: asyncio.Task[CommandResult]) -> str:
 def _send_failed(task: asyncio.Task[CommandResult]) -> bool:
     """The wait ended with the send's own error: nothing was SENT."""
     return isinstance(task.exception(), RedisConnectionError | RedisTimeoutError)
+
+
+async def test_a_receiver_creates_its_group_again_when_the_server_comes_back_empty(
+    server: OwnServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server that comes back without its data (no persistence, a failover to a replica
+    that had nothing): what it held is gone, but the receiver is not stuck on the group
+    that vanished: it creates it again and receives every send made afterwards."""
+    caplog.set_level(logging.WARNING, "wow_redis")
+    config = settings(server)
+    sender = RedisStreamTransport(config)
+    receiving = RedisStreamTransport(config)
+    topic = f"{config.key_prefix}restart.note:command"
+    received: list[str] = []
+
+    async def receive_all() -> None:
+        async for entry in receiver:
+            received.append(entry.payload)
+            await entry.ack()
+
+    receiver = await opened(receiving, "restart.group", [topic])
+    consumer = asyncio.create_task(receive_all())
+    try:
+        await sender.send_many([message(topic, payload=f"before-{n}") for n in range(20)])
+
+        async def got(count: int) -> bool:
+            return len(received) >= count
+
+        await eventually(lambda: got(20), timeout=10, what="the sends before the restart")
+        await server.restart_after(OUTAGE, wipe=True)
+        after = [f"after-{n}" for n in range(50)]
+        for payload in after:
+            await asyncio.wait_for(sender.send(message(topic, payload=payload)), 10)
+        with contextlib.suppress(Exception):  # the assertion below says what is missing
+            await eventually(lambda: got(70), timeout=15, what="the sends after the restart")
+    finally:
+        consumer.cancel()
+        await asyncio.gather(consumer, return_exceptions=True)
+        await receiving.close()
+        await sender.close()
+    missing = [payload for payload in after if payload not in received]
+    assert not missing, f"sends after the restart never received: {missing}"
+    assert received[:20] == [f"before-{n}" for n in range(20)]
