@@ -42,7 +42,10 @@ over some streams. What it guarantees:
   acknowledged as if consumed; recovery brings it back until it is dead-lettered.
 - ``record.ack()`` is an ``XACK``; acks are batched into one round trip per stream.
   By default ``ack()`` returns once queued (flushed within a round trip and by
-  ``close()``); with ``ack_confirmed`` it waits for the reply.
+  ``close()``); with ``ack_confirmed`` it waits for the reply. An XACK that meets a lost
+  connection is retried with backoff until it is sent or the receiver closes (then the
+  entry stays pending and is handed back), so an outage of the server leaves no entry
+  that was processed here pending once the server is back.
 - A failure the reader does not retry (the stream key replaced by another type) ends
   the iteration with that error, logged; it never leaves the consumer waiting.
 - Connection errors are retried with backoff, reported to the observer, and never
@@ -643,7 +646,14 @@ class RedisStreamReceiver:
             await waiter
 
     async def flush_acks(self, batch: dict[str, list[str]]) -> BaseException | None:
-        """Send the queued XACKs in one pipeline, retrying connection errors."""
+        """Send the queued XACKs in one pipeline, retrying connection errors until they are
+        sent or the receiver closes.
+
+        XACK is idempotent, so a retry after a reply lost on the wire is harmless. Giving
+        up while the receiver runs would strand entries already processed: pending in this
+        consumer, past the last read, so neither the re-read after a reconnect nor anything
+        short of recovery (``claim_idle_time`` later, handled a second time) brings them back.
+        """
         backoff = Backoff(self._settings.reconnect_backoff, self._settings.reconnect_backoff_max)
         while True:
             try:
@@ -659,7 +669,7 @@ class RedisStreamReceiver:
                     raise errors[0]
                 return None
             except TRANSIENT_ERRORS as error:
-                if backoff.attempt >= self._settings.send_retries:
+                if self._closing:  # close() gave the acks its time: the rest stay pending, handed back
                     for topic, ids in batch.items():
                         self._observer.ack_failed(topic, self.group, len(ids), error)
                     return error

@@ -140,7 +140,8 @@ class RedisSettings(SettingsSection):
     )
     ack_confirmed: bool = Field(
         False,
-        description="ack() waits for the XACK reply; by default it returns once the XACK is queued "
+        description="ack() waits for the XACK reply (an XACK that meets a lost connection is retried "
+        "until it is sent or the receiver closes); by default it returns once the XACK is queued "
         "(sent within one round trip, flushed on close; a crash before that redelivers the entry).",
     )
 
