@@ -7,6 +7,7 @@ tests run and fail (CI must never prove nothing).
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 
 import pytest
@@ -22,6 +23,25 @@ def reachable(port: int, host: str = "127.0.0.1") -> bool:
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() == "true"
+
+
+def free_port() -> int:
+    """A loopback port free now (bound, then released): nothing listens on it."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def installed(name: str) -> str:
+    """The path of the server binary ``name`` (``redis-server``, ``nats-server``); a test
+    that needs one skips without it, except with ``CI=true``, where it fails."""
+    found = shutil.which(name)
+    if found is None:
+        if in_ci():
+            pytest.fail(f"{name} is not installed")
+        pytest.skip(f"{name} is not installed")
+    return found
 
 
 def skip_folder_unless_reachable(items: list[pytest.Item], folder: str, name: str, port: int) -> None:

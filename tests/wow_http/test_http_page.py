@@ -9,7 +9,6 @@ import asyncio
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import textwrap
@@ -20,6 +19,7 @@ import pytest
 
 from tests.docs.test_snippets import ROOT
 from tests.service_members import Member
+from tests.services import free_port
 from tests.wow_http.test_http_processes import url_of
 
 pytestmark = pytest.mark.slow
@@ -44,13 +44,6 @@ def accounts_module() -> str:
     return (
         aggregate.group(1) + '\nfrom wow_core import WowApp\n\napp = WowApp("bank", aggregates=[Account])\n'
     )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def contains(actual: Any, documented: Any) -> bool:

@@ -4,7 +4,6 @@ refuses what is not a signal for a process waiting here."""
 
 from __future__ import annotations
 
-import socket
 import uuid
 from collections.abc import AsyncIterator
 
@@ -13,6 +12,7 @@ import pytest
 import pytest_asyncio
 
 from tests.service_members import Member
+from tests.services import free_port
 from tests.wait_members import record, serving
 from tests.wow_http.test_http_processes import JOURNAL, _delete, base_env
 from tests.wow_kafka.journal_app import Record
@@ -25,13 +25,6 @@ from wow_http.wait_notifier import HttpWaitNotifier, advertised_url
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 in_the_modules_loop = pytest.mark.asyncio(loop_scope="module")  # the loop of caller_and_member
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

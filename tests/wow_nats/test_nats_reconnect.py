@@ -7,9 +7,6 @@ restarted); skipped when the binary is missing, except under ``CI=true``.
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,17 +14,11 @@ import nats.errors
 import pytest
 from pydantic import SecretStr
 
+from tests.services import free_port, installed
 from tests.wow_nats.support import message, next_record, opened
 from wow_nats import NatsSettings, NatsTransport
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class PrivateServer:
@@ -62,18 +53,9 @@ class PrivateServer:
             await self.process.wait()
 
 
-def nats_server_binary() -> str:
-    binary = shutil.which("nats-server")
-    if binary is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("nats-server is not installed")
-        pytest.skip("nats-server is not installed")
-    return binary
-
-
 @pytest.fixture
 async def server(tmp_path: Path) -> AsyncIterator[PrivateServer]:
-    private = PrivateServer(nats_server_binary(), tmp_path / "js")
+    private = PrivateServer(installed("nats-server"), tmp_path / "js")
     await private.start()
     yield private
     await private.stop()
@@ -82,7 +64,7 @@ async def server(tmp_path: Path) -> AsyncIterator[PrivateServer]:
 @pytest.fixture
 async def guarded(tmp_path: Path) -> AsyncIterator[PrivateServer]:
     """A server that wants a user and password."""
-    private = PrivateServer(nats_server_binary(), tmp_path / "js", "--user", "wow", "--pass", "s3cret")
+    private = PrivateServer(installed("nats-server"), tmp_path / "js", "--user", "wow", "--pass", "s3cret")
     await private.start()
     yield private
     await private.stop()

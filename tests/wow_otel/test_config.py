@@ -16,19 +16,13 @@ from pathlib import Path
 import pytest
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
+from tests.services import free_port
 from wow_core.runtime.cli import main
 from wow_otel import sdk
 from wow_otel.metrics import OtelMetrics
 from wow_otel.sdk import OtelConfigError, build_meter_provider, build_tracer_provider
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @pytest.mark.parametrize(

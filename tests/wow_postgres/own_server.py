@@ -10,9 +10,10 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 from pathlib import Path
+
+from tests.services import free_port
 
 
 def _binary(name: str) -> str | None:
@@ -24,19 +25,13 @@ def available() -> bool:
     return _binary("initdb") is not None and _binary("pg_ctl") is not None
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 class OwnServer:
     """``start``, ``restart(mode)`` and ``stop`` a throwaway cluster in ``folder``."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.data = folder / "data"
-        self.port = _free_port()
+        self.port = free_port()
         self._as_postgres = os.geteuid() == 0
         if self._as_postgres:
             shutil.chown(folder, "postgres")

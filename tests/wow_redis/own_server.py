@@ -10,38 +10,22 @@ under ``CI=true``.
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
-
-def binary() -> str:
-    found = shutil.which("redis-server")
-    if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("redis-server is not installed")
-        pytest.skip("redis-server is not installed")
-    return found
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from tests.services import free_port, installed
 
 
 class OwnServer:
     """``start``, ``kill`` (SIGKILL) and ``start`` again a redis-server on one port and folder."""
 
     def __init__(self, folder: Path) -> None:
-        self.binary = binary()
+        self.binary = installed("redis-server")
         self.folder = folder
-        self.port = _free_port()
+        self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
     @property

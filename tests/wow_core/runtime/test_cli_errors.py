@@ -4,7 +4,6 @@ traceback. Wrong settings exit 2; a broker or store that does not answer exits 1
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -13,20 +12,13 @@ from typing import Any
 
 import pytest
 
+from tests.services import free_port
 from wow_core.plugins import hookimpl, load_plugins
 from wow_core.runtime.cli import main
 from wow_core.runtime.runtime import Lifecycle, RuntimeState, StartError
 
 WOW = Path(sys.executable).with_name("wow")
 REPO = Path(__file__).parents[3]
-
-
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 def wow(*args: str, timeout: float = 90, **env: str) -> subprocess.CompletedProcess[str]:
@@ -112,7 +104,7 @@ def test_a_wrong_value_is_one_message_and_exit_2_for_every_command(
 def test_a_broker_that_is_down_is_one_message_and_exit_1(
     settings: dict[str, str], part: str, detail: str, command: list[str]
 ) -> None:
-    port = closed_port()
+    port = free_port()
     result = wow(*command, **{k: v.format(port=port) for k, v in settings.items()})
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr
