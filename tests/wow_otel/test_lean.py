@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, TracerProvider, _TracerConfig
+from opentelemetry.sdk.trace import (
+    Event,
+    ReadableSpan,
+    SpanLimits,
+    SpanProcessor,
+    TracerProvider,
+    _TracerConfig,
+)
 from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
@@ -686,3 +693,32 @@ def test_an_id_out_of_range_is_written_as_before() -> None:
     value = inject(_command(), span_context=context).header[TRACEPARENT]
     assert value == "00-%032x-%016x-01" % (2**130 + 1, 2**70 + 2)  # noqa: UP031
     assert traceparent(context) == value
+
+
+@pytest.mark.parametrize("in_place", [True, False], ids=["built in place", "the SDK's constructor"])
+def test_a_lean_spans_events_are_the_sdks_events(in_place: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An event is built without the SDK's ``__init__`` frames only where the SDK's
+    ``Event`` is its three fields: either way the exporter reads the same event."""
+    assert lean._EVENT_IN_PLACE, "this SDK's Event is name, timestamp and attributes"
+    monkeypatch.setattr(lean, "_EVENT_IN_PLACE", in_place)
+    provider, exporter = _pipeline(False)
+    tracer = lean_tracer(provider.get_tracer("wow"))
+    assert isinstance(tracer, LeanTracer)
+    span = tracer.start_span("s")
+    before = time.time_ns()
+    span.add_event("SENT")
+    span.add_event("PROCESSED", attributes={"wow.processor": "p"}, timestamp=1_000)
+    span.end()
+    sent, processed = exporter.get_finished_spans()[0].events
+    expected = Event("PROCESSED", {"wow.processor": "p"}, 1_000)
+    assert type(processed) is Event
+    assert (processed.name, dict(processed.attributes or {}), processed.timestamp) == (
+        expected.name,
+        dict(expected.attributes or {}),
+        expected.timestamp,
+    )
+    assert processed.dropped_attributes == 0
+    assert sent.name == "SENT"
+    assert dict(sent.attributes or {}) == {}
+    assert before <= sent.timestamp <= time.time_ns()
+    provider.shutdown()

@@ -87,6 +87,19 @@ FLAGS = tuple(TraceFlags(value) for value in range(256))
 """Every ``TraceFlags`` value, built once: a ``TraceFlags`` is an ``int`` subclass the
 collector tracks, one per span context otherwise."""
 
+
+def _event_in_place() -> bool:
+    """Whether an SDK ``Event`` is its name, timestamp and attributes only, as this
+    module builds it without its two ``__init__`` frames (else the constructor)."""
+    try:
+        built = Event("e", _NO_ATTRIBUTES, 1)
+        return vars(built) == {"_name": "e", "_timestamp": 1, "_attributes": _NO_ATTRIBUTES}
+    except TypeError:  # no __dict__: another layout
+        return False
+
+
+_EVENT_IN_PLACE = _event_in_place()
+
 DROP_WARNING_SECONDS = 10.0
 """At most one warning per this many seconds for spans dropped at a full batch queue."""
 
@@ -232,8 +245,13 @@ class LeanTracer(trace_api.Tracer):
         self.root_bound: int | None = bound if type(bound) is int else None
         self.processor = tracer.span_processor
         self._processors = _processors(tracer)
-        self.emits: tuple[Any, ...] = tuple(map(_emit_of, self._processors or ()))
-        self.batch: Any = _batch_of(self._processors)
+        self.emits: tuple[Any, ...] = ()
+        self.batch: Any = None
+        """The SDK ``BatchProcessor`` a span's end queues into in place (:func:`_batch_of`)."""
+        self.queue: Any = None
+        """Its queue (else ``None``: :attr:`emits` are called)."""
+        self.max_queue = self.max_export = 0
+        self._bind()
         self.dropped = 0
         """Spans dropped at the batch processor's full queue (:meth:`queue_full`)."""
         self._dropped_since = 0
@@ -296,12 +314,21 @@ class LeanTracer(trace_api.Tracer):
             self._warned_at = now
             self._dropped_since = 0
 
+    def _bind(self) -> None:
+        """What a span's end reads of the processors (:meth:`LeanSpan.end`), from
+        :attr:`_processors`: the calls, or the batch processor's queue and its limits,
+        read once here, not per span (the queue is the same deque after a fork)."""
+        self.emits = tuple(map(_emit_of, self._processors or ()))
+        batch = self.batch = _batch_of(self._processors)
+        self.queue = None if batch is None else batch._queue
+        self.max_queue = 0 if batch is None else batch._max_queue_size
+        self.max_export = 0 if batch is None else batch._max_export_batch_size
+
     def _lean(self) -> bool:
         multi: Any = self.processor
         if multi._span_processors is not self._processors:  # one added since: check again
             self._processors = _processors(self.sdk)
-            self.emits = tuple(map(_emit_of, self._processors or ()))
-            self.batch = _batch_of(self._processors)
+            self._bind()
         return self._processors is not None and self.sdk._is_enabled()
 
     def _new_span_id(self) -> int:
@@ -431,6 +458,8 @@ class LeanTracer(trace_api.Tracer):
         span._kind = kind
         span._attributes = attributes if attributes is not None else {}
         span._start_time = time_ns()
+        if not flags_of(context) & _SAMPLED:  # recorded, not sampled: not exported
+            span._sampled = False
         return span
 
     def _start(
@@ -518,6 +547,8 @@ class LeanSpan(trace_api.Span, ReadableSpan):
     _links: Sequence[trace_api.Link] = ()
     _status = _UNSET
     _end_time: int | None = None
+    _sampled = True
+    """Whether the span's context is sampled (set on the instance where it is not)."""
 
     def get_span_context(self) -> SpanContext:
         return self._context
@@ -542,7 +573,13 @@ class LeanSpan(trace_api.Span, ReadableSpan):
     def add_event(self, name: str, attributes: types.Attributes = None, timestamp: int | None = None) -> None:
         if self._end_time is not None:
             return
-        event = Event(name, _cleaned(attributes) if attributes else _NO_ATTRIBUTES, timestamp)
+        if _EVENT_IN_PLACE:
+            event = _new_object(Event)
+            event._name = name
+            event._timestamp = time_ns() if timestamp is None else timestamp
+            event._attributes = _cleaned(attributes) if attributes else _NO_ATTRIBUTES
+        else:
+            event = Event(name, _cleaned(attributes) if attributes else _NO_ATTRIBUTES, timestamp)
         events = self._events
         if type(events) is list:
             events.append(event)
@@ -589,28 +626,27 @@ class LeanSpan(trace_api.Span, ReadableSpan):
         if self._end_time is not None:
             log.warning("Calling end() on an ended span.")
             return
-        self._end_time = end_time if end_time is not None else time_ns()
+        self._end_time = time_ns() if end_time is None else end_time
         tracer = self._tracer
-        multi: Any = tracer.processor
-        if multi._span_processors is not tracer._processors:  # changed since: the SDK's way
-            multi.on_end(self)
-        elif flags_of(self._context) & _SAMPLED:
-            batch = tracer.batch
-            if batch is None:
+        if tracer.processor._span_processors is not tracer._processors:  # changed since: the SDK's way
+            tracer.processor.on_end(self)
+        elif self._sampled:
+            queue = tracer.queue
+            if queue is None:
                 for emit in tracer.emits:
                     emit(self)
                 return
             # BatchProcessor.emit's common case in place: queued, the worker woken at a
             # full batch; a shut-down processor, a fork or a full queue go through emit
-            queue = batch._queue
+            batch = tracer.batch
             if batch._shutdown or batch._pid != _pid:
                 batch.emit(self)
                 return
-            if len(queue) >= batch._max_queue_size:
+            if len(queue) >= tracer.max_queue:
                 tracer.queue_full()
             queue.appendleft(self)  # at a full queue, the oldest span goes (a bounded deque)
-            if len(queue) >= batch._max_export_batch_size and not batch._worker_awaken.is_set():
-                batch._worker_awaken.set()
+            if len(queue) >= tracer.max_export and not batch._worker_awaken.is_set():
+                batch._worker_awaken.set()  # read here: a fork makes it again
 
     def __exit__(
         self,
