@@ -124,9 +124,12 @@ async def rounds(repeat: int, runs: dict[str, Callable[[], Awaitable[Rates]]]) -
     }
 
 
-async def embedded(name: str, commands_count: int, wow_run: bool = False) -> Rates:
+async def embedded(
+    name: str, commands_count: int, wow_run: bool = False, warmed_up: Callable[[], None] | None = None
+) -> Rates:
     """One run of configuration ``name``; ``wow_run``: the collector tuned as ``wow run``
-    tunes it, from the end of the warm-up to the end of the run."""
+    tunes it, from the end of the warm-up to the end of the run; ``warmed_up`` is called
+    at the end of the warm-up."""
     with configured(name) as settings:
         runtime = WowApp("bench", aggregates=[BenchAccount]).runtime(settings)
         installed = any(isinstance(item, OtelMiddleware) for item in runtime.middleware)
@@ -137,6 +140,8 @@ async def embedded(name: str, commands_count: int, wow_run: bool = False) -> Rat
         def warmed() -> None:
             if wow_run:
                 freeze_start_up()
+            if warmed_up is not None:
+                warmed_up()
             began.append(time.process_time())
 
         try:
