@@ -3,9 +3,11 @@ the direct ``traceparent`` format and parse against the SDK's propagator."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
+import weakref
 from typing import Any
 
 import pytest
@@ -43,6 +45,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from wow_core.model import AggregateId, CommandMessage, Header, NamedAggregate
 from wow_otel import lean, propagation
+from wow_otel.current import current_span_context
 from wow_otel.lean import LeanSpan, LeanTracer, lean_tracer
 from wow_otel.propagation import TRACEPARENT, TRACESTATE, extract, inject, remote_parent, traceparent
 
@@ -722,3 +725,21 @@ def test_a_lean_spans_events_are_the_sdks_events(in_place: bool, monkeypatch: py
     assert dict(sent.attributes or {}) == {}
     assert before <= sent.timestamp <= time.time_ns()
     provider.shutdown()
+
+
+def test_a_lean_tracer_and_its_provider_are_freed_when_nothing_uses_them() -> None:
+    # A process that builds runtimes again and again (a test run, a tenant per runtime)
+    # must not keep every provider, processor and exporter it ever made.
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = lean_tracer(provider.get_tracer("wow"))
+    assert isinstance(tracer, LeanTracer)
+    span = tracer.start_span("s")
+    with trace.use_span(span, end_on_exit=True):
+        assert current_span_context() is span.get_span_context(), "read in place"
+    provider.shutdown()
+    gone = [weakref.ref(provider), weakref.ref(tracer), weakref.ref(type(span)), weakref.ref(exporter)]
+    del provider, tracer, span, exporter
+    gc.collect()
+    assert [ref() for ref in gone] == [None] * 4

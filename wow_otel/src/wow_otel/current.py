@@ -13,6 +13,7 @@ API's own functions.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable
 from contextvars import ContextVar
 from operator import attrgetter, itemgetter
@@ -83,13 +84,34 @@ ids_flags_of: Any = itemgetter(0, 1, 3) if INDEXED else attrgetter("trace_id", "
 """``(trace_id, span_id, trace_flags)``: what a ``traceparent`` is written from."""
 
 
-KEEPS_CONTEXT: set[type] = {NonRecordingSpan} if INDEXED else set()
-"""Span types whose ``get_span_context()`` returns their ``_context`` attribute, as the
-API's ``NonRecordingSpan`` does (a lean tracer adds its span type): read without the
-method's frame. Checked by the exact type, so a subclass that overrides the method is
-asked."""
-if type(getattr(NonRecordingSpan(INVALID_SPAN.get_span_context()), "_context", None)) is not SpanContext:
-    KEEPS_CONTEXT.clear()  # pragma: no cover - the API's span keeps it elsewhere
+_KEEPS_CONTEXT: dict[int, weakref.ref[type]] = {}
+"""The ids of the span types whose ``get_span_context()`` returns their ``_context``
+attribute, as the API's ``NonRecordingSpan`` does (a lean tracer adds its span type, see
+:func:`keeps_context`): read without the method's frame. Checked by the exact type, so
+a subclass that overrides the method is asked. Held weakly: a span type goes with its
+tracer (and the tracer's provider, processors and exporter with it)."""
+
+
+def keeps_context(span_type: type) -> None:
+    """Register ``span_type`` as keeping its context in ``_context`` (a no-op where the
+    API's span does not: nothing is read in place then); forgotten when it is freed."""
+    if not _READ_IN_PLACE:
+        return
+    key = id(span_type)
+
+    def forget(_: object) -> None:
+        _KEEPS_CONTEXT.pop(key, None)
+
+    _KEEPS_CONTEXT[key] = weakref.ref(span_type, forget)
+
+
+_READ_IN_PLACE = (
+    INDEXED
+    and type(getattr(NonRecordingSpan(INVALID_SPAN.get_span_context()), "_context", None)) is SpanContext
+)
+"""Whether span contexts are read in place at all (the API's span keeps it in
+``_context`` and a span context is the indexed tuple)."""
+keeps_context(NonRecordingSpan)
 
 if DIRECT:
     assert _var is not None
@@ -115,9 +137,9 @@ if DIRECT:
 
     def current_span_context() -> SpanContext:
         """The span context of the current span (``get_current_span().get_span_context()``;
-        read in place for the span types of :data:`KEEPS_CONTEXT`)."""
+        read in place for the span types registered by :func:`keeps_context`)."""
         span: Any = _get().get(_key, _invalid)
-        if type(span) in KEEPS_CONTEXT:
+        if id(type(span)) in _KEEPS_CONTEXT:
             return span._context  # type: ignore[no-any-return]
         return span.get_span_context()  # type: ignore[no-any-return]
 

@@ -57,12 +57,12 @@ from opentelemetry.util import types
 from wow_otel.current import (
     DIRECT,
     INDEXED,
-    KEEPS_CONTEXT,
     SPAN_KEY,
     current,
     flags_of,
     ids_flags_of,
     is_valid_of,
+    keeps_context,
     span_of,
     state_of,
 )
@@ -283,8 +283,7 @@ class LeanTracer(trace_api.Tracer):
             },
         )
         self.span_type = span_type
-        if INDEXED:
-            KEEPS_CONTEXT.add(span_type)
+        keeps_context(span_type)
 
     def queue_full(self) -> None:
         """A span dropped at the batch processor's full queue (its oldest: the queue is a
