@@ -15,7 +15,13 @@ from wow_core.middleware import BusLayer, MetricDecodeFailureHandler, MetricsMid
 from wow_core.middleware.metrics import DECODE_FAILURES
 from wow_core.model import DecodeFailureKind, NamedAggregate, TopicKind
 from wow_core.testing.support import Rig, command, conformance_codec, event_stream, state_event
-from wow_core.transport import DecodeFailureDefault, DefaultTopicNaming, Transport, TransportMessage
+from wow_core.transport import (
+    DecodeFailureDefault,
+    DefaultTopicNaming,
+    ReleasingRecord,
+    Transport,
+    TransportMessage,
+)
 from wow_core.transport.bus import (
     RECEIVED_COUNTER,
     SENT_COUNTER,
@@ -100,6 +106,56 @@ async def test_each_kind_has_its_exchange_whose_ack_acks_the_record(rig: Rig) ->
         assert transport.broker.backlog(group, bus.topic(ACCOUNT)) == 1
         await exchange.ack()
         assert transport.broker.backlog(group, bus.topic(ACCOUNT)) == 0
+
+
+class HandingBackRecord:
+    """A record of a transport that redelivers a released record itself."""
+
+    topic, key, payload, timestamp, position, delivery_count = "t", "a-1", "{}", 0, "t/1", 1
+
+    def __init__(self, fails: bool = False) -> None:
+        self.acks = 0
+        self.releases = 0
+        self.fails = fails
+
+    async def ack(self) -> None:
+        self.acks += 1
+
+    def release(self) -> None:
+        self.releases += 1
+        if self.fails:
+            raise RuntimeError("the transport is gone")
+
+
+async def test_a_released_exchange_hands_its_record_back_once_and_never_after_its_ack() -> None:
+    settled: list[str] = []
+    record = HandingBackRecord()
+    assert isinstance(record, ReleasingRecord)
+    released = TransportServerCommandExchange(command(ACCOUNT, "a-1"), record, lambda: settled.append("s"))
+    released.release()
+    released.release()
+    assert (record.releases, record.acks, settled) == (1, 0, ["s"]), "once, settled once"
+    acked_record = HandingBackRecord()
+    acked = TransportServerCommandExchange(command(ACCOUNT, "a-1"), acked_record, lambda: None)
+    await acked.ack()
+    acked.release()
+    assert (acked_record.acks, acked_record.releases) == (1, 0), "acknowledged: nothing to hand back"
+
+
+async def test_a_record_without_release_and_a_failing_release_leave_it_to_the_backend(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class PlainRecord:
+        topic, key, payload, timestamp, position, delivery_count = "t", "a-1", "{}", 0, "t/1", 1
+
+        async def ack(self) -> None: ...
+
+    TransportServerCommandExchange(command(ACCOUNT, "a-1"), PlainRecord(), lambda: None).release()
+    failing = HandingBackRecord(fails=True)
+    with caplog.at_level(logging.ERROR):
+        TransportServerCommandExchange(command(ACCOUNT, "a-1"), failing, lambda: None).release()
+    assert failing.releases == 1
+    assert "stays unacknowledged" in caplog.text, "logged, not raised into the consumer"
 
 
 async def test_send_and_receive_are_counted(rig: Rig) -> None:

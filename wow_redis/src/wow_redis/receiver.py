@@ -206,6 +206,9 @@ class RedisStreamReceiver:
         """The rest of the read being yielded, shared by every iteration: one left mid-read
         (a ``break``) leaves it here, and the next iteration yields it first, so a key's
         entries keep their order and none waits for recovery."""
+        self._released: dict[tuple[str, str], asyncio.TimerHandle] = {}
+        """Entries the consumer released, waiting for their redelivery here (topic, id)."""
+        self._redeliveries: set[asyncio.Task[None]] = set()
         self._hand_back_cursor: dict[str, str] = {}
         """Per stream, where the next scan for handed-back entries goes on (``XAUTOCLAIM``)."""
         self._read_ids_new = [">"] * len(self.topics)
@@ -280,6 +283,13 @@ class RedisStreamReceiver:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             self._tasks.clear()
+            for handle in self._released.values():
+                handle.cancel()  # still pending here: handed back below
+            self._released.clear()
+            redeliveries = list(self._redeliveries)
+            for task in redeliveries:
+                task.cancel()
+            await asyncio.gather(*redeliveries, return_exceptions=True)
             await self._readiness.close()
             await self._acker.drain(self._settings.socket_timeout)
             await self._acker.stop()
@@ -450,6 +460,7 @@ class RedisStreamReceiver:
         """Push ``entries`` to the read-ahead; ``claimed``: skip those already waiting there."""
         records: list[RedisRecord] = []
         waiting = self._waiting
+        released = self._released
         for raw_id, fields in entries:
             entry_id = raw_id.decode() if isinstance(raw_id, bytes) else raw_id
             if claimed and (topic, entry_id) in waiting:
@@ -457,6 +468,10 @@ class RedisStreamReceiver:
             if not fields:
                 await self._trimmed(topic, entry_id)
                 continue
+            if released:
+                handle = released.pop((topic, entry_id), None)
+                if handle is not None:  # delivered again meanwhile (recovery): not twice
+                    handle.cancel()
             deliveries = 1 if counts is None else counts.get(entry_id, 1)
             if deliveries > self._settings.max_deliveries:
                 await self._send_to_dead_letter(topic, entry_id, deliveries, "max deliveries exceeded")
@@ -614,6 +629,54 @@ class RedisStreamReceiver:
         await self._deliver(topic, entries, delivered, claimed=True)
         for entry_id in trimmed:
             await self._trimmed(topic, _text(entry_id))
+
+    def released(self, topic: str, entry_id: str, deliveries: int) -> None:
+        """The consumer released ``entry_id`` unacknowledged after its ``deliveries``-th
+        delivery: deliver it again here after ``release_delay_for(deliveries)``, with
+        ``XCLAIM`` (a delivery counted, so ``max_deliveries`` ends a failure that does not
+        pass). Nothing while closing (the close hands it back) or with no release delay
+        (recovery claims it after ``claim_idle_time``). Acknowledged meanwhile: nothing is
+        delivered; delivered again meanwhile by recovery: not a second time."""
+        delay = self._settings.release_delay_for(deliveries)
+        if self._closing or delay is None:
+            return
+        key = (topic, entry_id)
+        earlier = self._released.pop(key, None)
+        if earlier is not None:
+            earlier.cancel()
+        loop = asyncio.get_running_loop()
+        self._released[key] = loop.call_later(delay, self._start_redelivery, topic, entry_id)
+
+    def _start_redelivery(self, topic: str, entry_id: str) -> None:
+        if self._released.pop((topic, entry_id), None) is None or self._closing:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._redeliver_released(topic, entry_id), name=f"wow-redis-redeliver:{self.group}"
+        )
+        self._redeliveries.add(task)
+        task.add_done_callback(self._redeliveries.discard)
+
+    async def _redeliver_released(self, topic: str, entry_id: str) -> None:
+        """:meth:`_redeliver` of one released entry, retried through lost connections."""
+        backoff = Backoff(self._settings.reconnect_backoff, self._settings.reconnect_backoff_max)
+        while not self._closing:
+            try:
+                await self._redeliver(topic, [entry_id])
+                return
+            except TRANSIENT_ERRORS as error:
+                delay = backoff.next_delay()
+                self._observer.connection_error("XCLAIM", error, backoff.attempt, delay)
+                await asyncio.sleep(delay)
+            except Exception as error:  # recovery still claims it
+                log.warning(
+                    "%s: could not deliver released entry %s/%s again (recovery claims it after "
+                    "the claim idle time): %r",
+                    self._what,
+                    topic,
+                    entry_id,
+                    error,
+                )
+                return
 
     async def _send_to_dead_letter(self, topic: str, entry_id: str, deliveries: int, reason: str) -> None:
         if self._dead_letter is None:

@@ -30,7 +30,8 @@ class RedisRecord:
 
     ``timestamp`` is the sender's (the ``ts`` field), or when the server added the entry
     (the id's milliseconds) for an entry written without one. ``position`` is
-    ``<stream>/<entry id>``.
+    ``<stream>/<entry id>``. ``release()`` (the consumer did not finish it) has this
+    receiver deliver it again after a delay growing with its delivery count.
     """
 
     __slots__ = ("_receiver", "delivery_count", "entry_id", "key", "payload", "timestamp", "topic")
@@ -63,6 +64,12 @@ class RedisRecord:
             receiver.ack_queued(self.topic, self.entry_id)
         else:
             await receiver.acknowledge(self.topic, self.entry_id)
+
+    def release(self) -> None:
+        """Hand the entry back: delivered again by this receiver after
+        ``release_delay_for(delivery_count)`` (:class:`~wow_core.transport.ReleasingRecord`);
+        an ``ack()`` or another delivery meanwhile cancels it."""
+        self._receiver.released(self.topic, self.entry_id, self.delivery_count)
 
     def __repr__(self) -> str:
         return f"RedisRecord({self.position} key={self.key!r} deliveries={self.delivery_count})"

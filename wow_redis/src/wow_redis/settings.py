@@ -120,6 +120,14 @@ class RedisSettings(SettingsSection):
     claim_interval: Seconds | None = Field(
         None, description="Seconds between claim scans; default half the claim idle time."
     )
+    release_delay: float | None = Field(
+        1.0,
+        ge=0.01,
+        le=MAX_SECONDS,
+        description="Seconds before an entry its consumer released unacknowledged (its processing "
+        "failed) is delivered again by this receiver, doubled per delivery up to the claim idle time "
+        "(60 s without recovery); empty or unset leaves it to recovery.",
+    )
     max_deliveries: Count = Field(
         16, description="Deliveries after which a pending entry goes to <stream>.dlq instead of again."
     )
@@ -152,7 +160,9 @@ class RedisSettings(SettingsSection):
             raise ValueError("use a redis://, rediss:// or unix:// URL")
         return value
 
-    @field_validator("claim_idle_time", "claim_interval", "maxlen", "dead_letter_maxlen", mode="before")
+    @field_validator(
+        "claim_idle_time", "claim_interval", "release_delay", "maxlen", "dead_letter_maxlen", mode="before"
+    )
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if value in ("", "none", "None") else value
@@ -163,6 +173,15 @@ class RedisSettings(SettingsSection):
 
     def resolved_consumer_name(self) -> str:
         return self.consumer_name or default_consumer_name()
+
+    def release_delay_for(self, deliveries: int) -> float | None:
+        """Seconds before an entry released after its ``deliveries``-th delivery is
+        delivered again: :attr:`release_delay` doubled per delivery after the first, at
+        most the claim idle time (60 s without recovery); None: left to recovery."""
+        if self.release_delay is None:
+            return None
+        longest = max(self.claim_idle_time if self.claim_idle_time is not None else 60.0, self.release_delay)
+        return min(self.release_delay * 2.0 ** min(max(deliveries - 1, 0), 32), longest)
 
     def resolved_claim_interval(self) -> float | None:
         if self.claim_idle_time is None:

@@ -11,6 +11,7 @@ exchanges to settle).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
@@ -29,6 +30,8 @@ M_co = TypeVar("M_co", bound=Message, covariant=True)
 M_contra = TypeVar("M_contra", bound=Message, contravariant=True)
 E = TypeVar("E", bound="MessageExchange[Any]")
 E_co = TypeVar("E_co", bound="MessageExchange[Any]", covariant=True)
+
+_log = logging.getLogger(__name__)
 
 
 class BusClosedError(RuntimeError):
@@ -96,13 +99,14 @@ class MessageExchange(Protocol[M_co]):
 class SimpleExchange(Generic[M]):
     """An exchange whose ack and release call back into the receiver that produced it."""
 
-    __slots__ = ("_acked", "_attributes", "_message", "_on_ack", "_on_settle", "_settled")
+    __slots__ = ("_acked", "_attributes", "_message", "_on_ack", "_on_release", "_on_settle", "_settled")
 
     def __init__(
         self,
         message: M,
         on_ack: Callable[[], Awaitable[None]] | None = None,
         on_settle: Callable[[], None] | None = None,
+        on_release: Callable[[], None] | None = None,
     ) -> None:
         self._message = message
         self._attributes: dict[str, Any] = {}
@@ -110,6 +114,7 @@ class SimpleExchange(Generic[M]):
         self._settled = False
         self._on_ack = on_ack
         self._on_settle = on_settle
+        self._on_release = on_release
 
     @property
     def message(self) -> M:
@@ -134,7 +139,16 @@ class SimpleExchange(Generic[M]):
             self._settle()
 
     def release(self) -> None:
+        """Settle without acknowledging; ``on_release`` (the record's hand-back to its
+        transport, where it has one) runs once, and not after an ``ack``."""
+        if self._settled:
+            return
         self._settle()
+        if self._on_release is not None:
+            try:
+                self._on_release()
+            except Exception:  # the backend's own redelivery still brings it back
+                _log.exception("handing back %r failed; it stays unacknowledged", self)
 
     def _settle(self) -> None:
         if not self._settled:

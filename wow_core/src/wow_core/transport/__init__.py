@@ -23,6 +23,7 @@ from wow_core.transport.defaults import (
 from wow_core.transport.in_memory import InMemoryBroker, InMemoryTransport
 from wow_core.transport.kit import ReadAhead, Readiness
 from wow_core.transport.spi import (
+    ReleasingRecord,
     RevocationListener,
     RevocationListening,
     Transport,
@@ -43,6 +44,7 @@ __all__ = [
     "InMemoryTransport",
     "ReadAhead",
     "Readiness",
+    "ReleasingRecord",
     "RevocationListener",
     "RevocationListening",
     "TopicNaming",

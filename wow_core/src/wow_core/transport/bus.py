@@ -75,7 +75,10 @@ RECEIVED_COUNTER = "wow.bus.received"
 
 
 class TransportExchange:
-    """Mixin of the transport exchanges: the received record, acknowledged by ``ack``."""
+    """Mixin of the transport exchanges: the received record, acknowledged by ``ack``;
+    ``release`` hands it back to its transport where the record offers it
+    (:class:`~wow_core.transport.spi.ReleasingRecord`), else it waits for the backend's
+    own redelivery."""
 
     __slots__ = ()
 
@@ -88,7 +91,7 @@ class TransportServerCommandExchange(ServerCommandExchange, TransportExchange):
     __slots__ = ("record",)
 
     def __init__(self, message: CommandMessage[Any], record: TransportRecord, on_settle: Any) -> None:
-        super().__init__(message, record.ack, on_settle)
+        super().__init__(message, record.ack, on_settle, getattr(record, "release", None))
         self.record = record
 
 
@@ -98,7 +101,7 @@ class TransportEventStreamExchange(EventStreamExchange, TransportExchange):
     __slots__ = ("record",)
 
     def __init__(self, message: DomainEventStream, record: TransportRecord, on_settle: Any) -> None:
-        super().__init__(message, record.ack, on_settle)
+        super().__init__(message, record.ack, on_settle, getattr(record, "release", None))
         self.record = record
 
 
@@ -108,7 +111,7 @@ class TransportStateEventExchange(StateEventExchange, TransportExchange):
     __slots__ = ("record",)
 
     def __init__(self, message: StateEvent[Any], record: TransportRecord, on_settle: Any) -> None:
-        super().__init__(message, record.ack, on_settle)
+        super().__init__(message, record.ack, on_settle, getattr(record, "release", None))
         self.record = record
 
 
