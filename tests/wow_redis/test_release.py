@@ -38,9 +38,9 @@ async def pending(redis: Redis, topic: str) -> int:
     return int((await redis.xpending(topic, "g1"))["pending"])
 
 
-def test_the_delay_doubles_per_delivery_up_to_the_claim_idle_time() -> None:
+def test_the_delay_doubles_per_delivery_until_recovery_would_claim_the_entry() -> None:
     settings = RedisSettings(release_delay=0.5, claim_idle_time=5)
-    assert [settings.release_delay_for(n) for n in (1, 2, 3, 4, 5, 100)] == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
+    assert [settings.release_delay_for(n) for n in (1, 2, 3, 4, 5, 100)] == [0.5, 1.0, 2.0, 4.0, 4.5, 4.5]
     assert RedisSettings(release_delay=2, claim_idle_time=None).release_delay_for(10) == 60.0
     assert RedisSettings(release_delay="").release_delay_for(1) is None, "unset: left to recovery"
     with pytest.raises(ValueError, match="release_delay"):

@@ -125,8 +125,8 @@ class RedisSettings(SettingsSection):
         ge=0.01,
         le=MAX_SECONDS,
         description="Seconds before an entry its consumer released unacknowledged (its processing "
-        "failed) is delivered again by this receiver, doubled per delivery up to the claim idle time "
-        "(60 s without recovery); empty or unset leaves it to recovery.",
+        "failed) is delivered again by this receiver, doubled per delivery up to nine tenths of the "
+        "claim idle time (60 s without recovery); empty or unset leaves it to recovery.",
     )
     max_deliveries: Count = Field(
         16, description="Deliveries after which a pending entry goes to <stream>.dlq instead of again."
@@ -177,10 +177,13 @@ class RedisSettings(SettingsSection):
     def release_delay_for(self, deliveries: int) -> float | None:
         """Seconds before an entry released after its ``deliveries``-th delivery is
         delivered again: :attr:`release_delay` doubled per delivery after the first, at
-        most the claim idle time (60 s without recovery); None: left to recovery."""
+        most nine tenths of the claim idle time (so recovery does not claim the entry
+        meanwhile and deliver it a second time; 60 s without recovery); None: left to
+        recovery."""
         if self.release_delay is None:
             return None
-        longest = max(self.claim_idle_time if self.claim_idle_time is not None else 60.0, self.release_delay)
+        idle = self.claim_idle_time
+        longest = max(0.9 * idle if idle is not None else 60.0, self.release_delay)
         return min(self.release_delay * 2.0 ** min(max(deliveries - 1, 0), 32), longest)
 
     def resolved_claim_interval(self) -> float | None:
