@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -344,6 +345,85 @@ async def test_a_service_in_another_process_keeps_processing_and_no_wait_hangs_a
             f"outage {down:.2f}s; waits in flight: {dict(outcomes)}; 20 waits after the restart "
             f"succeeded in {recovered:.2f}s; {len(sent)} of {len(keys)} sends returned, all processed"
         )
+        assert member.stop() == 0
+    finally:
+        if member.process.poll() is None:
+            member.process.send_signal(signal.SIGCONT)
+        if runtime is not None:
+            await runtime.stop()
+        member.stop()
+
+
+async def test_a_command_that_failed_in_the_outage_in_another_process_is_processed_seconds_after_it(
+    server: OwnServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The member is frozen while commands are sent: its blocked read is answered into its
+    # socket, so when it runs again, the server down, it has commands to process and
+    # their processing fails (the store's load or append). Released, they must be
+    # processed again within seconds of the restart, not after the claim idle time
+    # (60 s here).
+    journal_dir = tmp_path / "journals"
+    journal_dir.mkdir()
+    env = {
+        **os.environ,
+        "WOW_TRANSPORT": "redis",
+        "WOW_EVENTSOURCING__STORE": "redis",
+        "WOW_SERVICE_NAME": f"journal-{uuid.uuid4().hex[:8]}",
+        "WOW_REDIS__URL": server.url,
+        "WOW_REDIS__KEY_PREFIX": settings(server).key_prefix,
+        "WOW_REDIS__BLOCK_TIME": "0.2",
+        "WOW_REDIS__SOCKET_TIMEOUT": "2",
+        "WOW_REDIS__RECONNECT_BACKOFF_MAX": "0.5",
+        "WOW_REDIS__CLAIM_IDLE_TIME": "60",
+        "WOW_REDIS__RELEASE_DELAY": "0.5",
+        "WOW_TEST_JOURNAL_DIR": str(journal_dir),
+        "PYTHONUNBUFFERED": "1",
+    }
+    run = uuid.uuid4().hex[:6]
+    member = Member("journal", env)
+    runtime: WowRuntime | None = None
+    try:
+        await serving(member)
+        runtime = await caller(env, monkeypatch)
+        keys = [f"o-{run}-{n}" for n in range(10)]
+        topic = f"{env['WOW_REDIS__KEY_PREFIX']}{CONTEXT}.{AGGREGATE}:command"
+        client = Redis.from_url(server.url)
+        try:
+            member.process.send_signal(signal.SIGSTOP)
+            for key in keys:
+                sent = await runtime.gateway.send_and_wait(record(key), CommandWait.sent(), timeout=5)
+                assert sent.error_code == "", sent
+            for _ in range(20):  # frozen between two reads: let it read, freeze it again
+                await asyncio.sleep(0.3)
+                if (await client.xpending(topic, "journal.command"))["pending"]:
+                    break  # its blocked read was answered: commands in its socket
+                member.process.send_signal(signal.SIGCONT)
+                await asyncio.sleep(0.01)
+                member.process.send_signal(signal.SIGSTOP)
+        finally:
+            await client.aclose()
+        server.kill()
+        member.process.send_signal(signal.SIGCONT)
+        failed = re.compile(r"command record \S+ to \S+@o-" + run + r"-\d+ failed")
+
+        def appends_failed() -> bool:
+            return any(failed.search(line) for line in list(member.lines))
+
+        await asyncio.to_thread(member.wait_for, appends_failed, 15)
+        await asyncio.sleep(OUTAGE)
+        await asyncio.to_thread(server.start)
+        back = asyncio.get_running_loop().time()
+        store = runtime.event_store
+        aggregate_ids = [record(key).aggregate_id for key in keys]
+
+        async def all_appended() -> bool:
+            versions = await asyncio.gather(*(store.last_version(a) for a in aggregate_ids))
+            return all(version == 1 for version in versions)
+
+        await eventually(all_appended, timeout=20, what="every command appended once after the restart")
+        took = asyncio.get_running_loop().time() - back
+        assert took < 20, "within seconds, not the 60 s claim idle time"
+        print(f"released during the outage, all {len(keys)} appended {took:.2f}s after the restart")
         assert member.stop() == 0
     finally:
         if member.process.poll() is None:

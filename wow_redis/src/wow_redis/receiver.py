@@ -468,10 +468,8 @@ class RedisStreamReceiver:
             if not fields:
                 await self._trimmed(topic, entry_id)
                 continue
-            if released:
-                handle = released.pop((topic, entry_id), None)
-                if handle is not None:  # delivered again meanwhile (recovery): not twice
-                    handle.cancel()
+            if released:  # delivered again meanwhile (recovery): not twice
+                self._cancel_release(topic, entry_id)
             deliveries = 1 if counts is None else counts.get(entry_id, 1)
             if deliveries > self._settings.max_deliveries:
                 await self._send_to_dead_letter(topic, entry_id, deliveries, "max deliveries exceeded")
@@ -635,17 +633,22 @@ class RedisStreamReceiver:
         delivery: deliver it again here after ``release_delay_for(deliveries)``, with
         ``XCLAIM`` (a delivery counted, so ``max_deliveries`` ends a failure that does not
         pass). Nothing while closing (the close hands it back) or with no release delay
-        (recovery claims it after ``claim_idle_time``). Acknowledged meanwhile: nothing is
-        delivered; delivered again meanwhile by recovery: not a second time."""
+        (recovery claims it after ``claim_idle_time``). Acknowledged meanwhile: cancelled
+        (and an acknowledgement racing the ``XCLAIM`` leaves nothing pending to deliver);
+        delivered again meanwhile by recovery: not a second time."""
         delay = self._settings.release_delay_for(deliveries)
         if self._closing or delay is None:
             return
         key = (topic, entry_id)
-        earlier = self._released.pop(key, None)
-        if earlier is not None:
-            earlier.cancel()
+        self._cancel_release(topic, entry_id)
         loop = asyncio.get_running_loop()
         self._released[key] = loop.call_later(delay, self._start_redelivery, topic, entry_id)
+
+    def _cancel_release(self, topic: str, entry_id: str) -> None:
+        """An entry acknowledged after its release: its redelivery is not needed."""
+        handle = self._released.pop((topic, entry_id), None)
+        if handle is not None:
+            handle.cancel()
 
     def _start_redelivery(self, topic: str, entry_id: str) -> None:
         if self._released.pop((topic, entry_id), None) is None or self._closing:
@@ -698,9 +701,13 @@ class RedisStreamReceiver:
         return not self._closing and not self._settings.ack_confirmed
 
     def ack_queued(self, topic: str, entry_id: str) -> None:
+        if self._released:
+            self._cancel_release(topic, entry_id)
         self._acker.add(topic, entry_id, False)
 
     async def acknowledge(self, topic: str, entry_id: str) -> None:
+        if self._released:
+            self._cancel_release(topic, entry_id)
         if self._closing:
             await self._late_ack(topic, entry_id)
             return

@@ -68,7 +68,7 @@ class RedisRecord:
     def release(self) -> None:
         """Hand the entry back: delivered again by this receiver after
         ``release_delay_for(delivery_count)`` (:class:`~wow_core.transport.ReleasingRecord`);
-        an ``ack()`` or another delivery meanwhile cancels it."""
+        an ``ack()`` or another delivery (recovery) meanwhile cancels it."""
         self._receiver.released(self.topic, self.entry_id, self.delivery_count)
 
     def __repr__(self) -> str:

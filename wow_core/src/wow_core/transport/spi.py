@@ -74,14 +74,14 @@ class ReleasingRecord(Protocol):
 
     The consumer releases a record it did not finish (its processing failed: the event
     store could not be reached; a stop): without this method the record stays
-    unacknowledged until the backend's own redelivery brings it back (Redis: recovery
-    after ``claim_idle_time``; JetStream: the ack wait; Kafka: the next owner of the
-    partition). With it, ``release()`` asks the transport to deliver the record again
-    to this group soon, after a delay that grows with its ``delivery_count``, so a
-    failure that passes (a short outage) is retried in seconds, and one that does not is
-    not retried in a hot loop: it reaches the transport's delivery limit (its dead
-    letter) at the backend's pace. It returns at once and never raises; a release after
-    ``ack()`` or of a receiver that closes does nothing more than the backend would.
+    unacknowledged until the backend's own redelivery brings it back (JetStream: after
+    the ack wait; Kafka: to the next owner of the partition). With it (Redis),
+    ``release()`` asks the transport to deliver the record again to this group soon,
+    after a delay that grows with its ``delivery_count``, so a failure that passes (a
+    short outage) is retried in seconds, and one that does not is not retried in a hot
+    loop: it reaches the transport's delivery limit (its dead letter) at the backend's
+    pace. It returns at once and never raises; a release after ``ack()`` or of a
+    receiver that closes does nothing more than the backend would.
 
     For a third-party transport author: implement it when your backend can redeliver
     one record early (a negative acknowledgement with a delay, a claim); leave it out
