@@ -32,6 +32,16 @@ Guarantees:
   the timeout as without one. Either way the commit happens before the group hands the
   partitions over.
 
+- A record its consumer releases unacknowledged (``release()``: its processing failed,
+  the event store could not be reached) is delivered again by this member after
+  ``release_delay_ms``, doubled per delivery up to ``release_delay_max_ms``, with
+  ``delivery_count`` raised, for as long as the partition stays assigned here. It keeps
+  holding its partition's commits at its offset meanwhile (commits never pass a record
+  not acknowledged), and a revocation does not wait for it: the new owner delivers it
+  again from the committed offset. Without ``release_delay_ms`` it waits for the
+  partition's next owner (a rebalance or a restart). A released record comes again
+  after records fetched later, so it may be processed after them.
+
 What it does not guarantee: exactly-once. A record in flight when its partition moved
 or its process died is delivered again to the new owner, and may then be processed
 twice.
@@ -138,14 +148,18 @@ class KafkaTransportReceiver:
         self._consumer: AIOKafkaConsumer | None = None
         self._partitions: dict[TopicPartition, PartitionOffsets] = {}
         self._what = f"Kafka receiver of group {group!r}"
-        self._buffer: ReadAhead[tuple[PartitionOffsets, list[Any]]] = ReadAhead(
+        self._buffer: ReadAhead[tuple[PartitionOffsets, list[Any], int]] = ReadAhead(
             settings.buffered_records, low_mark=settings.buffered_records // 2
         )
         """Fetched batches, sized by their records (not counting the batch being handed
-        out); once ``buffered_records`` wait, fetching resumes when half were taken."""
+        out), each with the delivery it is (1: fetched; more: a released record delivered
+        again); once ``buffered_records`` wait, fetching resumes when half were taken."""
         self._batch: list[Any] | None = None
         self._batch_offsets = PartitionOffsets(0)
         self._batch_index = 0
+        self._batch_deliveries = 1
+        self._releases: dict[tuple[PartitionOffsets, int], asyncio.TimerHandle] = {}
+        """The released records waiting for their delay, by assignment and offset."""
         self._anchored = asyncio.Event()
         self._processing = False
         self._processing_opened = asyncio.Event()
@@ -233,6 +247,9 @@ class KafkaTransportReceiver:
         self._closed = True
         self._processing_opened.set()
         self._buffer.close()  # batches not handed out: committed past by nobody, fetched again
+        for handle in self._releases.values():
+            handle.cancel()  # released records: not committed past, delivered again after a restart
+        self._releases.clear()
         await self._readiness.close()
         for task in (self._fetch_task, self._commit_task):
             if task is not None and not task.done():
@@ -275,15 +292,19 @@ class KafkaTransportReceiver:
                 if index < len(records) and offsets.active and not offsets.revoking:
                     self._batch_index = index + 1
                     record = records[index]
-                    offsets.delivered(record.offset)
-                    return KafkaRecord(self, offsets, record)
+                    deliveries = self._batch_deliveries
+                    if deliveries == 1:
+                        offsets.delivered(record.offset)
+                    elif not offsets.redelivered(record.offset):
+                        continue  # acknowledged after its release: nothing to deliver
+                    return KafkaRecord(self, offsets, record, deliveries)
                 # done, or revoked: the next owner delivers the rest from the watermark
                 self._batch = None
             if not self._processing:
                 await self._processing_opened.wait()
                 continue
             # StopAsyncIteration once closed; a failure of the fetch or commit loop, once
-            self._batch_offsets, self._batch = await self._buffer.get()
+            self._batch_offsets, self._batch, self._batch_deliveries = await self._buffer.get()
             self._batch_index = 0
 
     async def _fetch_loop(self) -> None:
@@ -327,7 +348,7 @@ class KafkaTransportReceiver:
                     continue
                 if offsets.revoking or not offsets.active:
                     continue  # revoked: the next owner starts from the committed watermark
-                buffer.put_nowait((offsets, records), len(records))
+                buffer.put_nowait((offsets, records, 1), len(records))
 
     def _update_pause(self) -> None:
         """Keep every partition paused until processing opens."""
@@ -340,6 +361,50 @@ class KafkaTransportReceiver:
             consumer.resume(*(tp for tp in assigned if tp in self._partitions))
         else:
             consumer.pause(*assigned)
+
+    # -- released records -------------------------------------------------------------
+
+    def released(self, record: KafkaRecord) -> None:
+        """The consumer released ``record`` unacknowledged: deliver it again here after
+        ``release_delay_for(record.delivery_count)``. Nothing when the receiver closes,
+        the partition is revoked (its next owner delivers it), the record was
+        acknowledged, or there is no release delay."""
+        offsets = record._offsets
+        delay = self._settings.release_delay_for(record.delivery_count)
+        if delay is None or offsets is None or self._closed or not offsets.release(record.offset):
+            return
+        key = (offsets, record.offset)
+        previous = self._releases.pop(key, None)
+        if previous is not None:
+            previous.cancel()
+        loop = asyncio.get_running_loop()
+        self._releases[key] = loop.call_later(delay, self._deliver_released, record)
+        log.debug(
+            "Kafka receiver of group %r: %s[%d]@%d released after delivery %d; delivered again in %.2fs",
+            self.group,
+            record.topic,
+            record.partition,
+            record.offset,
+            record.delivery_count,
+            delay,
+        )
+
+    def _deliver_released(self, record: KafkaRecord) -> None:
+        offsets = record._offsets
+        assert offsets is not None
+        if self._releases.pop((offsets, record.offset), None) is None or self._closed:
+            return
+        if offsets.active and not offsets.revoking:
+            # still held: a revocation meanwhile does not wait for it, an ack drops it
+            self._buffer.put_nowait((offsets, [record._raw], record.delivery_count + 1), 1)
+
+    def _cancel_release(self, record: KafkaRecord) -> None:
+        """``record`` was acknowledged after its release: no delivery is needed."""
+        offsets = record._offsets
+        if offsets is not None:
+            handle = self._releases.pop((offsets, record.offset), None)
+            if handle is not None:
+                handle.cancel()
 
     # -- commits ----------------------------------------------------------------------
 
@@ -417,9 +482,13 @@ class KafkaTransportReceiver:
                 error,
             )
         finally:
+            retired = set()
             for tp, state in states:
                 state.retire()
+                retired.add(state)
                 self._partitions.pop(tp, None)
+            for key in [key for key in self._releases if key[0] in retired]:
+                self._releases.pop(key).cancel()
         log.info("Kafka receiver of group %r: revoked %s", self.group, sorted(map(str, revoked)))
 
     async def _tell_listener(self, revoked: list[TopicPartition], timeout: float) -> bool:

@@ -135,6 +135,18 @@ class KafkaSettings(SettingsSection):
         3000,
         description="On revocation, how long in-flight records of revoked partitions may finish.",
     )
+    release_delay_ms: PositiveInt | None = Field(
+        1000,
+        description=(
+            "How long after its consumer released it unacknowledged (its processing failed) a "
+            "record is delivered again by the same member, doubled per delivery up to "
+            "WOW_KAFKA__RELEASE_DELAY_MAX_MS; empty or unset leaves it to the partition's next "
+            "owner (a rebalance or restart), its partition's commits held at its offset meanwhile."
+        ),
+    )
+    release_delay_max_ms: PositiveInt = Field(
+        30000, description="The longest delay before a released record is delivered again."
+    )
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -145,6 +157,11 @@ class KafkaSettings(SettingsSection):
             if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
                 raise ValueError(f"bootstrap server {server!r} must look like host:port (port 1-65535)")
         return value
+
+    @field_validator("release_delay_ms", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        return None if value in ("", "none", "None") else value
 
     @field_validator("topic_prefix", "group_prefix")
     @classmethod
@@ -176,6 +193,17 @@ class KafkaSettings(SettingsSection):
         if self.ssl_keyfile is not None and self.ssl_certfile is None:
             raise ValueError("WOW_KAFKA__SSL_KEYFILE needs WOW_KAFKA__SSL_CERTFILE")
         return self
+
+    def release_delay_for(self, deliveries: int) -> float | None:
+        """Seconds before a record released after its ``deliveries``-th delivery (by this
+        member, in this assignment) is delivered again: ``release_delay_ms`` doubled per
+        delivery after the first, at most ``release_delay_max_ms`` (or ``release_delay_ms``
+        when that is longer); None: not redelivered by this member."""
+        if self.release_delay_ms is None:
+            return None
+        first = self.release_delay_ms
+        longest = max(self.release_delay_max_ms, first)
+        return min(first * 2.0 ** min(max(deliveries - 1, 0), 32), longest) / 1000
 
     @property
     def bootstrap_list(self) -> list[str]:

@@ -10,6 +10,10 @@ What it guarantees, inside one process:
   their order;
 * a record not acknowledged when its receiver closes is delivered again (first, in its
   order) to the member that owns its partition next, with ``delivery_count`` raised;
+* a record its consumer releases (``release()``: its processing failed) goes back to the
+  front of its partition after ``release_delay`` seconds, doubled per delivery up to
+  ``release_delay_max``, and is delivered again with ``delivery_count`` raised; records
+  of its partition delivered meanwhile are not held back;
 * when a partition moves to a new member while the old one still holds unacknowledged
   records of it, the new member waits for those to be acknowledged or redelivered, so
   a key's records never overtake one another;
@@ -75,7 +79,16 @@ class InMemoryRecord:
         return f"{self.partition.index}:{self.offset}"
 
     async def ack(self) -> None:
+        holder = self.holder
+        if holder is not None and holder._releases:
+            holder._cancel_release(self)
         self.partition.ack(self)
+
+    def release(self) -> None:
+        """Deliver this unfinished record again after the transport's release delay."""
+        holder = self.holder
+        if holder is not None and not self.acked:
+            holder._released(self)
 
     def __repr__(self) -> str:
         return f"InMemoryRecord({self.topic} {self.key!r} @{self.position})"
@@ -136,6 +149,16 @@ class _Partition:
         if record.holder is not None:
             self._release(record)
             self.schedule()
+
+    def give_back_one(self, record: InMemoryRecord) -> None:
+        """Put one released record back among the queued ones, in offset order."""
+        self._release(record)
+        queue = self.queue
+        index = 0
+        while index < len(queue) and queue[index].offset < record.offset:
+            index += 1
+        queue.insert(index, record)
+        self.schedule()
 
     def give_back(self, member: InMemoryTransportReceiver) -> None:
         """Put ``member``'s unacknowledged records back in front, in their order."""
@@ -250,6 +273,8 @@ class InMemoryTransportReceiver:
         self._opened = False
         self._closed = False
         self._views: list[_GroupTopic] = []
+        self._releases: dict[InMemoryRecord, asyncio.TimerHandle] = {}
+        """Released records waiting for their delay."""
         self.drops_handled_locally: frozenset[str] = frozenset()
         """The topics of which this member acknowledges and drops, unprocessed, every record
         marked ``local_first: "true"`` (see :meth:`drop_handled_locally`)."""
@@ -270,6 +295,27 @@ class InMemoryTransportReceiver:
             view.members.append(self)
             self._views.append(view)
             view.rebalance()
+
+    def _released(self, record: InMemoryRecord) -> None:
+        delay = self.transport.release_delay_for(record.delivery_count)
+        if delay is None or self._closed:
+            return
+        previous = self._releases.pop(record, None)
+        if previous is not None:
+            previous.cancel()
+        loop = asyncio.get_running_loop()
+        self._releases[record] = loop.call_later(delay, self._give_back_released, record)
+
+    def _give_back_released(self, record: InMemoryRecord) -> None:
+        if self._releases.pop(record, None) is None or self._closed:
+            return
+        if not record.acked and record.holder is self:
+            record.partition.give_back_one(record)
+
+    def _cancel_release(self, record: InMemoryRecord) -> None:
+        handle = self._releases.pop(record, None)
+        if handle is not None:
+            handle.cancel()
 
     def _schedule(self, partition: _Partition) -> None:
         self._ready.append(partition)
@@ -350,6 +396,9 @@ class InMemoryTransportReceiver:
             return
         self._closed = True
         self._ready.clear()
+        for handle in self._releases.values():
+            handle.cancel()  # given back with the rest below
+        self._releases.clear()
         for view in self._views:
             view.members.remove(self)
             for partition in view.partitions:
@@ -371,7 +420,9 @@ class InMemoryTransport(TransportBase["InMemoryTransportReceiver"]):
     ``send`` proves the record entered the partition queue of every group of its topic
     that exists, nothing more. ``close`` closes this client's receivers (their
     unacknowledged records are delivered again) and refuses sends; the broker and its
-    groups stay for other clients.
+    groups stay for other clients. ``release_delay`` (seconds, None: a released record
+    waits for its receiver to close) and ``release_delay_max`` time the redelivery of a
+    released record.
     """
 
     name = "in_memory"
@@ -386,9 +437,24 @@ class InMemoryTransport(TransportBase["InMemoryTransportReceiver"]):
         broker: InMemoryBroker | None = None,
         partitions: int = DEFAULT_PARTITIONS,
         decode_failure_default: DecodeFailureDefault = DecodeFailureDefault.DEAD_LETTER,
+        release_delay: float | None = 1.0,
+        release_delay_max: float = 30.0,
     ) -> None:
         super().__init__(naming if naming is not None else DefaultTopicNaming(), decode_failure_default)
+        if release_delay is not None and release_delay <= 0:
+            raise ValueError(f"a release delay must be positive, not {release_delay}")
         self.broker = broker if broker is not None else InMemoryBroker(partitions)
+        self.release_delay = release_delay
+        self.release_delay_max = max(release_delay_max, release_delay or 0.0)
+
+    def release_delay_for(self, deliveries: int) -> float | None:
+        """Seconds before a record released after its ``deliveries``-th delivery goes back
+        to its partition: ``release_delay`` doubled per delivery after the first, at most
+        ``release_delay_max``; None: it waits for its receiver to close."""
+        first = self.release_delay
+        if first is None:
+            return None
+        return min(first * 2.0 ** min(max(deliveries - 1, 0), 32), self.release_delay_max)
 
     @classmethod
     def from_settings(cls, settings: ProcessSettings) -> InMemoryTransport:

@@ -1,0 +1,335 @@
+"""A released record (its processing failed) is delivered again by the same member after
+a delay that grows with its deliveries, while its partition's commits stay at its offset;
+against the real broker."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.wow_kafka.conftest import test_settings, unique
+from tests.wow_kafka.helpers import Collector, message
+from wow_core.command import CommandWait
+from wow_core.eventsourcing.in_memory import InMemoryEventStore
+from wow_core.modeling import aggregate, on_command, on_sourcing
+from wow_core.runtime.app import WowApp
+from wow_core.runtime.runtime import WowRuntime
+from wow_core.runtime.settings import WowSettings
+from wow_core.transport import ReleasingRecord
+from wow_kafka import KafkaRecord, KafkaSettings, KafkaTransport, KafkaTransportReceiver
+from wow_kafka.offsets import PartitionOffsets
+
+pytestmark = pytest.mark.kafka
+
+
+def test_the_delay_doubles_per_delivery_up_to_its_maximum() -> None:
+    settings = KafkaSettings(release_delay_ms=500, release_delay_max_ms=3000)
+    assert [settings.release_delay_for(n) for n in (1, 2, 3, 4, 5, 100)] == [0.5, 1.0, 2.0, 3.0, 3.0, 3.0]
+    assert KafkaSettings(release_delay_ms=5000, release_delay_max_ms=1000).release_delay_for(3) == 5.0
+    assert KafkaSettings(release_delay_ms="").release_delay_for(1) is None, "unset: the next owner"
+    assert KafkaSettings().release_delay_for(1) == 1.0, "the default: a second"
+    with pytest.raises(ValueError, match="release_delay_ms"):
+        KafkaSettings(release_delay_ms=0)
+
+
+def test_a_released_offset_holds_the_watermark_but_not_a_drain() -> None:
+    offsets = PartitionOffsets(0)
+    for offset in (0, 1):
+        offsets.delivered(offset)
+    assert offsets.release(0)
+    assert offsets.processing == 1, "only 1 is being processed"
+    assert offsets.ack(1) is False
+    assert offsets.processing == 0, "nothing being processed"
+    assert offsets.watermark == 0, "0 still holds the commits"
+    assert not offsets.release(1), "acknowledged: nothing to deliver again"
+    assert offsets.redelivered(0)
+    assert offsets.processing == 1, "delivered again: being processed"
+    assert offsets.ack(0) is True
+    assert offsets.watermark == 2
+    assert not offsets.redelivered(0)
+
+
+async def test_a_drain_does_not_wait_for_a_released_record() -> None:
+    offsets = PartitionOffsets(0)
+    offsets.delivered(0)
+    waiter = asyncio.create_task(offsets.drain(5))
+    await asyncio.sleep(0)
+    offsets.release(0)
+    async with asyncio.timeout(1):
+        assert await waiter is True
+    offsets.retire()
+    assert not offsets.release(0), "revoked: the next owner's"
+    assert not offsets.redelivered(0), "revoked: the next owner's"
+
+
+@pytest.fixture
+async def single_partition(kafka_bootstrap: str) -> AsyncIterator[KafkaTransport]:
+    transport = KafkaTransport(
+        test_settings(kafka_bootstrap, partitions=1, release_delay_ms=200, release_delay_max_ms=10000)
+    )
+    try:
+        yield transport
+    finally:
+        await transport.close()
+
+
+async def opened(transport: KafkaTransport, group: str, topic: str) -> KafkaTransportReceiver:
+    receiver = transport.open(group, [topic])
+    assert isinstance(receiver, KafkaTransportReceiver)
+    await receiver.ready()
+    return receiver
+
+
+async def next_record(records: AsyncIterator[Any], timeout: float = 20.0) -> KafkaRecord:
+    async with asyncio.timeout(timeout):
+        record = await anext(records)
+    assert isinstance(record, KafkaRecord)
+    return record
+
+
+async def test_a_released_record_comes_back_to_its_member_later_each_time(
+    single_partition: KafkaTransport,
+) -> None:
+    transport = single_partition
+    topic = f"{transport.settings.topic_prefix}release.again.command"
+    receiver = await opened(transport, unique("again"), topic)
+    await transport.send(message(topic, "k0", "0"))
+    receiver.open_processing()
+    records = aiter(receiver)
+    record = await next_record(records)
+    assert isinstance(record, ReleasingRecord)
+    assert record.delivery_count == 1
+    waits = []
+    for delivery in (2, 3):
+        released = time.monotonic()
+        record.release()
+        again = await next_record(records)
+        waits.append(time.monotonic() - released)
+        assert (again.offset, again.payload, again.delivery_count) == (record.offset, "0", delivery)
+        record = again
+    assert waits[0] >= 0.19, f"0.2 s: {waits}"
+    assert waits[1] >= 0.39, f"then doubled: {waits}"
+    assert receiver.in_flight == 1, "not committable while released"
+    await record.ack()
+    assert receiver.in_flight == 0
+    await receiver.close()
+
+
+async def test_commits_stay_at_a_released_record_until_it_is_acknowledged(
+    single_partition: KafkaTransport,
+) -> None:
+    transport = single_partition
+    topic = f"{transport.settings.topic_prefix}release.commit.command"
+    group = unique("commit")
+    receiver = await opened(transport, group, topic)
+    await transport.send_many([message(topic, f"k{i}", str(i)) for i in range(4)])
+    receiver.open_processing()
+    released: list[str] = []
+
+    def ack_all_but_the_first_delivery_of_1(record: KafkaRecord) -> bool:
+        if record.payload == "1" and record.delivery_count == 1:
+            released.append(record.payload)
+            record.release()
+            return False
+        return True
+
+    collector = Collector(receiver, ack=ack_all_but_the_first_delivery_of_1)
+    await collector.count(5)
+    assert collector.payloads() == ["0", "1", "2", "3", "1"], "1 again, after the records fetched later"
+    assert [record.delivery_count for record in collector.records] == [1, 1, 1, 1, 2]
+    await receiver.commit()
+    await collector.stop()
+    await receiver.close()
+
+    follower = await opened(transport, group, topic)
+    await transport.send(message(topic, "k4", "4"))
+    follower.open_processing()
+    after = await next_record(aiter(follower))
+    assert after.payload == "4", "every record acknowledged: the commit passed the released one"
+    await follower.close()
+
+
+async def test_a_record_acknowledged_after_its_release_is_not_delivered_again(
+    single_partition: KafkaTransport,
+) -> None:
+    transport = single_partition
+    topic = f"{transport.settings.topic_prefix}release.acked.command"
+    receiver = await opened(transport, unique("acked"), topic)
+    await transport.send_many([message(topic, "k0", "0"), message(topic, "k1", "1")])
+    receiver.open_processing()
+    records = aiter(receiver)
+    first = await next_record(records)
+    first.release()
+    await first.ack()
+    second = await next_record(records)
+    assert second.payload == "1"
+    await second.ack()
+    await transport.send(message(topic, "k2", "2"))
+    third = await next_record(records, timeout=10)
+    assert (third.payload, third.delivery_count) == ("2", 1), "0 was not delivered again"
+    await asyncio.sleep(0.4)  # two release delays: a redelivery would be in the buffer now
+    assert receiver.buffered == 0
+    assert receiver.in_flight == 1
+    await third.ack()
+    await receiver.close()
+
+
+async def test_without_a_release_delay_a_released_record_waits_for_the_next_owner(
+    kafka_bootstrap: str,
+) -> None:
+    transport = KafkaTransport(test_settings(kafka_bootstrap, partitions=1, release_delay_ms=""))
+    try:
+        topic = f"{transport.settings.topic_prefix}release.unset.command"
+        group = unique("unset")
+        receiver = await opened(transport, group, topic)
+        await transport.send(message(topic, "k0", "0"))
+        receiver.open_processing()
+        records = aiter(receiver)
+        (await next_record(records)).release()
+        with pytest.raises(TimeoutError):
+            await next_record(records, timeout=1.0)
+        await receiver.close()
+
+        follower = await opened(transport, group, topic)
+        follower.open_processing()
+        again = await next_record(aiter(follower))
+        assert (again.payload, again.delivery_count) == ("0", 1), "Kafka counts no deliveries"
+        await again.ack()
+        await follower.close()
+    finally:
+        await transport.close()
+
+
+async def test_a_member_that_closes_with_a_released_record_leaves_it_to_the_group(
+    single_partition: KafkaTransport,
+) -> None:
+    transport = single_partition
+    topic = f"{transport.settings.topic_prefix}release.close.command"
+    group = unique("close")
+    receiver = await opened(transport, group, topic)
+    await transport.send(message(topic, "k0", "0"))
+    receiver.open_processing()
+    (await next_record(aiter(receiver))).release()
+    async with asyncio.timeout(5):
+        await receiver.close()  # the release's timer is cancelled, not awaited
+    assert not receiver._releases
+
+    follower = await opened(transport, group, topic)
+    follower.open_processing()
+    again = await next_record(aiter(follower))
+    assert again.payload == "0"
+    await again.ack()
+    await follower.close()
+
+
+async def test_a_revocation_does_not_wait_for_a_released_record(kafka_bootstrap: str) -> None:
+    transport = KafkaTransport(
+        test_settings(kafka_bootstrap, partitions=1, release_delay_ms=5000, revocation_drain_timeout_ms=8000)
+    )
+    try:
+        topic = f"{transport.settings.topic_prefix}release.revoke.command"
+        group = unique("revoke")
+        first = await opened(transport, group, topic)
+        await transport.send(message(topic, "k0", "0"))
+        first.open_processing()
+        (await next_record(aiter(first))).release()
+        first.assignment_changed.clear()
+        began = time.monotonic()
+        second = await opened(transport, group, topic)  # joins: the only partition moves or stays
+        drained_in = time.monotonic() - began
+        assert drained_in < 7, f"the revocation waited {drained_in:.1f}s for a released record"
+        owner = first if first.assigned else second
+        owner.open_processing()
+        second.open_processing()
+        again = await next_record(aiter(owner))
+        assert again.payload == "0"
+        await again.ack()
+        await second.close()
+        await first.close()
+    finally:
+        await transport.close()
+
+
+# -- through the runtime: a command whose append failed is processed seconds later ----------
+
+
+@dataclass(frozen=True)
+class Tally:
+    count: int = 0
+
+
+@dataclass(frozen=True)
+class Bump:
+    pass
+
+
+@dataclass(frozen=True)
+class Bumped:
+    pass
+
+
+@aggregate("kafka_release", "tally", state=Tally)
+class TallyAggregate:
+    @on_command(create=True)
+    def bump(self, state: Tally, body: Bump) -> Bumped:
+        return Bumped()
+
+    @on_sourcing
+    def bumped(self, state: Tally, event: Bumped) -> Tally:
+        return Tally(state.count + 1)
+
+
+@pytest.fixture
+async def service(kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[WowRuntime]:
+    settings = test_settings(kafka_bootstrap)
+    for name, value in {
+        "WOW_TRANSPORT": "kafka",
+        "WOW_KAFKA__BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "WOW_KAFKA__TOPIC_PREFIX": settings.topic_prefix or "",
+        "WOW_KAFKA__PARTITIONS": "1",
+        "WOW_KAFKA__SESSION_TIMEOUT_MS": str(settings.session_timeout_ms),
+        "WOW_KAFKA__HEARTBEAT_INTERVAL_MS": str(settings.heartbeat_interval_ms),
+        "WOW_KAFKA__FETCH_MAX_WAIT_MS": "50",
+        "WOW_KAFKA__RELEASE_DELAY_MS": "200",
+        "WOW_COMMAND__BUS__LOCAL_FIRST__ENABLED": "false",
+    }.items():
+        monkeypatch.setenv(name, value)
+    made = WowApp("kafka-release", aggregates=[TallyAggregate]).runtime(WowSettings())
+    async with made:
+        yield made
+
+
+async def processed_within(service: WowRuntime, aggregate_id: Any, seconds: float) -> None:
+    async with asyncio.timeout(seconds):
+        while await service.event_store.last_version(aggregate_id) != 1:  # noqa: ASYNC110 - a poll of the store
+            await asyncio.sleep(0.05)
+
+
+async def test_a_command_whose_append_failed_is_processed_seconds_later_and_committed(
+    service: WowRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = InMemoryEventStore.append
+    failures = [ConnectionError("the store is down"), ConnectionError("the store is still down")]
+
+    async def append(self: InMemoryEventStore, stream: Any) -> None:
+        if failures:
+            raise failures.pop(0)
+        await original(self, stream)
+
+    monkeypatch.setattr(InMemoryEventStore, "append", append)
+    command = service.aggregates.command(Bump(), "t-1")
+    began = time.monotonic()
+    first = await service.gateway.send_and_wait(command, CommandWait.processed())
+    assert first.error_code == "PROCESSING_ERROR", first
+    await processed_within(service, command.aggregate_id, 10)
+    assert time.monotonic() - began < 10, "redelivered in seconds, not at the next rebalance"
+    assert not failures, "delivered twice more: once per failure, then processed"
+    following = service.aggregates.command(Bump(), "t-2")
+    done = await service.gateway.send_and_wait(following, CommandWait.processed())
+    assert done.succeeded, done
+    assert await service.event_store.last_version(command.aggregate_id) == 1, "processed once"
