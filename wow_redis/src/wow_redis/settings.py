@@ -138,6 +138,18 @@ class RedisSettings(SettingsSection):
         100_000, description="Approximate retention of each <stream>.dlq."
     )
     send_batch_size: Count = Field(512, description="Most XADDs pipelined in one round trip.")
+    wait_stream_maxlen: Count = Field(
+        10_000,
+        description="Approximate length the wait streams this process notifies are trimmed to "
+        "(XADD MAXLEN ~, applied by the notifying service): the signals a caller may fall behind "
+        "by without losing one.",
+    )
+    wait_stream_ttl: Seconds = Field(
+        60.0,
+        description="Seconds a caller's wait stream outlives the caller's last refresh (a third "
+        "of it): how long a disconnected caller finds its signals kept, and a dead one leaves "
+        "its stream behind.",
+    )
     send_retries: int = Field(
         3, ge=0, le=1000, description="Retries of a send batch after a connection error."
     )
