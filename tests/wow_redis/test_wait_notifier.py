@@ -263,3 +263,17 @@ async def test_concurrent_notifications_share_round_trips_and_arrive_in_call_ord
     finally:
         await caller.close()
         await sender.close()
+
+
+async def test_a_ttl_shorter_than_the_block_time_still_keeps_a_reading_callers_stream(
+    settings_for: Callable[..., RedisSettings], redis: Redis
+) -> None:
+    caller = RedisWaitNotifier(settings_for(block_time=2.0, wait_stream_ttl=0.6))
+    await caller.start(WaitSignalSink(WaitCoordinator().receive))
+    try:
+        for _ in range(6):
+            await asyncio.sleep(0.25)
+            assert await redis.exists(caller.stream), "refreshed before it expired"
+        assert caller.subscriptions == 1, "never lost"
+    finally:
+        await caller.close()

@@ -166,7 +166,9 @@ class RedisWaitNotifier:
         loop = asyncio.get_running_loop()
         refresh_every = settings.wait_stream_ttl / 3
         refresh_at = loop.time() + refresh_every
-        block_ms = max(1, int(settings.block_time * 1000))
+        # A read never blocks past the next refresh: the stream is refreshed at most two
+        # thirds of its TTL apart, before it could expire under a caller that reads.
+        block_ms = max(1, int(min(settings.block_time, refresh_every) * 1000))
         bound = settings.block_time + settings.socket_timeout
         key = self.stream
         while True:
