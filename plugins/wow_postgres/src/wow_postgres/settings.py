@@ -18,12 +18,15 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import AfterValidator, Field, SecretStr, field_validator
 
-from wow_core.settings import Count, Seconds, SettingsSection
+from wow_core.settings import MAX_SECONDS, Count, Seconds, SettingsSection
 
 SECTION = "postgres"
 """The section name: ``WOW_POSTGRES__DSN`` etc."""
 
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+RELEASE_DELAY_MAX = 60.0
+"""The longest wait of a released record (unless ``release_delay`` itself is longer), s."""
 
 
 def _check_identifier(value: str) -> str:
@@ -89,6 +92,15 @@ class PostgresSettings(SettingsSection):
         description="Deliveries of one record to a group without an acknowledgement (handed back, lease "
         "expired) before it goes to <topic>.dlq as poison, with its deliveries and last error.",
     )
+    release_delay: float | None = Field(
+        1.0,
+        ge=0.01,
+        le=MAX_SECONDS,
+        description="Seconds before a record its consumer released unacknowledged (its processing failed) "
+        "is delivered again to the group, doubled per delivery up to 60 s; the key's later records wait "
+        "behind it. Empty or unset: release() does nothing, the record stays with its receiver until it "
+        "closes or its lease expires.",
+    )
     claim_batch: Count = Field(64, le=10_000, description="Records one claim takes at most.")
     read_ahead: Count = Field(128, le=100_000, description="Records a receiver holds unconsumed at most.")
     outbox_enabled: bool = Field(
@@ -127,6 +139,11 @@ class PostgresSettings(SettingsSection):
     retry_backoff: Seconds = Field(0.1, description="First backoff after a lost connection, s (doubles).")
     retry_backoff_max: Seconds = Field(5.0, description="Longest backoff between retries, s.")
 
+    @field_validator("release_delay", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        return None if value in ("", "none", "None") else value
+
     @field_validator("dsn")
     @classmethod
     def _check_dsn(cls, value: str) -> str:
@@ -137,6 +154,24 @@ class PostgresSettings(SettingsSection):
     def __repr_args__(self) -> Any:
         for name, value in super().__repr_args__():
             yield name, (masked_dsn(value) if name == "dsn" and isinstance(value, str) else value)
+
+    def release_delay_for(self, deliveries: int) -> float | None:
+        """Seconds before a record released after its ``deliveries``-th delivery is
+        delivered again: :attr:`release_delay` doubled per delivery after the first, at
+        most :data:`RELEASE_DELAY_MAX` (60 s; :attr:`release_delay` itself if longer);
+        None (no release delay): ``release()`` leaves the record with its receiver.
+
+        The cap is not tied to ``lease_time``, as Redis ties its cap to the claim idle
+        time: a released row is no longer leased while it waits (no lease expiry can
+        deliver it a second time meanwhile), so nothing races the delay. What the cap
+        bounds is the wait of the key's later records, which are held back behind the
+        released one to keep the key's order: 60 s keeps a failure that does not pass
+        from being retried in a hot loop (``max_deliveries`` 10 is reached after about
+        four minutes) without stalling a key for longer than a minute at a time."""
+        if self.release_delay is None:
+            return None
+        longest = max(RELEASE_DELAY_MAX, self.release_delay)
+        return min(self.release_delay * 2.0 ** min(max(deliveries - 1, 0), 32), longest)
 
     @property
     def masked_dsn(self) -> str:

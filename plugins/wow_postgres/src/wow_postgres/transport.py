@@ -34,6 +34,24 @@ poison: claims skip it, and the next lease renewal of the member holding its key
 to ``<topic>.dlq`` (the dead-letter topic of decode failures) with ``failed_deliveries``
 and ``last_error``; records claimed ahead and handed back undelivered are not counted.
 
+A record its consumer did not finish (its processing failed, or it stops) is released
+(``PostgresRecord.release()``, the SPI's optional ``ReleasingRecord``): its row is handed
+back to the group with a "not before" of now + ``release_delay_for(delivery_count)``
+(``release_delay``, doubled per delivery, at most 60 s) and delivered again after it,
+counted, so ``max_deliveries`` still moves a failure that never passes to ``<topic>.dlq``.
+The key's order holds across the release: while the row waits, its member keeps the key,
+claims take no later row of the key (of any member), and the later rows of the key read
+ahead but not handed to the consumer yet are handed back too (uncounted), so the next
+record of the key the group delivers is the released one; records of the key the consumer
+already had are not recalled. The wait is kept in the row, not in the process: a member
+that closes hands the row back at once (to the group's next claim), and one that dies
+leaves it to the key's next holder once the delay passed. The hand-back is an ``UPDATE``
+retried after a lost connection; failing that, the receiver's next claim or renewal
+applies it first, in its own transaction. An ``ack()`` meanwhile deletes the row; a
+release after ``ack()``, of a receiver that closes, or without ``release_delay`` does
+nothing (the record then stays leased to its receiver until it closes or its lease
+expires).
+
 Acknowledging deletes the row; acknowledgements arriving while a deletion is under way
 are deleted together by the next one (``ack_confirmed`` makes ``ack()`` wait for it).
 ``NOTIFY`` is sent after the send's commit, coalesced over concurrent sends (see
@@ -50,7 +68,7 @@ import functools
 import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import asyncpg
 
@@ -78,6 +96,22 @@ DEAD_LETTER_SUFFIX = ".dlq"
 
 UNROUTED = ""
 """The group of a row sent to a topic no group subscribed to yet: the first group takes it."""
+
+RELEASED = "released unacknowledged by its consumer"
+"""The ``last_error`` of a row its consumer released (:meth:`PostgresRecord.release`)."""
+
+_WAKE_MARGIN = 0.01
+"""Seconds after a released row's delay at which its receiver looks for it again."""
+
+
+class _Release(NamedTuple):
+    """A row its consumer released, until the hand-back commits."""
+
+    topic: str
+    key: str
+    delay: float
+    holds_back: bool
+    """False for a row at ``max_deliveries``: it goes to ``<topic>.dlq``, the key goes on."""
 
 
 class PostgresRecord:
@@ -125,6 +159,31 @@ class PostgresRecord:
 
     async def ack(self) -> None:
         await self._receiver.acknowledge(self.row_id)
+
+    def release(self) -> None:
+        """Hand the record back unacknowledged (:class:`~wow_core.transport.ReleasingRecord`):
+        delivered again to the group after ``release_delay_for(delivery_count)``, with
+        ``delivery_count`` + 1 (``max_deliveries`` then ends it in ``<topic>.dlq``).
+
+        Keeps the key's order: the key stays with this receiver while the row waits, no
+        later record of the key is claimed before it is delivered again, and the later
+        records of the key this receiver read ahead but did not hand to the consumer yet
+        are handed back behind it (uncounted). Records of the key the consumer already
+        has are its own. Returns at once and never raises: the ``UPDATE`` runs in the
+        background, retried after a lost connection, and, failing that, by the next claim
+        or lease renewal (an error is logged; until then the record stays leased to this
+        receiver). Does nothing after ``ack()`` (an ``ack()`` after it deletes the row,
+        waiting or not), while the receiver closes (the close hands the record back at
+        once), or with no ``release_delay`` (the record stays leased to this receiver
+        until it closes or dies)."""
+        try:
+            self._receiver.released(self)
+        except Exception:
+            log.exception(
+                "releasing %r failed; it stays leased to its receiver until the receiver closes "
+                "(handed back) or its lease expires",
+                self,
+            )
 
     def __repr__(self) -> str:
         return f"PostgresRecord({self.position} key={self.key!r} deliveries={self.delivery_count})"
@@ -419,6 +478,19 @@ class PostgresReceiver:
         """Rows of ``_held`` handed to the consumer (the others are read ahead, undelivered)."""
         self._acked: asyncio.Future[None] | None = None
         self._ack_task: asyncio.Task[None] | None = None
+        self._acking: set[int] = set()
+        """Rows whose acknowledgement is queued or under way."""
+        self._unyielded: dict[int, PostgresRecord] = {}
+        """Records claimed and waiting in the read-ahead buffer, by row id."""
+        self._releasing: dict[int, _Release] = {}
+        """Rows the consumer released whose hand-back is not committed yet."""
+        self._returning: set[int] = set()
+        """Rows read ahead behind a released row of their key, to hand back undelivered."""
+        self._recalled: set[PostgresRecord] = set()
+        """Records of ``_returning`` still in the buffer: skipped, never yielded."""
+        self._release_task: asyncio.Task[None] | None = None
+        self._timers: set[asyncio.TimerHandle] = set()
+        """Wake-ups of the read loop once a released row's delay passed."""
         self._sql = _ReceiverSql(transport.names)
 
     # -- the TransportReceiver protocol ---------------------------------------------------
@@ -463,6 +535,11 @@ class PostgresReceiver:
                 record = await self._buffer.get()
             except StopAsyncIteration:
                 return
+            if self._recalled and record in self._recalled:  # handed back behind a released row
+                self._recalled.discard(record)
+                continue
+            if self._unyielded.get(record.row_id) is record:
+                del self._unyielded[record.row_id]
             self._yielded.add(record.row_id)
             yield record
 
@@ -476,11 +553,17 @@ class PostgresReceiver:
         try:
             await self._readiness.close()
             self._buffer.close()
-            for task in self._tasks:
+            for handle in self._timers:
+                handle.cancel()
+            self._timers.clear()
+            tasks = [*self._tasks, *([self._release_task] if self._release_task is not None else [])]
+            for task in tasks:
                 task.cancel()
-            for task in self._tasks:
+            for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+            self._recalled.clear()
+            self._unyielded.clear()
             self._transport.listener.unregister(self.topics, self._wake)
             if self._ack_task is not None:  # what was acknowledged is deleted before the rest is handed back
                 with contextlib.suppress(Exception):
@@ -499,6 +582,8 @@ class PostgresReceiver:
         or, with ``ack_confirmed``, once the deletion committed (raising its error). An
         acknowledgement lost with the process (a crash before its deletion) only delivers
         the record again."""
+        self._releasing.pop(row_id, None)  # released, not handed back yet: no need any more
+        self._acking.add(row_id)
         self._acks.append(row_id)
         if self._acked is None:
             self._acked = asyncio.get_running_loop().create_future()
@@ -521,11 +606,13 @@ class PostgresReceiver:
             try:
                 await self._transport.run("ack", delete)
             except Exception as error:
+                self._acking.difference_update(ids)
                 log.warning("%s: %d acknowledgement(s) failed: %s", self._what, len(ids), error)
                 if future is not None and not future.done():
                     future.set_exception(error)
                     future.exception()  # retrieved here: only a confirming caller raises it
             else:
+                self._acking.difference_update(ids)
                 self._held.difference_update(ids)
                 self._yielded.difference_update(ids)
                 if future is not None and not future.done():
@@ -558,6 +645,8 @@ class PostgresReceiver:
             nonlocal attempts
             attempts += 1
             async with connection.transaction():
+                # Released rows first: their keys' later rows are held back behind them below.
+                await self._hand_back(connection, releases, returns)
                 if attempts > 1:
                     # The previous attempt may have committed and lost its answer: rows leased
                     # to this receiver that it never got are handed back (their keys stay
@@ -579,9 +668,17 @@ class PostgresReceiver:
                 )
 
         async with self._lock:
+            releases, returns = self._pending_hand_backs()
             rows = await self._transport.run("claim", claim)
-        rows.sort(key=lambda row: row["id"])
-        self._held.update(int(row["id"]) for row in rows)
+            self._handed_back(releases, returns)
+            rows.sort(key=lambda row: row["id"])
+            self._held.update(int(row["id"]) for row in rows)
+            records = self._behind_late_releases(self._records_of(rows))
+            for record in records:
+                self._unyielded[record.row_id] = record
+            return records
+
+    def _records_of(self, rows: list[asyncpg.Record]) -> list[PostgresRecord]:
         return [
             PostgresRecord(
                 self,
@@ -630,6 +727,7 @@ class PostgresReceiver:
 
         async def renew(connection: Connection) -> list[asyncpg.Record]:
             async with connection.transaction():
+                await self._hand_back(connection, releases, returns)
                 await connection.execute(sql.renew_rows, self.group, self.owner, lease)
                 await connection.execute(sql.renew_keys, self.group, self.owner, lease)
                 dead = await connection.fetch(
@@ -640,7 +738,9 @@ class PostgresReceiver:
                 return list(dead)
 
         async with self._lock:
+            releases, returns = self._pending_hand_backs()
             dead = await self._transport.run("lease renewal", renew)
+            self._handed_back(releases, returns)
         if dead:
             self._dead_lettered(dead)
 
@@ -650,12 +750,144 @@ class PostgresReceiver:
         async def release(connection: Connection) -> None:
             async with connection.transaction():
                 await connection.execute(sql.release_rows, self.group, self.owner, list(self._yielded))
+                await connection.execute(sql.release_waiting, self.group, self.owner)
                 await connection.execute(sql.release_keys, self.group, self.owner)
 
         try:
             await self._transport.run("release", release)
         except Exception as error:  # the leases expire instead
             log.warning("%s: handing back failed (%s); the leases expire instead", self._what, error)
+
+    # -- releasing ------------------------------------------------------------------------
+
+    def released(self, record: PostgresRecord) -> None:
+        """The consumer released ``record`` unacknowledged: queue the hand-back of its row
+        (delivered again after ``release_delay_for(delivery_count)``) and of the rows of
+        its key read ahead behind it; see :meth:`PostgresRecord.release`. Nothing when the
+        record is not this receiver's to release (acknowledged, released already), while
+        closing, or without a release delay."""
+        row_id = record.row_id
+        if (
+            self._closing
+            or row_id not in self._yielded
+            or row_id in self._acking
+            or row_id in self._releasing
+        ):
+            return
+        delay = self._settings.release_delay_for(record.delivery_count)
+        if delay is None:
+            return
+        # A row at max_deliveries is not delivered again (claims skip it, the next renewal
+        # dead-letters it): the key's later rows need not wait for it.
+        holds_back = record.delivery_count < self._settings.max_deliveries
+        self._releasing[row_id] = _Release(record.topic, record.key, delay, holds_back)
+        if holds_back:
+            for ahead in list(self._unyielded.values()):
+                if ahead.row_id > row_id and ahead.key == record.key and ahead.topic == record.topic:
+                    del self._unyielded[ahead.row_id]
+                    self._recalled.add(ahead)
+                    self._returning.add(ahead.row_id)
+        self._flush_hand_backs()
+
+    def _flush_hand_backs(self) -> None:
+        if self._release_task is None or self._release_task.done():
+            self._release_task = asyncio.get_running_loop().create_task(
+                self._hand_back_pending(), name="wow-postgres-release"
+            )
+
+    async def _hand_back_pending(self) -> None:
+        """Commit the queued hand-backs, one transaction per round, until none is left."""
+        while (self._releasing or self._returning) and not self._closing:
+            try:
+                async with self._lock:
+                    if not await self._hand_back_once():  # a claim or renewal applied them
+                        return
+            except Exception as error:  # kept: the next claim or renewal applies them first
+                log.warning(
+                    "%s: handing back %d released record(s) failed (%s: %s); they stay leased to "
+                    "this receiver until its next claim or lease renewal hands them back",
+                    self._what,
+                    len(self._releasing),
+                    type(error).__name__,
+                    error,
+                )
+                return
+
+    async def _hand_back_once(self) -> bool:
+        """One transaction of the queued hand-backs (under ``_lock``); False: none queued."""
+        releases, returns = self._pending_hand_backs()
+        if not releases and not returns:
+            return False
+
+        async def hand_back(connection: Connection) -> None:
+            async with connection.transaction():
+                await self._hand_back(connection, releases, returns)
+
+        await self._transport.run("release", hand_back)
+        self._handed_back(releases, returns)
+        return True
+
+    def _pending_hand_backs(self) -> tuple[dict[int, _Release], set[int]]:
+        """What to hand back in the next transaction (called under ``_lock``)."""
+        releases = dict(self._releasing)
+        return releases, self._returning - releases.keys()
+
+    async def _hand_back(
+        self, connection: Connection, releases: dict[int, _Release], returns: set[int]
+    ) -> None:
+        """Un-lease the released rows (not before their delay) and the returned ones (at
+        once, uncounted), inside the caller's transaction; only rows this receiver still
+        holds (idempotent: a retry after a lost commit changes nothing)."""
+        if not releases and not returns:
+            return
+        ids = [*releases, *returns]
+        delays: list[float | None] = [release.delay for release in releases.values()]
+        delays.extend(None for _ in returns)
+        await connection.execute(self._sql.hand_back, self.group, self.owner, ids, delays)
+
+    def _handed_back(self, releases: dict[int, _Release], returns: set[int]) -> None:
+        """The hand-back of ``releases`` and ``returns`` committed (called under ``_lock``)."""
+        for row_id, release in releases.items():
+            self._releasing.pop(row_id, None)
+            self._held.discard(row_id)
+            self._yielded.discard(row_id)
+            if release.holds_back:
+                self._wake_after(release.delay + _WAKE_MARGIN)
+        if returns:
+            self._returning.difference_update(returns)
+            self._held.difference_update(returns)
+            self._wake.set()  # behind a released row, or free again if it was acknowledged
+
+    def _behind_late_releases(self, records: list[PostgresRecord]) -> list[PostgresRecord]:
+        """``records`` less those claimed behind a row released while the claim ran (not in
+        the database yet when it took them): those are handed back with it."""
+        if not self._releasing:
+            return records
+        barriers: dict[tuple[str, str], int] = {}
+        for row_id, release in self._releasing.items():
+            barrier = barriers.get((release.topic, release.key))
+            if release.holds_back and (barrier is None or row_id < barrier):
+                barriers[release.topic, release.key] = row_id
+        kept: list[PostgresRecord] = []
+        for record in records:
+            barrier = barriers.get((record.topic, record.key))
+            if barrier is not None and record.row_id > barrier:
+                self._returning.add(record.row_id)
+            else:
+                kept.append(record)
+        if len(kept) < len(records):
+            self._flush_hand_backs()
+        return kept
+
+    def _wake_after(self, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+
+        def wake() -> None:
+            self._timers.discard(handle)
+            self._wake.set()
+
+        handle = loop.call_later(delay, wake)
+        self._timers.add(handle)
 
 
 class _ReceiverSql:
@@ -704,7 +936,9 @@ class _ReceiverSql:
             )
             UPDATE {keys} k SET owner = $3, lease_until = clock_timestamp() + make_interval(secs => $5)
             FROM free WHERE k.ctid = free.row"""  # by ctid: the row is locked, it cannot move
-        # The oldest rows of every key this owner holds that it has not been given yet.
+        # The oldest rows of every key this owner holds that it has not been given yet, up to
+        # the first one released and still waiting for its delay (an unleased row with a
+        # lease_until in the future): the key's later rows do not overtake it.
         self.take_rows = f"""
             UPDATE {queue} q
             SET owner = $3, lease_until = clock_timestamp() + make_interval(secs => $5),
@@ -713,10 +947,18 @@ class _ReceiverSql:
                                   ELSE q.last_error END
             WHERE q.id IN (
                 SELECT r.id FROM {keys} k CROSS JOIN LATERAL (
-                    SELECT r.id FROM {queue} r
-                    WHERE r.group_name = k.group_name AND r.topic = k.topic AND r.key = k.key
-                      AND r.owner IS DISTINCT FROM $3 AND r.delivery_count < $6
-                    ORDER BY r.id LIMIT $4
+                    SELECT c.id FROM (
+                        SELECT c.id, bool_or(c.waiting) OVER (ORDER BY c.id) AS held_back FROM (
+                            SELECT r.id,
+                                   coalesce(r.owner IS NULL AND r.lease_until > clock_timestamp(),
+                                            false) AS waiting
+                            FROM {queue} r
+                            WHERE r.group_name = k.group_name AND r.topic = k.topic AND r.key = k.key
+                              AND r.owner IS DISTINCT FROM $3 AND r.delivery_count < $6
+                            ORDER BY r.id LIMIT $4
+                        ) c
+                    ) c
+                    WHERE NOT c.held_back
                 ) r
                 WHERE k.group_name = $1 AND k.topic = ANY($2::text[]) AND k.owner = $3
                 ORDER BY r.id LIMIT $4
@@ -757,13 +999,25 @@ class _ReceiverSql:
         self.renew_keys = f"""
             UPDATE {keys} SET lease_until = clock_timestamp() + make_interval(secs => $3)
             WHERE group_name = $1 AND owner = $2"""
-        # A key whose rows this owner no longer holds is let go (others may take it).
+        # A key whose rows this owner no longer holds is let go (others may take it); not
+        # while a released row of it waits for its delay (it comes back to this owner).
         self.release_idle_keys = f"""
             UPDATE {keys} k SET owner = NULL, lease_until = NULL
             WHERE k.group_name = $1 AND k.owner = $2 AND NOT EXISTS (
                 SELECT 1 FROM {queue} q
-                WHERE q.group_name = k.group_name AND q.topic = k.topic AND q.key = k.key AND q.owner = $2
+                WHERE q.group_name = k.group_name AND q.topic = k.topic AND q.key = k.key
+                  AND (q.owner = $2 OR q.owner IS NULL AND q.lease_until > clock_timestamp())
             )"""
+        # Released rows ($4: their delays) wait, unleased, until now + delay, counted and
+        # marked; rows read ahead behind them (delay NULL) are handed back at once, uncounted.
+        self.hand_back = f"""
+            UPDATE {queue} q SET owner = NULL,
+                lease_until = clock_timestamp() + make_interval(secs => r.delay),
+                delivery_count = CASE WHEN r.delay IS NULL THEN greatest(q.delivery_count - 1, 0)
+                                      ELSE q.delivery_count END,
+                last_error = CASE WHEN r.delay IS NULL THEN q.last_error ELSE '{RELEASED}' END
+            FROM unnest($3::bigint[], $4::float8[]) AS r(id, delay)
+            WHERE q.id = r.id AND q.group_name = $1 AND q.owner = $2"""
         # Key rows of the group that nobody holds and no row needs are deleted (a bounded
         # number at a time), so the table follows the keys in use, not every key ever sent.
         self.forget_keys = f"""
@@ -786,5 +1040,11 @@ class _ReceiverSql:
                                   THEN 'handed back unacknowledged by a closing receiver'
                                   ELSE last_error END
             WHERE group_name = $1 AND owner = $2"""
+        # A closing receiver's released rows waiting on its keys are deliverable at once.
+        self.release_waiting = f"""
+            UPDATE {queue} q SET lease_until = NULL FROM {keys} k
+            WHERE k.group_name = $1 AND k.owner = $2
+              AND q.group_name = k.group_name AND q.topic = k.topic AND q.key = k.key
+              AND q.owner IS NULL AND q.lease_until IS NOT NULL"""
         self.release_keys = f"""
             UPDATE {keys} SET owner = NULL, lease_until = NULL WHERE group_name = $1 AND owner = $2"""
