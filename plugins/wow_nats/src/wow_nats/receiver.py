@@ -28,6 +28,21 @@ Lifecycle:
    of the group gets them at once, before anything newer. An ack of a record handed
    back this way is a no-op.
 
+Release. A record its consumer released unfinished (:meth:`NatsRecord.release
+<wow_nats.record.NatsRecord.release>`: its processing failed, or it stops) is nak'd with
+the delay ``release_delay_for(delivery_count)``: ``release_delay`` seconds, doubled per
+delivery after the first, at most ``ack_wait``. JetStream delivers it again to the group
+(to any member) after that delay rather than after the full ack wait, ``delivery_count``
+one higher, so a failure that passes (a short outage) is retried in seconds, and one
+that does not reaches ``max_deliver`` and the dead letter at a growing pace, not in a hot
+loop. The release settles the record here as a nak does; the nak itself is sent by a
+task the receiver keeps, and ``close()`` lets those tasks finish (at most
+``publish_timeout``) before it hands back the rest. Released while the receiver closes, a
+record is left to the close, which hands it back at once; released with no
+``release_delay``, it is left to the ack wait; the release of a delivery superseded by a
+later one (its ack wait expired meanwhile) does nothing. A nak lost with the connection
+leaves the record to the ack wait.
+
 Order. Within one receiver, records of one topic are handed out in stream order, so
 records of one key come in the order they were stored. A record that is redelivered
 (nak, ack wait expired) comes after records stored later: the group's progress past it
@@ -161,6 +176,8 @@ class NatsReceiver:
         self._runner: asyncio.Task[None] | None = None
         self._unsettled: dict[tuple[str, int], NatsRecord] = {}
         """Handed out, not settled: (topic, stream sequence) -> its latest delivery."""
+        self._releases: set[asyncio.Task[None]] = set()
+        """The naks of released records still being sent."""
         self._closed = False
 
     # -- the TransportReceiver protocol -------------------------------------------------
@@ -217,6 +234,10 @@ class NatsReceiver:
         pullers = await self._readiness.close()  # cancels a subscription under way
         if pullers:
             await asyncio.gather(*(puller.stop() for puller in pullers))
+        # The naks of the records released before the close (settled: not handed back
+        # below): sent before the connection goes, a stuck one cancelled (the ack wait
+        # then brings its record back). A record released from now on is left alone.
+        await self._finish_releases()
         # Hand back, in stream order, what was pulled and not acknowledged: the records
         # still queued here and those handed out and still being processed.
         latest = dict(self._unsettled)
@@ -229,6 +250,34 @@ class NatsReceiver:
                 await record.nak()
             except Exception as error:
                 log.debug("nak of %r on close failed: %r (redelivered after the ack wait)", record, error)
+
+    # -- used by the records -------------------------------------------------------------
+
+    def release_delay(self, record: NatsRecord) -> float | None:
+        """The delay of ``record``'s release (:class:`~wow_nats.record.Releaser`); None:
+        closing (the close hands it back), no ``release_delay``, or a later delivery of the
+        same record was handed out (a nak now would deliver it a third time)."""
+        if self._closed:
+            return None
+        latest = self._unsettled.get((record.topic, record.sequence))
+        if latest is not None and latest is not record:
+            return None
+        return self.settings.release_delay_for(record.delivery_count)
+
+    def track(self, task: asyncio.Task[None]) -> None:
+        """Keep a release's nak task until it is done (:class:`~wow_nats.record.Releaser`)."""
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
+
+    async def _finish_releases(self) -> None:
+        tasks = list(self._releases)
+        if not tasks:
+            return
+        _, stuck = await asyncio.wait(tasks, timeout=self.settings.publish_timeout)
+        for task in stuck:
+            log.warning("%s: a release's nak was not sent before the close; cancelled", self._what)
+            task.cancel()
+        await asyncio.gather(*stuck, return_exceptions=True)
 
     # -- used by the pull loops ---------------------------------------------------------
 
@@ -309,6 +358,7 @@ class NatsReceiver:
             position=position,
             delivery_count=deliveries,
             sequence=sequence,
+            releaser=self,
         )
 
     # -- internals ----------------------------------------------------------------------

@@ -1,11 +1,27 @@
-"""``NatsRecord``: one JetStream message as a :class:`~wow_core.transport.TransportRecord`."""
+"""``NatsRecord``: one JetStream message as a :class:`~wow_core.transport.TransportRecord`.
+
+Besides ``ack()`` a record offers :meth:`~NatsRecord.release`
+(:class:`~wow_core.transport.ReleasingRecord`): the consumer did not finish it, and
+JetStream delivers it again to the group after ``release_delay_for(delivery_count)``
+(``WOW_NATS__RELEASE_DELAY``, doubled per delivery, at most the ack wait) instead of after
+the full ack wait; each redelivery is counted, so ``max_deliver`` still ends a failure
+that never passes in the dead letter ``<topic>.dlq``. What a release does not do: bring
+back a record that was settled already (acknowledged, nak'd, terminated, handed back by
+a closing receiver); survive a lost connection (the nak is a plain publish like the ack:
+a nak lost with it leaves the record to the ack wait, never lost).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable
+from typing import Protocol
 from urllib.parse import quote, unquote
 
 from nats.aio.msg import Msg
+
+log = logging.getLogger("wow_nats")
 
 KEY_HEADER = "Wow-Key"
 """The record key (the aggregate id) travels as a header, the payload stays the JSON."""
@@ -31,6 +47,21 @@ def key_of(headers: dict[str, str]) -> str:
     return headers.get(KEY_HEADER, "")
 
 
+class Releaser(Protocol):
+    """What a record's :meth:`~NatsRecord.release` asks its receiver
+    (:class:`~wow_nats.receiver.NatsReceiver`)."""
+
+    def release_delay(self, record: NatsRecord) -> float | None:
+        """Seconds before ``record``, released now, is delivered again; None: leave it
+        alone (the receiver closes and hands it back, no release delay is set, a later
+        delivery of it superseded this one)."""
+        ...
+
+    def track(self, task: asyncio.Task[None]) -> None:
+        """Keep the task sending a release's nak until it is done (the close awaits it)."""
+        ...
+
+
 class NatsRecord:
     """A delivered JetStream message of one group's durable consumer.
 
@@ -38,12 +69,14 @@ class NatsRecord:
     ``num_delivered`` (1 on first delivery). :meth:`ack` acknowledges the message for its
     group: JetStream does not deliver it to that group again. The ack is a plain publish
     (not a confirmed double-ack), so an ack lost with the connection means the record
-    is delivered again after the ack wait: at least once, never lost.
+    is delivered again after the ack wait: at least once, never lost. :meth:`release`
+    hands it back to be delivered again soon (see the module docstring).
     """
 
     __slots__ = (
         "_done",
         "_msg",
+        "_releaser",
         "delivery_count",
         "key",
         "on_settle",
@@ -65,9 +98,11 @@ class NatsRecord:
         position: str,
         delivery_count: int,
         sequence: int = 0,
+        releaser: Releaser | None = None,
     ) -> None:
         self._msg = msg
         self._done = False
+        self._releaser = releaser
         self.on_settle: Callable[[NatsRecord], None] | None = None
         self.sequence = sequence
         """The stream sequence."""
@@ -102,6 +137,50 @@ class NatsRecord:
         """Tell JetStream never to deliver this record to this group again (not an ack)."""
         if self._settle():
             await self._msg.term()
+
+    def release(self) -> None:
+        """Hand the record back unfinished (:class:`~wow_core.transport.ReleasingRecord`).
+
+        JetStream delivers it again to the group after ``release_delay_for(delivery_count)``
+        seconds (``WOW_NATS__RELEASE_DELAY`` doubled per delivery after the first, at most
+        the ack wait), with ``delivery_count`` one higher: a nak with that delay. The record
+        is settled at once, as a nak settles it (an ``ack()`` afterwards is a no-op), and
+        the nak is sent by a task of the running loop. Returns at once and never raises.
+
+        Does nothing when the record is settled already (acknowledged, nak'd, terminated),
+        while its receiver closes (the close hands it back at once), without a release
+        delay (``WOW_NATS__RELEASE_DELAY`` empty: the ack wait brings it back), and for a
+        delivery superseded by a later one of the same record that the receiver handed out
+        (its ack wait expired meanwhile). A nak that cannot be sent
+        (or a release outside a running loop) is logged; the ack wait then brings the
+        record back.
+        """
+        releaser = self._releaser
+        if releaser is None or self._done:
+            return
+        try:
+            delay = releaser.release_delay(self)
+            if delay is None:
+                return
+            loop = asyncio.get_running_loop()
+            self._settle()  # as a nak settles it: an ack() from now on is a no-op
+            releaser.track(
+                loop.create_task(self._nak_released(delay), name=f"wow-nats-release:{self.position}")
+            )
+        except Exception as error:  # never raises (no running loop...): the ack wait brings it back
+            log.warning("releasing %r failed: %r; it is delivered again after the ack wait", self, error)
+
+    async def _nak_released(self, delay: float) -> None:
+        try:
+            await self._msg.nak(delay)
+        except Exception as error:
+            log.warning(
+                "the nak releasing %r (redelivery in %.2f s) failed: %r; it is delivered again after the "
+                "ack wait",
+                self,
+                delay,
+                error,
+            )
 
     def _settle(self) -> bool:
         if self._done:

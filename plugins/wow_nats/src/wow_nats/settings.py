@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import NoDecode
 
-from wow_core.settings import Count, NonNegativeSeconds, Seconds, SettingsSection
+from wow_core.settings import MAX_SECONDS, Count, NonNegativeSeconds, Seconds, SettingsSection
 
 SECTION = "nats"
 MAX_AGE = 100 * 365 * 86_400.0
@@ -61,6 +61,14 @@ class NatsSettings(SettingsSection):
     )
     max_deliver: Count = Field(
         5, description="Deliveries of one record before it is dead-lettered to <topic>.dlq as poison."
+    )
+    release_delay: float | None = Field(
+        1.0,
+        ge=0.01,
+        le=MAX_SECONDS,
+        description="Seconds before a record its consumer released unacknowledged (its processing "
+        "failed) is delivered again (a nak with this delay), doubled per delivery up to the ack wait; "
+        "empty leaves it to the ack wait.",
     )
     max_ack_pending: Count = Field(
         1000, description="Records of one consumer delivered and not yet acknowledged, at most."
@@ -110,6 +118,12 @@ class NatsSettings(SettingsSection):
                 raise ValueError(f"{url!r} is not a nats://, tls://, ws:// or wss:// URL")
         return value
 
+    @field_validator("release_delay", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        # an empty variable (like ``null``) is no value: the optional setting is unset
+        return None if value in ("", "none", "None") else value
+
     @field_validator("stream_prefix")
     @classmethod
     def _check_stream_prefix(cls, value: str) -> str:
@@ -117,3 +131,14 @@ class NatsSettings(SettingsSection):
         if bad:
             raise ValueError(f"a stream prefix holds only letters, digits, '-' and '_' (found {bad[0]!r})")
         return value
+
+    def release_delay_for(self, deliveries: int) -> float | None:
+        """Seconds before a record released after its ``deliveries``-th delivery is
+        delivered again: :attr:`release_delay` doubled per delivery after the first, at
+        most :attr:`ack_wait` (a release never waits longer than the ack wait that
+        brings back a record nobody released); None without a release delay: left to
+        the ack wait."""
+        delay = self.release_delay
+        if delay is None:
+            return None
+        return min(delay * 2.0 ** min(max(deliveries - 1, 0), 32), self.ack_wait)
