@@ -74,8 +74,8 @@ class ReleasingRecord(Protocol):
 
     The consumer releases a record it did not finish (its processing failed: the event
     store could not be reached; a stop): without this method the record stays
-    unacknowledged until the backend's own redelivery brings it back (JetStream: after
-    the ack wait; Kafka: to the next owner of the partition). With it (Redis),
+    unacknowledged until the backend's own redelivery brings it back (an ack wait, a
+    lease, the next owner of a partition). With it (every built-in transport),
     ``release()`` asks the transport to deliver the record again to this group soon,
     after a delay that grows with its ``delivery_count``, so a failure that passes (a
     short outage) is retried in seconds, and one that does not is not retried in a hot
