@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import shutil
-import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +17,7 @@ import pytest
 from tests.service_members import Member
 from tests.wait_members import caller, record, serving
 from tests.wow_kafka.conftest import test_settings
-from tests.wow_redis.own_server import OwnServer
+from tests.wow_redis.own_server import OwnServer, running_server
 from wow_core.command import CommandWait
 from wow_core.runtime.runtime import WowRuntime
 from wow_core.testing import eventually
@@ -32,16 +30,8 @@ OUTAGE = 2.0
 
 @pytest.fixture
 def store_server() -> Iterator[OwnServer]:
-    folder = Path(tempfile.mkdtemp(prefix="wow-kafka-release-"))
-    try:
-        made = OwnServer(folder)
-        made.start()
-        try:
-            yield made
-        finally:
-            made.kill()
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    with running_server("wow-kafka-release-") as made:
+        yield made
 
 
 async def test_commands_that_failed_in_a_store_outage_in_another_process_are_processed_seconds_after_it(

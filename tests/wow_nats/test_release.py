@@ -18,20 +18,18 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import nats
 import pytest
 
+from tests.release_outage import TallyAggregate, processed_after_two_failed_appends
 from tests.wow_nats.conftest import MakeTransport, Names, delete_streams
 from tests.wow_nats.support import WAIT, eventually, message, next_record, opened
 from tests.wow_nats.test_nats_dead_letters import dead_letters
-from wow_core.command import CommandWait
 from wow_core.eventsourcing.in_memory import InMemoryEventStore
 from wow_core.messaging.contract import MessageSubscription
 from wow_core.model import NamedAggregate
-from wow_core.modeling import aggregate, on_command, on_sourcing
 from wow_core.runtime.app import WowApp
 from wow_core.runtime.runtime import WowRuntime
 from wow_core.runtime.settings import SettingsError, WowSettings
@@ -399,32 +397,6 @@ async def test_a_released_exchange_of_the_bus_comes_back_in_seconds(
         await transport.close()
 
 
-@dataclass(frozen=True)
-class Tally:
-    count: int = 0
-
-
-@dataclass(frozen=True)
-class Bump:
-    pass
-
-
-@dataclass(frozen=True)
-class Bumped:
-    pass
-
-
-@aggregate("nats_release", "tally", state=Tally)
-class TallyAggregate:
-    @on_command(create=True)
-    def bump(self, state: Tally, body: Bump) -> Bumped:
-        return Bumped()
-
-    @on_sourcing
-    def bumped(self, state: Tally, event: Bumped) -> Tally:
-        return Tally(state.count + 1)
-
-
 ACK_WAIT = 30.0
 
 
@@ -453,24 +425,10 @@ async def service(nats_url: str, names: Names, monkeypatch: pytest.MonkeyPatch) 
 async def test_a_command_whose_append_failed_in_an_outage_is_processed_seconds_later(
     service: WowRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    original = InMemoryEventStore.append
-    failures = [ConnectionError("the event store is down"), ConnectionError("still down")]
-
-    async def append(self: InMemoryEventStore, stream: Any) -> None:
-        if failures:
-            raise failures.pop(0)
-        await original(self, stream)
-
-    monkeypatch.setattr(InMemoryEventStore, "append", append)
-    command = service.aggregates.command(Bump(), "t-1")
-    began = time.monotonic()
-    first = await asyncio.wait_for(service.gateway.send_and_wait(command, CommandWait.processed()), WAIT)
-    assert first.error_code == "PROCESSING_ERROR", first
-
-    async def processed() -> bool:
-        return await service.event_store.last_version(command.aggregate_id) == 1
-
-    await eventually(processed, ACK_WAIT / 2, "the command redelivered in seconds, not after the ack wait")
-    assert time.monotonic() - began < ACK_WAIT / 2
-    assert not failures, "delivered twice more: once per failure, then processed"
-    assert await service.event_store.last_version(command.aggregate_id) == 1
+    await processed_after_two_failed_appends(
+        service,
+        monkeypatch,
+        InMemoryEventStore,
+        ACK_WAIT / 2,
+        "in seconds, not after the ack wait",
+    )

@@ -18,14 +18,12 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from tests.release_outage import TallyAggregate, processed_after_two_failed_appends
 from tests.wow_postgres.conftest import POSTGRES_DSN
-from wow_core.command import CommandWait
-from wow_core.modeling import aggregate, on_command, on_sourcing
 from wow_core.runtime.app import WowApp
 from wow_core.runtime.runtime import WowRuntime
 from wow_core.runtime.settings import WowSettings
@@ -412,32 +410,6 @@ async def test_a_key_whose_member_died_goes_on_with_the_released_record_after_it
 # -- a command whose processing failed, end to end ----------------------------------------
 
 
-@dataclass(frozen=True)
-class Tally:
-    count: int = 0
-
-
-@dataclass(frozen=True)
-class Bump:
-    pass
-
-
-@dataclass(frozen=True)
-class Bumped:
-    pass
-
-
-@aggregate("postgres_release", "tally", state=Tally)
-class TallyAggregate:
-    @on_command(create=True)
-    def bump(self, state: Tally, body: Bump) -> Bumped:
-        return Bumped()
-
-    @on_sourcing
-    def bumped(self, state: Tally, event: Bumped) -> Tally:
-        return Tally(state.count + 1)
-
-
 @pytest.fixture
 async def service(schema: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[WowRuntime]:
     for name in [k for k in os.environ if k.startswith("WOW_")]:
@@ -464,24 +436,10 @@ async def test_a_command_whose_append_failed_in_an_outage_is_processed_seconds_l
     """Through the core's ``TransportCommandBus``: the command's processing fails twice (the
     event store unreachable), the exchange releases the record each time, and it is
     processed within seconds, not after the 60 s lease (nor never, as before)."""
-    original = PostgresEventStore.append
-    failures = [ConnectionError("PostgreSQL is down"), ConnectionError("PostgreSQL is still down")]
-
-    async def append(self: PostgresEventStore, stream: Any) -> None:
-        if failures:
-            raise failures.pop(0)
-        await original(self, stream)
-
-    monkeypatch.setattr(PostgresEventStore, "append", append)
-    command = service.aggregates.command(Bump(), "t-1")
-    began = time.monotonic()
-    first = await asyncio.wait_for(service.gateway.send_and_wait(command, CommandWait.processed()), TIMEOUT)
-    assert first.error_code == "PROCESSING_ERROR", first
-
-    async def processed() -> bool:
-        return await service.event_store.last_version(command.aggregate_id) == 1
-
-    await eventually(processed, 30, "the command delivered again within seconds, not after the lease")
-    assert time.monotonic() - began < 30
-    assert not failures, "delivered twice more: once per failure, then processed"
-    assert await service.event_store.last_version(command.aggregate_id) == 1
+    await processed_after_two_failed_appends(
+        service,
+        monkeypatch,
+        PostgresEventStore,
+        30,
+        "within seconds, not after the lease",
+    )

@@ -10,10 +10,13 @@ under ``CI=true``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.services import free_port, installed
@@ -84,3 +87,18 @@ class OwnServer:
         await asyncio.sleep(outage)
         await asyncio.to_thread(self.start)
         return time.monotonic() - started
+
+
+@contextlib.contextmanager
+def running_server(prefix: str = "wow-redis-") -> Iterator[OwnServer]:
+    """A started :class:`OwnServer` in a new folder; killed and its folder removed after."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        made = OwnServer(folder)
+        made.start()
+        try:
+            yield made
+        finally:
+            made.kill()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

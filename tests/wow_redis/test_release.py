@@ -7,17 +7,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
+from tests.release_outage import TallyAggregate, processed_after_two_failed_appends
 from tests.wow_redis.conftest import REDIS_URL
 from tests.wow_redis.helpers import eventually, message, next_record, opened, take
-from wow_core.command import CommandWait
 from wow_core.model import NamedAggregate, TopicKind
-from wow_core.modeling import aggregate, on_command, on_sourcing
 from wow_core.runtime.app import WowApp
 from wow_core.runtime.runtime import WowRuntime
 from wow_core.runtime.settings import WowSettings
@@ -140,32 +137,6 @@ async def test_a_release_past_max_deliveries_ends_in_the_dead_letter_stream(
 # -- a command whose processing failed, end to end -------------------------------------
 
 
-@dataclass(frozen=True)
-class Tally:
-    count: int = 0
-
-
-@dataclass(frozen=True)
-class Bump:
-    pass
-
-
-@dataclass(frozen=True)
-class Bumped:
-    pass
-
-
-@aggregate("redis_release", "tally", state=Tally)
-class TallyAggregate:
-    @on_command(create=True)
-    def bump(self, state: Tally, body: Bump) -> Bumped:
-        return Bumped()
-
-    @on_sourcing
-    def bumped(self, state: Tally, event: Bumped) -> Tally:
-        return Tally(state.count + 1)
-
-
 @pytest.fixture
 async def service(prefix: str, monkeypatch: pytest.MonkeyPatch, redis: object) -> AsyncIterator[WowRuntime]:
     for name, value in {
@@ -187,24 +158,10 @@ async def service(prefix: str, monkeypatch: pytest.MonkeyPatch, redis: object) -
 async def test_a_command_whose_append_failed_in_an_outage_is_processed_seconds_later(
     service: WowRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    original = RedisEventStore.append
-    failures = [ConnectionError("Redis is down"), ConnectionError("Redis is still down")]
-
-    async def append(self: RedisEventStore, stream: Any) -> None:
-        if failures:
-            raise failures.pop(0)
-        await original(self, stream)
-
-    monkeypatch.setattr(RedisEventStore, "append", append)
-    command = service.aggregates.command(Bump(), "t-1")
-    began = time.monotonic()
-    first = await service.gateway.send_and_wait(command, CommandWait.processed())
-    assert first.error_code == "PROCESSING_ERROR", first
-
-    async def processed() -> bool:
-        return await service.event_store.last_version(command.aggregate_id) == 1
-
-    await eventually(processed, 10, "the command redelivered in seconds, not after the claim idle time")
-    assert time.monotonic() - began < 10
-    assert not failures, "delivered twice more: once per failure, then processed"
-    assert await service.event_store.last_version(command.aggregate_id) == 1
+    await processed_after_two_failed_appends(
+        service,
+        monkeypatch,
+        RedisEventStore,
+        10,
+        "in seconds, not after the claim idle time",
+    )

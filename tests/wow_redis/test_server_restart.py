@@ -16,9 +16,7 @@ import contextlib
 import logging
 import os
 import re
-import shutil
 import signal
-import tempfile
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -33,7 +31,7 @@ from tests.service_members import Member, journal
 from tests.wait_members import caller, record, serving
 from tests.wow_kafka.journal_app import AGGREGATE, CONTEXT
 from tests.wow_redis.helpers import message
-from tests.wow_redis.own_server import OwnServer
+from tests.wow_redis.own_server import OwnServer, running_server
 from wow_core.command import CommandResult, CommandStage, CommandWait, CommandWaitTimeoutError
 from wow_core.eventsourcing import DuplicateRequestIdError
 from wow_core.model import BodyTypeRegistry, DomainEventStream, MessageCodec
@@ -52,16 +50,8 @@ OUTAGE = 2.0
 
 @pytest.fixture
 def server() -> Iterator[OwnServer]:
-    folder = Path(tempfile.mkdtemp(prefix="wow-redis-"))
-    try:
-        made = OwnServer(folder)
-        made.start()
-        try:
-            yield made
-        finally:
-            made.kill()
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    with running_server("wow-redis-") as made:
+        yield made
 
 
 def settings(server: OwnServer, **overrides: object) -> RedisSettings:
