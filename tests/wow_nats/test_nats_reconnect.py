@@ -137,3 +137,41 @@ async def test_the_ack_inbox_survives_a_restart_and_every_send_is_stored_once(se
         assert len(transport._acks) == 0, "no ack left awaited"
     finally:
         await transport.close()
+
+
+async def test_wait_signals_notified_while_the_caller_reconnects_after_a_restart_arrive(
+    server: PrivateServer,
+) -> None:
+    """The server restarts; a service notifies the caller's subject as soon as the server
+    is back, before the caller has reconnected: the file-stored wait stream keeps the
+    signals and the caller reads them when it is back (core pub/sub lost them)."""
+    from wow_core.command import CommandStage, CommandWait, WaitCoordinator, WaitSignal
+    from wow_core.command.notifier import WaitSignalSink
+    from wow_core.model import AggregateId, CommandMessage, NamedAggregate
+    from wow_nats.wait_notifier import NatsWaitNotifier
+
+    account = AggregateId(NamedAggregate("bank", "account"), "a-1")
+    caller = NatsWaitNotifier(NatsSettings(servers=[server.url], reconnect_time_wait=4.0))
+    coordinator = WaitCoordinator()
+    endpoint = await caller.start(WaitSignalSink(coordinator.receive))
+    client = await caller._connection.client()
+    sender: NatsWaitNotifier | None = None
+    try:
+        await server.stop()
+        await server.start()
+        sender = NatsWaitNotifier(NatsSettings(servers=[server.url]))
+        waiters = [
+            coordinator.register(CommandMessage(account, {"n": n}, "deposit"), CommandWait.processed())
+            for n in range(5)
+        ]
+        for n, waiter in enumerate(waiters):
+            await sender.notify(endpoint, WaitSignal(waiter.command.id, CommandStage.PROCESSED, account, n))
+        await (await sender._connection.client()).flush()
+        assert not client.is_connected, "notified before the caller was back"
+        results = await asyncio.wait_for(asyncio.gather(*(w.future for w in waiters)), 20)
+        assert [r.aggregate_version for r in results] == [0, 1, 2, 3, 4]
+        assert caller.received == 5
+    finally:
+        await caller.close()
+        if sender is not None:
+            await sender.close()

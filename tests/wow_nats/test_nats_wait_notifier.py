@@ -1,15 +1,16 @@
-"""The NATS wait notifier on the real server: one core subject per process."""
+"""The NATS wait notifier on the real server: one subject per caller, kept by a stream."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import nats
+import nats.js.errors
 import pytest
 
-from tests.wow_nats.conftest import Names
+from tests.wow_nats.conftest import Names, delete_streams
 from wow_core.command import CommandStage, CommandWait, WaitCoordinator, WaitSignal
 from wow_core.command.notifier import WaitSignalSink
 from wow_core.model import AggregateId, CommandMessage, NamedAggregate
@@ -24,8 +25,17 @@ def command() -> CommandMessage[Any]:
     return CommandMessage(AGG, {"n": 1}, "deposit")
 
 
-def notifier(nats_url: str, names: Names) -> NatsWaitNotifier:
-    return NatsWaitNotifier(NatsSettings(servers=[nats_url]), topic_prefix=names.topic_prefix)
+def notifier(nats_url: str, names: Names, **settings: Any) -> NatsWaitNotifier:
+    return NatsWaitNotifier(
+        NatsSettings(servers=[nats_url], stream_prefix=names.stream_prefix, **settings),
+        topic_prefix=names.topic_prefix,
+    )
+
+
+@pytest.fixture(autouse=True)
+async def _streams_deleted(nats_url: str, names: Names) -> AsyncIterator[None]:
+    yield
+    await delete_streams(nats_url, names.stream_prefix)
 
 
 async def test_a_signal_notified_to_an_endpoint_completes_the_wait_there(nats_url: str, names: Names) -> None:
@@ -102,3 +112,204 @@ async def test_subjects_of_another_form_are_refused(nats_url: str, names: Names)
             await sender.notify(WaitEndpoint("nats", "orders.>"), WaitSignal("c", CommandStage.PROCESSED))
     finally:
         await sender.close()
+
+
+class Received:
+    """A sink that records the command id of every signal handed on, then completes its wait."""
+
+    def __init__(self) -> None:
+        self.coordinator = WaitCoordinator()
+        self.ids: list[str] = []
+        self.sink = WaitSignalSink(self._deliver)
+
+    def _deliver(self, signal: WaitSignal) -> bool:
+        self.ids.append(signal.command_id)
+        return self.coordinator.receive(signal)
+
+    def waits(self, count: int) -> list[Any]:
+        return [self.coordinator.register(command(), CommandWait.processed()) for _ in range(count)]
+
+
+async def notify_all(sender: NatsWaitNotifier, endpoint: WaitEndpoint, waiters: list[Any]) -> None:
+    for n, waiter in enumerate(waiters):
+        await sender.notify(endpoint, WaitSignal(waiter.command.id, CommandStage.PROCESSED, AGG, n))
+    await (await sender._connection.client()).flush()
+
+
+async def completed(waiters: list[Any], timeout: float = 10) -> list[int | None]:
+    results = await asyncio.wait_for(asyncio.gather(*(w.future for w in waiters)), timeout)
+    return [r.aggregate_version for r in results]
+
+
+async def test_signals_notified_while_the_callers_connection_is_lost_arrive_once_it_is_back(
+    nats_url: str, names: Names
+) -> None:
+    """A lost connection (a network blip, a proxy's idle timeout): what was notified
+    meanwhile is kept by the stream and read when the caller is back, each signal once
+    and in order (core pub/sub lost these: the waits timed out)."""
+    caller, sender = notifier(nats_url, names, reconnect_time_wait=1.0), notifier(nats_url, names)
+    received = Received()
+    endpoint = await caller.start(received.sink)
+    try:
+        client = await caller._connection.client()
+        client._transport._io_writer.transport.abort()  # type: ignore[union-attr]
+        await eventually_true(lambda: client.is_reconnecting, "the caller to notice its lost connection")
+        waiters = received.waits(5)
+        await notify_all(sender, endpoint, waiters)
+        assert client.is_reconnecting, "notified while the caller was away"
+        assert await completed(waiters) == [0, 1, 2, 3, 4]
+        assert received.ids == [w.command.id for w in waiters], "each once, in order"
+        assert (caller.received, caller.recovered) == (5, 0)
+    finally:
+        await caller.close()
+        await sender.close()
+    assert not caller.reading
+
+
+async def test_a_signal_read_and_not_acknowledged_comes_again_and_is_handed_on_once(
+    nats_url: str, names: Names, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signal read just as the connection broke was not acknowledged: the server
+    delivers it again after the ack wait, and the caller, which remembers the stream
+    sequence it handed on last, does not hand it on twice."""
+    caller, sender = notifier(nats_url, names), notifier(nats_url, names)
+    received = Received()
+    endpoint = await caller.start(received.sink)
+    acked = caller._ack_now
+
+    async def lost() -> None:  # the acknowledgements of the first signals never arrive
+        caller._unacked = 0
+
+    monkeypatch.setattr(caller, "_ack_now", lost)
+    try:
+        first = received.waits(3)
+        await notify_all(sender, endpoint, first)
+        assert await completed(first) == [0, 1, 2]
+        monkeypatch.setattr(caller, "_ack_now", acked)
+        await eventually_true(lambda: caller.duplicates >= 3, "the unacknowledged signals to come again", 10)
+        later = received.waits(2)
+        await notify_all(sender, endpoint, later)
+        await completed(later)
+        assert received.ids == [w.command.id for w in first + later]
+        assert caller.received == 5
+    finally:
+        await caller.close()
+        await sender.close()
+
+
+async def test_a_consumer_removed_behind_its_back_is_made_again_after_the_last_signal_handed_on(
+    nats_url: str, names: Names, raw_js: nats.js.JetStreamContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    caller, sender = notifier(nats_url, names, fetch_timeout=0.5), notifier(nats_url, names)
+    received = Received()
+    endpoint = await caller.start(received.sink)
+    try:
+        first = received.waits(2)
+        await notify_all(sender, endpoint, first)
+        await completed(first)
+        await raw_js.delete_consumer(caller.stream, caller.consumer)
+        later = received.waits(3)
+        await notify_all(sender, endpoint, later)  # stored while the consumer is gone
+        assert await completed(later) == [0, 1, 2]
+        assert received.ids == [w.command.id for w in first + later], "nothing twice, nothing lost"
+        assert caller.recovered == 1
+        assert "was gone: made again after stream sequence 2" in caplog.text
+        assert caller.consumer.endswith("-1"), "under a name of its own"
+    finally:
+        await caller.close()
+        await sender.close()
+
+
+async def test_a_stream_removed_behind_its_back_is_made_again_with_a_warning(
+    nats_url: str, names: Names, raw_js: nats.js.JetStreamContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    caller, sender = notifier(nats_url, names, fetch_timeout=0.5), notifier(nats_url, names)
+    received = Received()
+    endpoint = await caller.start(received.sink)
+    try:
+        first = received.waits(2)
+        await notify_all(sender, endpoint, first)
+        await completed(first)
+        await raw_js.delete_stream(caller.stream)
+        await eventually_true(lambda: caller.recovered == 1, "the stream to be made again", 10)
+        assert "was made again: signals published to" in caplog.text
+        later = received.waits(2)
+        await notify_all(sender, endpoint, later)  # the new stream counts from 1 again
+        assert await completed(later) == [0, 1]
+    finally:
+        await caller.close()
+        await sender.close()
+
+
+async def test_close_removes_the_callers_consumer_and_a_dead_callers_goes_after_max_age(
+    nats_url: str, names: Names, raw_js: nats.js.JetStreamContext
+) -> None:
+    caller = notifier(nats_url, names, wait_stream_max_age=30.0, wait_stream_max_per_caller=50)
+    await caller.start(Received().sink)
+    info = await raw_js.consumer_info(caller.stream, caller.consumer)
+    assert info.config.durable_name is None, "ephemeral"
+    assert info.config.inactive_threshold == 30.0, "a dead caller's consumer goes after max_age"
+    stream = await raw_js.stream_info(caller.stream)
+    assert (stream.config.max_age, stream.config.max_msgs_per_subject) == (30.0, 50)
+    assert stream.config.subjects == [f"{names.topic_prefix}wait.*"]
+    assert stream.config.storage == "file"
+    await caller.close()
+    with pytest.raises(nats.js.errors.NotFoundError):
+        await raw_js.consumer_info(caller.stream, caller.consumer)
+    await raw_js.stream_info(caller.stream)  # the stream stays: other callers share it
+
+
+async def test_a_core_subscriber_of_the_earlier_release_still_receives_its_signals(
+    nats_url: str, names: Names
+) -> None:
+    """Callers of the pub/sub form (same subjects, a core subscription) keep working with
+    services of this release: the stream captures the subject and the server still
+    delivers to the subscriber."""
+    sender, stream_keeper = notifier(nats_url, names), notifier(nats_url, names)
+    await stream_keeper.start(Received().sink)  # the wait stream exists
+    raw = await nats.connect(nats_url)
+    try:
+        subject = f"{names.topic_prefix}wait.{'ab' * 16}"
+        sub = await raw.subscribe(subject)
+        await raw.flush()
+        await sender.notify(WaitEndpoint("nats", subject), WaitSignal("c-1", CommandStage.PROCESSED))
+        message = await sub.next_msg(timeout=5)
+        assert b'"c-1"' in message.data
+    finally:
+        await raw.close()
+        await sender.close()
+        await stream_keeper.close()
+
+
+async def test_a_stream_of_another_shape_under_the_wait_streams_name_is_a_clear_error(
+    nats_url: str, names: Names, raw_js: nats.js.JetStreamContext
+) -> None:
+    caller = notifier(nats_url, names)
+    await raw_js.add_stream(name=caller.stream, subjects=[f"{names.topic_prefix}other.>"])
+    try:
+        with pytest.raises(RuntimeError, match="not the wait subjects"):
+            await caller.start(Received().sink)
+    finally:
+        await caller.close()
+
+
+async def test_a_transport_stream_over_the_wait_subjects_is_a_clear_error(
+    nats_url: str, names: Names, raw_js: nats.js.JetStreamContext
+) -> None:
+    """A bounded context named ``wait`` would own ``<prefix>wait.>``: the wait stream cannot
+    be made beside it, and start says so instead of timing out later."""
+    caller = notifier(nats_url, names)
+    await raw_js.add_stream(name=f"{names.stream_prefix}ctx_wait", subjects=[f"{names.topic_prefix}wait.>"])
+    try:
+        with pytest.raises(RuntimeError, match="bounded context named 'wait'"):
+            await caller.start(Received().sink)
+    finally:
+        await caller.close()
+
+
+async def eventually_true(condition: Callable[[], bool], what: str, timeout: float = 5) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)

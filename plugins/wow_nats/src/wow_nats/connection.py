@@ -36,6 +36,7 @@ class NatsConnection:
         self._nc: NatsClient | None = None
         self._js: JetStreamContext | None = None
         self._connect_lock = asyncio.Lock()
+        self._reconnected: list[Callable[[], None]] = []
 
     @property
     def js(self) -> JetStreamContext | None:
@@ -63,6 +64,11 @@ class NatsConnection:
             raise BusClosedError("the NATS transport is closed")
         return nc
 
+    def on_reconnected(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (on the event loop, must not raise) each time nats-py has
+        re-established the connection (its subscriptions are sent again by then)."""
+        self._reconnected.append(callback)
+
     async def close(self) -> None:
         """Flush what is buffered (the last acks and publishes), then close; idempotent."""
         nc, self._nc, self._js = self._nc, None, None
@@ -87,6 +93,11 @@ class NatsConnection:
 
         async def on_reconnected() -> None:
             log.info("NATS connection re-established")
+            for callback in self._reconnected:
+                try:
+                    callback()
+                except Exception:  # a listener's defect must not end nats-py's reconnect
+                    log.exception("a reconnect listener failed")
 
         options: dict[str, object] = {
             "servers": settings.servers,

@@ -89,6 +89,21 @@ class NatsSettings(SettingsSection):
         "first retained record; nothing sent before the group existed is skipped) or new (its "
         "receiver's open; what was stored before is skipped).",
     )
+    wait_stream_storage: Literal["file", "memory"] = Field(
+        "file",
+        description="Storage of the stream that keeps wait signals for their callers: file (kept "
+        "through a server restart) or memory.",
+    )
+    wait_stream_max_age: float = Field(
+        60.0,
+        ge=5.0,
+        le=MAX_SECONDS,
+        description="Seconds the wait stream keeps a signal (a caller away longer loses it; a "
+        "caller's reader also goes after this long without reading).",
+    )
+    wait_stream_max_per_caller: Count = Field(
+        10_000, description="Signals the wait stream keeps for one caller, at most (the oldest go first)."
+    )
     start_margin: NonNegativeSeconds = Field(
         0.0,
         description="With deliver_policy=new, seconds before its first open a new group starts "
