@@ -6,8 +6,8 @@ Per broker, in one run, rounds alternating between the subjects (the order rotat
 - **cross-process**: the caller is this process, a runtime with a gateway only (it
   hosts nothing); the service is ``wow run benchmarks._wait_peer:app``, a separate OS
   process hosting the aggregate. The command travels on the transport, the ``PROCESSED``
-  signal comes back through the transport's ``CommandWaitNotifier`` (Redis pub/sub, a
-  core NATS subject, the Kafka signal topic).
+  signal comes back through the transport's ``CommandWaitNotifier`` (a Redis stream, a
+  NATS subject kept by the wait stream, the Kafka signal topic).
 - **single-process**: caller and aggregate in this process, the same gateway call, the
   same transport; local-first off (the command crosses the broker as it does between
   processes; only the signal stays in the process) and on (the default: the command is

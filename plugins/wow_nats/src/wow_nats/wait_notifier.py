@@ -78,6 +78,8 @@ delivered again."""
 ACK_EVERY = 256
 """A busy reader acknowledges at least every this many signals (else when it has read
 all that arrived)."""
+RECOVERY_PAUSE = 0.5
+"""Seconds a caller whose consumer went waits before making it (and its stream) again."""
 _STATUS = "Status"
 _DESCRIPTION = "Description"
 
@@ -271,6 +273,10 @@ class NatsWaitNotifier:
         js = await self._connection.jetstream()
         with contextlib.suppress(nats.js.errors.NotFoundError):
             await js.delete_consumer(self.stream, self.consumer)
+        # the news of a removed consumer may come while the server is still removing its
+        # stream: a stream made again before that finished stores but never delivers
+        # (NATS 2.9), so let the removal end first
+        await asyncio.sleep(RECOVERY_PAUSE)
         await self._ensure_stream()
         # a name of its own: NATS 2.9 may not deliver to a consumer made under the name of
         # one removed with its stream moments before (its pull requests expire empty)
