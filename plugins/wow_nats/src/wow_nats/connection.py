@@ -64,6 +64,12 @@ class NatsConnection:
             raise BusClosedError("the NATS transport is closed")
         return nc
 
+    @property
+    def reconnecting(self) -> bool:
+        """Whether the connection is lost and nats-py is reconnecting (or none is open)."""
+        nc = self._nc
+        return nc is None or nc.is_reconnecting or not nc.is_connected
+
     def on_reconnected(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` (on the event loop, must not raise) each time nats-py has
         re-established the connection (its subscriptions are sent again by then)."""

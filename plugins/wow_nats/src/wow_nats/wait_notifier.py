@@ -324,7 +324,14 @@ class NatsWaitNotifier:
             except Exception as error:  # a broken connection, a server that refused: retry
                 if self._closed:
                     return
-                log.warning("reading the NATS wait signals of %s failed: %r; retrying", self.subject, error)
+                # while nats-py reconnects, the connection's own warning has said it
+                away = self._connection.reconnecting
+                log.log(
+                    logging.DEBUG if away else logging.WARNING,
+                    "reading the NATS wait signals of %s failed: %r; retrying",
+                    self.subject,
+                    error,
+                )
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
 
