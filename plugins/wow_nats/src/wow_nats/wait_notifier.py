@@ -33,7 +33,7 @@ Compatible both ways with the pub/sub form of earlier releases: the subjects are
 and a core subscriber to its subject still gets what is published to it. Only subjects
 of this form under this prefix are published to: an endpoint naming anything else is
 refused. The bounded context name ``wait`` is taken under the topic prefix: a transport
-stream for ``<topic_prefix>wait`` would overlap this one.
+stream for ``<topic_prefix>wait`` would overlap this one (whichever is made second fails).
 """
 
 from __future__ import annotations
