@@ -83,6 +83,34 @@ async def test_a_consumer_deleted_behind_the_receivers_back_is_created_again(
     assert (await next_record(aiter(receiver))).key == "after"
 
 
+async def test_a_stream_deleted_behind_the_receivers_back_is_created_again_and_delivers(
+    make_transport: MakeTransport, names: Names, raw_js: nats.js.JetStreamContext
+) -> None:
+    """The receiver makes the stream and its consumer again, and what is sent afterwards
+    arrives. Checked because on NATS 2.9 a stream made again while its removal is still
+    under way stores records but never delivers them (the wait notifier pauses for it)."""
+    transport = make_transport(fetch_timeout=0.5)
+    topic, group = names.topic(), names.group()
+    receiver = await opened(transport, group, [topic])
+    records = aiter(receiver)
+    await transport.send(message(topic, "before"))
+    await (await next_record(records)).ack()
+    stream, consumer = transport.layout.stream(topic), transport.layout.consumer(group, topic)
+    await raw_js.delete_stream(stream)
+
+    async def recreated() -> None:
+        while True:
+            try:
+                await raw_js.consumer_info(stream, consumer)
+                return
+            except nats.js.errors.NotFoundError:
+                await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(recreated(), 10)
+    await transport.send(message(topic, "after"))
+    assert (await next_record(records, timeout=10)).key == "after"
+
+
 async def test_subjects_held_by_another_stream_are_named_with_the_setting_that_separates_them(
     make_transport: MakeTransport, names: Names, raw_js: nats.js.JetStreamContext
 ) -> None:
