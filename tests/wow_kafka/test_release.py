@@ -254,6 +254,131 @@ async def test_a_revocation_does_not_wait_for_a_released_record(kafka_bootstrap:
         await transport.close()
 
 
+# -- a record released on every delivery: dead-lettered after max_deliveries ----------------
+
+
+def test_max_deliveries_is_a_positive_count_or_empty_for_no_limit() -> None:
+    assert KafkaSettings().max_deliveries == 16
+    assert KafkaSettings(max_deliveries="").max_deliveries is None
+    with pytest.raises(ValueError, match="max_deliveries"):
+        KafkaSettings(max_deliveries=0)
+
+
+async def test_a_record_released_max_deliveries_times_goes_to_its_dead_letter_topic_and_commits_move_on(
+    kafka_bootstrap: str,
+) -> None:
+    transport = KafkaTransport(
+        test_settings(
+            kafka_bootstrap, partitions=1, release_delay_ms=50, release_delay_max_ms=100, max_deliveries=3
+        )
+    )
+    try:
+        topic = f"{transport.settings.topic_prefix}release.poison.command"
+        group = unique("poison")
+        receiver = await opened(transport, group, topic)
+        await transport.send_many([message(topic, "k0", "poison"), message(topic, "k1", "fine")])
+        receiver.open_processing()
+        deliveries: list[tuple[str, int]] = []
+
+        def release_the_poison(record: KafkaRecord) -> bool:
+            deliveries.append((record.payload, record.delivery_count))
+            if record.payload == "poison":
+                record.release()
+                return False
+            return True
+
+        collector = Collector(receiver, ack=release_the_poison)
+        await collector.count(4)
+        dead = transport.open(unique("dlq-reader"), [topic + ".dlq"])
+        await dead.ready()
+        dead.open_processing()
+        letter = await next_record(aiter(dead))
+        assert (letter.key, letter.payload) == ("k0", "poison"), "its key and payload as they were"
+        assert sorted(deliveries) == [("fine", 1), ("poison", 1), ("poison", 2), ("poison", 3)]
+        await asyncio.sleep(0.3)  # a fourth delivery would have come by now
+        assert len(collector.records) == 4
+        assert receiver.dead_lettered == 1
+        assert receiver.in_flight == 0, "acknowledged once dead-lettered"
+        await receiver.commit()
+        await collector.stop()
+        await receiver.close()
+        await dead.close()
+
+        follower = await opened(transport, group, topic)
+        await transport.send(message(topic, "k2", "after"))
+        follower.open_processing()
+        after = await next_record(aiter(follower))
+        assert after.payload == "after", "the commit passed the dead-lettered record"
+        await after.ack()
+        await follower.close()
+    finally:
+        await transport.close()
+
+
+async def test_a_dead_letter_that_cannot_be_sent_leaves_the_record_to_be_delivered_again(
+    kafka_bootstrap: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    transport = KafkaTransport(
+        test_settings(
+            kafka_bootstrap, partitions=1, release_delay_ms=50, release_delay_max_ms=100, max_deliveries=2
+        )
+    )
+    try:
+        topic = f"{transport.settings.topic_prefix}release.nodlq.command"
+        receiver = await opened(transport, unique("nodlq"), topic)
+        failures = 0
+
+        async def broken_dead_letter(message: Any) -> None:
+            nonlocal failures
+            failures += 1
+            raise ConnectionError("the broker is away")
+
+        receiver._dead_letter = broken_dead_letter
+        await transport.send(message(topic, "k0", "0"))
+        receiver.open_processing()
+        records = aiter(receiver)
+        counts = []
+        for _ in range(4):
+            record = await next_record(records, timeout=10)
+            counts.append(record.delivery_count)
+            record.release()
+        assert counts == [1, 2, 3, 4], "delivered again after each failed dead letter"
+        assert failures >= 2
+        assert receiver.dead_lettered == 0
+        assert "dead-lettering" in caplog.text
+        assert "delivered again" in caplog.text
+        assert receiver.in_flight == 1, "still holding its partition's commits: nothing lost"
+        await receiver.close()
+    finally:
+        await transport.close()
+
+
+async def test_without_max_deliveries_a_released_record_is_delivered_for_as_long_as_it_is_released(
+    kafka_bootstrap: str,
+) -> None:
+    transport = KafkaTransport(
+        test_settings(
+            kafka_bootstrap, partitions=1, release_delay_ms=20, release_delay_max_ms=20, max_deliveries=""
+        )
+    )
+    try:
+        topic = f"{transport.settings.topic_prefix}release.nolimit.command"
+        receiver = await opened(transport, unique("nolimit"), topic)
+        await transport.send(message(topic, "k0", "0"))
+        receiver.open_processing()
+        records = aiter(receiver)
+        for delivery in range(1, 21):
+            record = await next_record(records, timeout=10)
+            assert record.delivery_count == delivery
+            if delivery < 20:
+                record.release()
+        await record.ack()
+        assert receiver.dead_lettered == 0
+        await receiver.close()
+    finally:
+        await transport.close()
+
+
 # -- through the runtime: a command whose append failed is processed seconds later ----------
 
 

@@ -40,7 +40,10 @@ Guarantees:
   not acknowledged), and a revocation does not wait for it: the new owner delivers it
   again from the committed offset. Without ``release_delay_ms`` it waits for the
   partition's next owner (a rebalance or a restart). A released record comes again
-  after records fetched later, so it may be processed after them.
+  after records fetched later, so it may be processed after them. Released after its
+  ``max_deliveries``-th delivery here, it is sent to ``<topic>.dlq`` (key, payload,
+  timestamp) and acknowledged instead, so the partition's commits move on; a dead letter
+  that cannot be sent leaves it to be delivered again.
 
 What it does not guarantee: exactly-once. A record in flight when its partition moved
 or its process died is delivered again to the new owner, and may then be processed
@@ -52,15 +55,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from aiokafka.protocol.group import LeaveGroupRequest
 
+from wow_core.transport.decode_failure import DefaultDecodeFailureHandler
 from wow_core.transport.kit import ReadAhead, Readiness
-from wow_core.transport.spi import RevocationListener
+from wow_core.transport.spi import RevocationListener, TransportMessage
 from wow_kafka.errors import KafkaConnectError
 from wow_kafka.offsets import PartitionOffsets
 from wow_kafka.record import KafkaRecord
@@ -134,6 +138,7 @@ class KafkaTransportReceiver:
         consumer_config: dict[str, Any],
         topic_admin: KafkaTopics,
         on_close: Callable[[KafkaTransportReceiver], None] | None = None,
+        dead_letter: Callable[[TransportMessage], Awaitable[None]] | None = None,
     ) -> None:
         if not group:
             raise ValueError("a Kafka receiver needs a group")
@@ -160,6 +165,12 @@ class KafkaTransportReceiver:
         self._batch_deliveries = 1
         self._releases: dict[tuple[PartitionOffsets, int], asyncio.TimerHandle] = {}
         """The released records waiting for their delay, by assignment and offset."""
+        self._dead_letter = dead_letter
+        """Sends a record to ``<topic>.dlq`` (the transport's send; None: no delivery limit)."""
+        self._dead_letters: set[asyncio.Task[None]] = set()
+        """Released records being sent to their dead-letter topic."""
+        self.dead_lettered = 0
+        """Records sent to ``<topic>.dlq`` after ``max_deliveries`` deliveries."""
         self._anchored = asyncio.Event()
         self._processing = False
         self._processing_opened = asyncio.Event()
@@ -250,6 +261,8 @@ class KafkaTransportReceiver:
         for handle in self._releases.values():
             handle.cancel()  # released records: not committed past, delivered again after a restart
         self._releases.clear()
+        if self._dead_letters:  # their acknowledgements go into the final commit
+            await asyncio.wait(set(self._dead_letters), timeout=self._settings.request_timeout_ms / 1000)
         await self._readiness.close()
         for task in (self._fetch_task, self._commit_task):
             if task is not None and not task.done():
@@ -370,6 +383,25 @@ class KafkaTransportReceiver:
         the partition is revoked (its next owner delivers it), the record was
         acknowledged, or there is no release delay."""
         offsets = record._offsets
+        limit = self._settings.max_deliveries
+        if (
+            limit is not None
+            and record.delivery_count >= limit
+            and self._dead_letter is not None
+            and offsets is not None
+            and not self._closed
+            and offsets.release(record.offset)
+        ):
+            task = asyncio.get_running_loop().create_task(
+                self._send_to_dead_letter(record), name=f"wow-kafka-dlq {record.topic}[{record.position}]"
+            )
+            self._dead_letters.add(task)
+            task.add_done_callback(self._dead_letters.discard)
+            return
+        self._deliver_later(record)
+
+    def _deliver_later(self, record: KafkaRecord) -> None:
+        offsets = record._offsets
         delay = self._settings.release_delay_for(record.delivery_count)
         if delay is None or offsets is None or self._closed or not offsets.release(record.offset):
             return
@@ -387,6 +419,44 @@ class KafkaTransportReceiver:
             record.offset,
             record.delivery_count,
             delay,
+        )
+
+    async def _send_to_dead_letter(self, record: KafkaRecord) -> None:
+        """``record`` was delivered ``max_deliveries`` times and released each time: send
+        it to ``<topic>.dlq`` (its key, payload and timestamp, as a decode failure's dead
+        letter), then acknowledge it. A send that fails leaves it to be delivered again
+        (nothing is lost); a revocation meanwhile leaves it to the next owner, which may
+        dead-letter it a second time."""
+        assert self._dead_letter is not None
+        topic = record.topic + DefaultDecodeFailureHandler.DEAD_LETTER_SUFFIX
+        try:
+            await self._dead_letter(TransportMessage(topic, record.key, record.payload, record.timestamp))
+        except Exception as error:
+            log.error(
+                "%s: dead-lettering %s[%s] after %d deliveries failed: %r; delivered again",
+                self._what,
+                record.topic,
+                record.position,
+                record.delivery_count,
+                error,
+            )
+            offsets = record._offsets
+            if offsets is not None and offsets.active and not self._closed:
+                self._releases[(offsets, record.offset)] = asyncio.get_running_loop().call_later(
+                    self._settings.release_delay_for(record.delivery_count) or 1.0,
+                    self._deliver_released,
+                    record,
+                )
+            return
+        await record.ack()
+        self.dead_lettered += 1
+        log.warning(
+            "%s: %s[%s] released after %d deliveries (WOW_KAFKA__MAX_DELIVERIES): sent to %s",
+            self._what,
+            record.topic,
+            record.position,
+            record.delivery_count,
+            topic,
         )
 
     def _deliver_released(self, record: KafkaRecord) -> None:

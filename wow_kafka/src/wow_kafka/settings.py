@@ -147,6 +147,15 @@ class KafkaSettings(SettingsSection):
     release_delay_max_ms: PositiveInt = Field(
         30000, description="The longest delay before a released record is delivered again."
     )
+    max_deliveries: PositiveInt | None = Field(
+        16,
+        le=1_000_000,
+        description=(
+            "Deliveries of a released record by one member (in one assignment) after which it goes "
+            "to <topic>.dlq and is acknowledged instead of being delivered again (its partition's "
+            "commits move on); empty or unset: delivered again for as long as it is released."
+        ),
+    )
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -158,7 +167,7 @@ class KafkaSettings(SettingsSection):
                 raise ValueError(f"bootstrap server {server!r} must look like host:port (port 1-65535)")
         return value
 
-    @field_validator("release_delay_ms", mode="before")
+    @field_validator("release_delay_ms", "max_deliveries", mode="before")
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if value in ("", "none", "None") else value

@@ -403,6 +403,7 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
             consumer_config(self.settings, self._common, group),
             self.topics,
             on_close=self.receiver_closed,
+            dead_letter=self.send,
         )
         return self._track(receiver)
 
