@@ -87,8 +87,10 @@ async def test_a_stream_deleted_behind_the_receivers_back_is_created_again_and_d
     make_transport: MakeTransport, names: Names, raw_js: nats.js.JetStreamContext
 ) -> None:
     """The receiver makes the stream and its consumer again, and what is sent afterwards
-    arrives. Checked because on NATS 2.9 a stream made again while its removal is still
-    under way stores records but never delivers them (the wait notifier pauses for it)."""
+    arrives. The news of the deleted consumer comes while the server is still removing the
+    stream, and on NATS 2.9 a stream made again before that ended stores records but never
+    delivers them (without the pause this failed 6 of 15 runs under load): the receiver pauses
+    for the removal to end first."""
     transport = make_transport(fetch_timeout=0.5)
     topic, group = names.topic(), names.group()
     receiver = await opened(transport, group, [topic])

@@ -100,6 +100,9 @@ DESCRIPTION_HEADER = "Description"
 
 _BACKOFF_MAX = 5.0
 _NAK_MARGIN = 0.25
+RECOVERY_PAUSE = 0.5
+"""Seconds a receiver whose consumer vanished waits before making it (and its stream)
+again: long enough for the server to finish removing a deleted stream."""
 
 
 _V1_TOKENS = 9
@@ -319,6 +322,10 @@ class NatsReceiver:
     async def recover(self, topic: str) -> None:
         """Create the stream and consumer of ``topic`` again (deleted behind our back)."""
         log.warning("consumer %s of %s vanished; creating it again", self.consumers[topic], topic)
+        # the news of a removed consumer may come while the server is still removing its
+        # stream: a stream made again before that finished stores records but never
+        # delivers them (NATS 2.9), so let the removal end first
+        await asyncio.sleep(RECOVERY_PAUSE)
         self._topic_admin.forget(topic)
         try:
             stream = await self._topic_admin.ensure(topic)
