@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import nats
@@ -130,10 +131,58 @@ class Received:
         return [self.coordinator.register(command(), CommandWait.processed()) for _ in range(count)]
 
 
-async def notify_all(sender: NatsWaitNotifier, endpoint: WaitEndpoint, waiters: list[Any]) -> None:
-    for n, waiter in enumerate(waiters):
-        await sender.notify(endpoint, WaitSignal(waiter.command.id, CommandStage.PROCESSED, AGG, n))
-    await (await sender._connection.client()).flush()
+@dataclass
+class Pair:
+    """A started caller with its sink and endpoint, and a sender of signals to it."""
+
+    caller: NatsWaitNotifier
+    sender: NatsWaitNotifier
+    received: Received
+    endpoint: WaitEndpoint
+
+    async def notify(self, waiters: list[Any]) -> None:
+        """One signal per waiter, its aggregate version its index; flushed."""
+        for n, waiter in enumerate(waiters):
+            await self.sender.notify(
+                self.endpoint, WaitSignal(waiter.command.id, CommandStage.PROCESSED, AGG, n)
+            )
+        await (await self.sender._connection.client()).flush()
+
+    async def handed_on(self, count: int) -> list[Any]:
+        """``count`` new waits, signalled and completed."""
+        waiters = self.received.waits(count)
+        await self.notify(waiters)
+        await completed(waiters)
+        return waiters
+
+
+Started = Callable[..., Awaitable[Pair]]
+
+
+@pytest.fixture
+async def started(nats_url: str, names: Names) -> AsyncIterator[Started]:
+    """Starts a :class:`Pair` (the caller's settings given), closed after the test."""
+    made: list[Pair] = []
+
+    async def start(**settings: Any) -> Pair:
+        caller, sender, received = (
+            notifier(nats_url, names, **settings),
+            notifier(nats_url, names),
+            Received(),
+        )
+        try:
+            endpoint = await caller.start(received.sink)
+        except BaseException:
+            await caller.close()
+            await sender.close()
+            raise
+        made.append(Pair(caller, sender, received, endpoint))
+        return made[-1]
+
+    yield start
+    for pair in made:
+        await pair.caller.close()
+        await pair.sender.close()
 
 
 async def completed(waiters: list[Any], timeout: float = 10) -> list[int | None]:
@@ -142,103 +191,74 @@ async def completed(waiters: list[Any], timeout: float = 10) -> list[int | None]
 
 
 async def test_signals_notified_while_the_callers_connection_is_lost_arrive_once_it_is_back(
-    nats_url: str, names: Names
+    started: Started,
 ) -> None:
     """A lost connection (a network blip, a proxy's idle timeout): what was notified
     meanwhile is kept by the stream and read when the caller is back, each signal once
     and in order (core pub/sub lost these: the waits timed out)."""
-    caller, sender = notifier(nats_url, names, reconnect_time_wait=1.0), notifier(nats_url, names)
-    received = Received()
-    endpoint = await caller.start(received.sink)
-    try:
-        client = await caller._connection.client()
-        client._transport._io_writer.transport.abort()  # type: ignore[union-attr]
-        await eventually_true(lambda: client.is_reconnecting, "the caller to notice its lost connection")
-        waiters = received.waits(5)
-        await notify_all(sender, endpoint, waiters)
-        assert client.is_reconnecting, "notified while the caller was away"
-        assert await completed(waiters) == [0, 1, 2, 3, 4]
-        assert received.ids == [w.command.id for w in waiters], "each once, in order"
-        assert (caller.received, caller.recovered) == (5, 0)
-    finally:
-        await caller.close()
-        await sender.close()
-    assert not caller.reading
+    pair = await started(reconnect_time_wait=1.0)
+    client = await pair.caller._connection.client()
+    client._transport._io_writer.transport.abort()  # type: ignore[union-attr]
+    await eventually_true(lambda: client.is_reconnecting, "the caller to notice its lost connection")
+    waiters = pair.received.waits(5)
+    await pair.notify(waiters)
+    assert client.is_reconnecting, "notified while the caller was away"
+    assert await completed(waiters) == [0, 1, 2, 3, 4]
+    assert pair.received.ids == [w.command.id for w in waiters], "each once, in order"
+    assert (pair.caller.received, pair.caller.recovered) == (5, 0)
+    await pair.caller.close()
+    assert not pair.caller.reading
 
 
 async def test_a_signal_read_and_not_acknowledged_comes_again_and_is_handed_on_once(
-    nats_url: str, names: Names, monkeypatch: pytest.MonkeyPatch
+    started: Started, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A signal read just as the connection broke was not acknowledged: the server
     delivers it again after the ack wait, and the caller, which remembers the stream
     sequence it handed on last, does not hand it on twice."""
-    caller, sender = notifier(nats_url, names), notifier(nats_url, names)
-    received = Received()
-    endpoint = await caller.start(received.sink)
+    pair = await started()
+    caller = pair.caller
     acked = caller._ack_now
 
     async def lost() -> None:  # the acknowledgements of the first signals never arrive
         caller._unacked = 0
 
     monkeypatch.setattr(caller, "_ack_now", lost)
-    try:
-        first = received.waits(3)
-        await notify_all(sender, endpoint, first)
-        assert await completed(first) == [0, 1, 2]
-        monkeypatch.setattr(caller, "_ack_now", acked)
-        await eventually_true(lambda: caller.duplicates >= 3, "the unacknowledged signals to come again", 10)
-        later = received.waits(2)
-        await notify_all(sender, endpoint, later)
-        await completed(later)
-        assert received.ids == [w.command.id for w in first + later]
-        assert caller.received == 5
-    finally:
-        await caller.close()
-        await sender.close()
+    first = await pair.handed_on(3)
+    monkeypatch.setattr(caller, "_ack_now", acked)
+    await eventually_true(lambda: caller.duplicates >= 3, "the unacknowledged signals to come again", 10)
+    later = await pair.handed_on(2)
+    assert pair.received.ids == [w.command.id for w in first + later]
+    assert caller.received == 5
 
 
 async def test_a_consumer_removed_behind_its_back_is_made_again_after_the_last_signal_handed_on(
-    nats_url: str, names: Names, raw_js: nats.js.JetStreamContext, caplog: pytest.LogCaptureFixture
+    started: Started, raw_js: nats.js.JetStreamContext, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caller, sender = notifier(nats_url, names, fetch_timeout=0.5), notifier(nats_url, names)
-    received = Received()
-    endpoint = await caller.start(received.sink)
-    try:
-        first = received.waits(2)
-        await notify_all(sender, endpoint, first)
-        await completed(first)
-        await raw_js.delete_consumer(caller.stream, caller.consumer)
-        later = received.waits(3)
-        await notify_all(sender, endpoint, later)  # stored while the consumer is gone
-        assert await completed(later) == [0, 1, 2]
-        assert received.ids == [w.command.id for w in first + later], "nothing twice, nothing lost"
-        assert caller.recovered == 1
-        assert "was gone: made again after stream sequence 2" in caplog.text
-        assert caller.consumer.endswith("-1"), "under a name of its own"
-    finally:
-        await caller.close()
-        await sender.close()
+    pair = await started(fetch_timeout=0.5)
+    caller = pair.caller
+    first = await pair.handed_on(2)
+    await raw_js.delete_consumer(caller.stream, caller.consumer)
+    later = pair.received.waits(3)
+    await pair.notify(later)  # stored while the consumer is gone
+    assert await completed(later) == [0, 1, 2]
+    assert pair.received.ids == [w.command.id for w in first + later], "nothing twice, nothing lost"
+    assert caller.recovered == 1
+    assert "was gone: made again after stream sequence 2" in caplog.text
+    assert caller.consumer.endswith("-1"), "under a name of its own"
 
 
 async def test_a_stream_removed_behind_its_back_is_made_again_with_a_warning(
-    nats_url: str, names: Names, raw_js: nats.js.JetStreamContext, caplog: pytest.LogCaptureFixture
+    started: Started, raw_js: nats.js.JetStreamContext, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caller, sender = notifier(nats_url, names, fetch_timeout=0.5), notifier(nats_url, names)
-    received = Received()
-    endpoint = await caller.start(received.sink)
-    try:
-        first = received.waits(2)
-        await notify_all(sender, endpoint, first)
-        await completed(first)
-        await raw_js.delete_stream(caller.stream)
-        await eventually_true(lambda: caller.recovered == 1, "the stream to be made again", 10)
-        assert "was made again: signals published to" in caplog.text
-        later = received.waits(2)
-        await notify_all(sender, endpoint, later)  # the new stream counts from 1 again
-        assert await completed(later) == [0, 1]
-    finally:
-        await caller.close()
-        await sender.close()
+    pair = await started(fetch_timeout=0.5)
+    await pair.handed_on(2)
+    await raw_js.delete_stream(pair.caller.stream)
+    await eventually_true(lambda: pair.caller.recovered == 1, "the stream to be made again", 10)
+    assert "was made again: signals published to" in caplog.text
+    later = pair.received.waits(2)
+    await pair.notify(later)  # the new stream counts from 1 again
+    assert await completed(later) == [0, 1]
 
 
 async def test_close_removes_the_callers_consumer_and_a_dead_callers_goes_after_max_age(

@@ -440,13 +440,7 @@ class KafkaTransportReceiver:
                 record.delivery_count,
                 error,
             )
-            offsets = record._offsets
-            if offsets is not None and offsets.active and not self._closed:
-                self._releases[(offsets, record.offset)] = asyncio.get_running_loop().call_later(
-                    self._settings.release_delay_for(record.delivery_count) or 1.0,
-                    self._deliver_released,
-                    record,
-                )
+            self._deliver_later(record)
             return
         await record.ack()
         self.dead_lettered += 1

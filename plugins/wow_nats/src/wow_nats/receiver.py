@@ -101,7 +101,7 @@ DESCRIPTION_HEADER = "Description"
 _BACKOFF_MAX = 5.0
 _NAK_MARGIN = 0.25
 RECOVERY_PAUSE = 0.5
-"""Seconds a receiver whose consumer vanished waits before making it (and its stream)
+"""Seconds a receiver (or a wait reader) whose consumer vanished waits before making it (and its stream)
 again: long enough for the server to finish removing a deleted stream."""
 
 

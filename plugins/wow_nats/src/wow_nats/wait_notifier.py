@@ -58,6 +58,7 @@ from nats.js.api import (
 
 from wow_core.spi import WaitEndpoint, WaitSignal, WaitSignalSink, encode_signal
 from wow_nats.connection import NatsConnection
+from wow_nats.receiver import RECOVERY_PAUSE
 from wow_nats.settings import SECTION, NatsSettings
 
 if TYPE_CHECKING:
@@ -78,8 +79,6 @@ delivered again."""
 ACK_EVERY = 256
 """A busy reader acknowledges at least every this many signals (else when it has read
 all that arrived)."""
-RECOVERY_PAUSE = 0.5
-"""Seconds a caller whose consumer went waits before making it (and its stream) again."""
 _STATUS = "Status"
 _DESCRIPTION = "Description"
 
