@@ -7,12 +7,37 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 
+from aiokafka import AIOKafkaConsumer
+
 from wow_core.transport import TransportMessage, TransportRecord
-from wow_kafka import KafkaRecord, KafkaTransportReceiver
+from wow_kafka import KafkaRecord, KafkaTransport, KafkaTransportReceiver
 
 
 def message(topic: str, key: str, payload: str) -> TransportMessage:
     return TransportMessage(topic, key, payload, int(time.time() * 1000))
+
+
+async def raw_records(
+    transport: KafkaTransport, topic: str, count: int, timeout: float = 30
+) -> list[tuple[bytes | None, bytes | None, dict[str, str]]]:
+    """The first ``count`` records of ``topic`` read by a plain aiokafka consumer, from the
+    start: key, value and headers (values decoded as UTF-8)."""
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=transport.settings.bootstrap_list,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    try:
+        found: list[tuple[bytes | None, bytes | None, dict[str, str]]] = []
+        async with asyncio.timeout(timeout):
+            while len(found) < count:
+                for records in (await consumer.getmany(timeout_ms=500)).values():
+                    found.extend((r.key, r.value, {k: v.decode() for k, v in r.headers}) for r in records)
+        return found
+    finally:
+        await consumer.stop()
 
 
 class Collector:

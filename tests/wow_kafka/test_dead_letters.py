@@ -10,15 +10,18 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from tests.wow_kafka.conftest import unique
+from tests.wow_kafka.helpers import raw_records
 from wow_core.messaging import MessageSubscription
 from wow_core.metrics import InMemoryMetrics
 from wow_core.middleware import MetricDecodeFailureHandler
 from wow_core.middleware.metrics import DECODE_FAILURES
 from wow_core.model import NamedAggregate
 from wow_core.testing.support import command, conformance_codec, ordinal, wait_until
+from wow_core.transport import DeadLetterReason
 from wow_core.transport.bus import TransportCommandBus
 from wow_core.transport.decode_failure import DefaultDecodeFailureHandler
 from wow_kafka import KafkaTransport
+from wow_kafka.dead_letters import DEAD_LETTER_ERROR_BYTES, dead_letter_headers
 
 pytestmark = pytest.mark.kafka
 
@@ -103,25 +106,19 @@ async def test_garbage_wrong_keys_and_foreign_json_are_dead_lettered(transport: 
         transport, topic
     )
 
-    dead = AIOKafkaConsumer(
-        topic + ".dlq",
-        bootstrap_servers=transport.settings.bootstrap_list,
-        group_id=unique("dlq-reader"),
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-    )
-    await dead.start()
-    try:
-        kept: list[tuple[bytes | None, bytes | None]] = []
-        async with asyncio.timeout(30):
-            while len(kept) < len(hostile):
-                for records in (await dead.getmany(timeout_ms=500)).values():
-                    kept.extend((r.key, r.value) for r in records)
-    finally:
-        await dead.stop()
+    letters = await raw_records(transport, topic + ".dlq", len(hostile))
+    kept = [(key, value) for key, value, _ in letters]
     # byte for byte, except that a missing key or value is dead-lettered as empty
     expected = [((key or b""), (value or b"")) for key, value in hostile]
     assert sorted(kept, key=repr) == sorted(expected, key=repr)
+    # why each is there, in its headers: the reason, the group, where it was and the error
+    for _, _, headers in letters:
+        assert headers["wow-dlq-reason"] == "undecodable"
+        assert headers["wow-dlq-group"] == group
+        partition, offset = headers["wow-dlq-position"].split(":")
+        assert (partition + offset).isdigit()
+        assert headers["wow-dlq-deliveries"] == "1"
+        assert headers["wow-dlq-error"], "the decode error's text"
 
     # everything was acknowledged: the group does not see the garbage again
     again = bus.receiver(subscription)
@@ -134,3 +131,17 @@ async def test_garbage_wrong_keys_and_foreign_json_are_dead_lettered(transport: 
     assert metrics.counter_value(DECODE_FAILURES) == len(hostile)
     await again.close()
     await bus.close()
+
+
+def test_a_dead_letter_carries_at_most_a_kibibyte_of_its_error_as_valid_utf8() -> None:
+    reason = DeadLetterReason("undecodable", "g", "0:7", 2, "é" * 5000)
+    headers = dict(dead_letter_headers(reason))
+    assert headers["wow-dlq-reason"] == b"undecodable"
+    assert headers["wow-dlq-position"] == b"0:7"
+    assert headers["wow-dlq-deliveries"] == b"2"
+    error = headers["wow-dlq-error"]
+    assert len(error) <= DEAD_LETTER_ERROR_BYTES
+    assert set(error.decode()) == {"é"}, "cut between characters, never inside one"
+    assert "wow-dlq-error" not in dict(
+        dead_letter_headers(DeadLetterReason("max_deliveries", "g", "0:7", 16))
+    )

@@ -13,7 +13,7 @@ import pytest
 
 from tests.release_outage import Bump, TallyAggregate, processed_after_two_failed_appends
 from tests.wow_kafka.conftest import test_settings, unique
-from tests.wow_kafka.helpers import Collector, message
+from tests.wow_kafka.helpers import Collector, message, raw_records
 from wow_core.command import CommandWait
 from wow_core.eventsourcing.in_memory import InMemoryEventStore
 from wow_core.runtime.app import WowApp
@@ -294,6 +294,13 @@ async def test_a_record_released_max_deliveries_times_goes_to_its_dead_letter_to
         dead.open_processing()
         letter = await next_record(aiter(dead))
         assert (letter.key, letter.payload) == ("k0", "poison"), "its key and payload as they were"
+        [(_, _, headers)] = await raw_records(transport, topic + ".dlq", 1)
+        assert headers == {
+            "wow-dlq-reason": "max_deliveries",
+            "wow-dlq-group": group,
+            "wow-dlq-position": "0:0",
+            "wow-dlq-deliveries": "3",
+        }, "why it is there, in its headers"
         assert sorted(deliveries) == [("fine", 1), ("poison", 1), ("poison", 2), ("poison", 3)]
         await asyncio.sleep(0.3)  # a fourth delivery would have come by now
         assert len(collector.records) == 4
@@ -328,7 +335,7 @@ async def test_a_dead_letter_that_cannot_be_sent_leaves_the_record_to_be_deliver
         receiver = await opened(transport, unique("nodlq"), topic)
         failures = 0
 
-        async def broken_dead_letter(message: Any) -> None:
+        async def broken_dead_letter(message: Any, reason: Any) -> None:
             nonlocal failures
             failures += 1
             raise ConnectionError("the broker is away")

@@ -33,6 +33,8 @@ from wow_core.transport.bus import (
     TransportStateEventExchange,
 )
 from wow_core.transport.decode_failure import (
+    DeadLetterReason,
+    DeadLetterSender,
     DecodeFailure,
     DecodeFailureAction,
     DecodeFailureObserver,
@@ -300,6 +302,36 @@ async def test_an_explicit_policy_overrides_the_transport_default() -> None:
     assert await DefaultDecodeFailureHandler().handle(failure, transport) is DecodeFailureAction.ACK
     kept = await anext(dead)
     assert (kept.topic, kept.key, kept.payload, kept.timestamp) == ("t.dlq", "k", "raw", 5)
+    await transport.close()
+
+
+class ExplainingTransport(InMemoryTransport):
+    """A transport that keeps why each dead letter was sent (a DeadLetterSender)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reasons: list[tuple[TransportMessage, DeadLetterReason]] = []
+
+    async def send_dead_letter(self, message: TransportMessage, reason: DeadLetterReason) -> None:
+        self.reasons.append((message, reason))
+        await self.send(message)
+
+
+async def test_a_transport_that_sends_dead_letters_itself_is_told_why() -> None:
+    from wow_core.model import DecodeError
+
+    transport = ExplainingTransport()
+    assert isinstance(transport, DeadLetterSender)
+    receiver = transport.open("g", ["t"])
+    await transport.send(TransportMessage("t", "k", "raw", 5))
+    receiver.open_processing()
+    record = await anext(receiver)
+    failure = DecodeFailure("g", record, DecodeError(DecodeFailureKind.NOT_JSON, "nope"))
+    assert await DefaultDecodeFailureHandler().handle(failure, transport) is DecodeFailureAction.ACK
+    [(message, reason)] = transport.reasons
+    assert message == TransportMessage("t.dlq", "k", "raw", 5), "the record's own bytes"
+    assert reason == DeadLetterReason("undecodable", "g", record.position, 1, "not_json: nope")
+    assert not isinstance(InMemoryTransport(), DeadLetterSender), "the others send the bytes alone"
     await transport.close()
 
 

@@ -34,7 +34,7 @@ import contextlib
 import copy
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -44,14 +44,23 @@ from aiokafka.structs import TopicPartition
 log = logging.getLogger(__name__)
 
 
-class _Record:
-    __slots__ = ("future", "key", "timestamp_ms", "value")
+Headers = Sequence[tuple[str, bytes]]
+"""Kafka record headers: (key, value) pairs."""
 
-    def __init__(self, key: bytes, value: bytes, timestamp_ms: int, future: asyncio.Future[None]) -> None:
+NO_HEADERS: Headers = ()
+
+
+class _Record:
+    __slots__ = ("future", "headers", "key", "timestamp_ms", "value")
+
+    def __init__(
+        self, key: bytes, value: bytes, timestamp_ms: int, future: asyncio.Future[None], headers: Headers
+    ) -> None:
         self.key = key
         self.value = value
         self.timestamp_ms = timestamp_ms
         self.future = future
+        self.headers = headers
 
 
 class _Lane:
@@ -87,7 +96,12 @@ def _settle(records: list[_Record], acknowledged: asyncio.Future[Any]) -> None:
 
 def _appended(builder: Any, record: _Record) -> bool:
     """Whether ``builder`` (a ``producer.create_batch()``) took ``record`` (``False``: full)."""
-    added = builder.append(timestamp=record.timestamp_ms, key=record.key, value=record.value, headers=[])
+    added = builder.append(
+        timestamp=record.timestamp_ms,
+        key=record.key,
+        value=record.value,
+        headers=list(record.headers) if record.headers else [],
+    )
     return added is not None
 
 
@@ -154,9 +168,12 @@ class PartitionLanes:
             self._tracked.add(topic)
         await self._producer.partitions_for(topic)
 
-    def queue(self, topic: str, key: bytes, value: bytes, timestamp_ms: int) -> asyncio.Future[None]:
-        """Queue one record in its partition's lane; the future completes with the
-        broker's acknowledgement of its batch, or fails with the error that stopped it.
+    def queue(
+        self, topic: str, key: bytes, value: bytes, timestamp_ms: int, headers: Headers = NO_HEADERS
+    ) -> asyncio.Future[None]:
+        """Queue one record (with ``headers``, none by default) in its partition's lane;
+        the future completes with the broker's acknowledgement of its batch, or fails
+        with the error that stopped it.
 
         Raises ``MessageSizeTooLargeError`` at once for a record over
         ``max_request_size`` (nothing is queued), ``ProducerClosed`` after :meth:`close`.
@@ -165,7 +182,7 @@ class PartitionLanes:
         """
         if self._closing:
             raise ProducerClosed()
-        key, value = self._serialize(key, value, [])
+        key, value = self._serialize(key, value, list(headers) if headers else [])
         known = self._topics.get(topic) or self._known(topic)
         if known is None:
             raise UnknownTopicOrPartitionError(f"{topic} is not in the producer's metadata")
@@ -180,7 +197,7 @@ class PartitionLanes:
         lane = self._lanes.get(tp)
         if lane is None:
             lane = self._lanes[tp] = _Lane()
-        lane.queued.append(_Record(key, value, timestamp_ms, future))
+        lane.queued.append(_Record(key, value, timestamp_ms, future, headers))
         if lane.task is None:
             lane.task = asyncio.get_running_loop().create_task(self._drain(tp, lane), name=f"kafka-lane {tp}")
         return future

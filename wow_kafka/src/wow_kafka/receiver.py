@@ -42,8 +42,8 @@ Guarantees:
   partition's next owner (a rebalance or a restart). A released record comes again
   after records fetched later, so it may be processed after them. Released after its
   ``max_deliveries``-th delivery here, it is sent to ``<topic>.dlq`` (key, payload,
-  timestamp) and acknowledged instead, so the partition's commits move on; a dead letter
-  that cannot be sent leaves it to be delivered again.
+  timestamp, and the reason in its headers) and acknowledged instead, so the partition's
+  commits move on; a dead letter that cannot be sent leaves it to be delivered again.
 
 What it does not guarantee: exactly-once. A record in flight when its partition moved
 or its process died is delivered again to the new owner, and may then be processed
@@ -62,7 +62,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from aiokafka.protocol.group import LeaveGroupRequest
 
-from wow_core.transport.decode_failure import DefaultDecodeFailureHandler
+from wow_core.transport.decode_failure import DeadLetterReason, DefaultDecodeFailureHandler
 from wow_core.transport.kit import ReadAhead, Readiness
 from wow_core.transport.spi import RevocationListener, TransportMessage
 from wow_kafka.errors import KafkaConnectError
@@ -138,7 +138,7 @@ class KafkaTransportReceiver:
         consumer_config: dict[str, Any],
         topic_admin: KafkaTopics,
         on_close: Callable[[KafkaTransportReceiver], None] | None = None,
-        dead_letter: Callable[[TransportMessage], Awaitable[None]] | None = None,
+        dead_letter: Callable[[TransportMessage, DeadLetterReason], Awaitable[None]] | None = None,
     ) -> None:
         if not group:
             raise ValueError("a Kafka receiver needs a group")
@@ -424,13 +424,17 @@ class KafkaTransportReceiver:
     async def _send_to_dead_letter(self, record: KafkaRecord) -> None:
         """``record`` was delivered ``max_deliveries`` times and released each time: send
         it to ``<topic>.dlq`` (its key, payload and timestamp, as a decode failure's dead
-        letter), then acknowledge it. A send that fails leaves it to be delivered again
+        letter, with the reason ``max_deliveries`` in its headers: :mod:`wow_kafka.dead_letters`),
+        then acknowledge it. A send that fails leaves it to be delivered again
         (nothing is lost); a revocation meanwhile leaves it to the next owner, which may
         dead-letter it a second time."""
         assert self._dead_letter is not None
         topic = record.topic + DefaultDecodeFailureHandler.DEAD_LETTER_SUFFIX
         try:
-            await self._dead_letter(TransportMessage(topic, record.key, record.payload, record.timestamp))
+            await self._dead_letter(
+                TransportMessage(topic, record.key, record.payload, record.timestamp),
+                DeadLetterReason("max_deliveries", self.group, record.position, record.delivery_count),
+            )
         except Exception as error:
             log.error(
                 "%s: dead-lettering %s[%s] after %d deliveries failed: %r; delivered again",

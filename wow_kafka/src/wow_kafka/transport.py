@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -43,6 +44,7 @@ from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from wow_core.transport import (
+    DeadLetterReason,
     DecodeFailureDefault,
     DefaultTopicNaming,
     TopicNaming,
@@ -50,8 +52,9 @@ from wow_core.transport import (
     TransportMessage,
 )
 from wow_kafka.connection import common_config, consumer_config, producer_config
+from wow_kafka.dead_letters import dead_letter_headers
 from wow_kafka.errors import KafkaConnectError, KafkaSendError, KafkaTopicError, KafkaTransportError
-from wow_kafka.lanes import PartitionLanes
+from wow_kafka.lanes import NO_HEADERS, Headers, PartitionLanes
 from wow_kafka.log_reader import KafkaLogReader
 from wow_kafka.receiver import KafkaTransportReceiver
 from wow_kafka.settings import KafkaSettings
@@ -73,11 +76,12 @@ def _bytes(text: str) -> bytes:
 class _Pending:
     """A record sent to a topic whose partitions are not known yet, and its sender's future."""
 
-    __slots__ = ("future", "message")
+    __slots__ = ("future", "headers", "message")
 
-    def __init__(self, message: TransportMessage, future: asyncio.Future[None]) -> None:
+    def __init__(self, message: TransportMessage, future: asyncio.Future[None], headers: Headers) -> None:
         self.message = message
         self.future = future
+        self.headers = headers
 
 
 class _Gate:
@@ -255,9 +259,23 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
         except KafkaError as error:
             raise self._send_error(message, error) from error
 
-    def _queued(self, message: TransportMessage) -> asyncio.Future[None]:
-        """Queue ``message`` in its lane, or at its topic's gate while the topic is not
-        known (or is being looked up); synchronous, so records keep the order of the calls.
+    async def send_dead_letter(self, message: TransportMessage, reason: DeadLetterReason) -> None:
+        """:meth:`send` ``message`` (a dead letter: the original record's key, payload and
+        timestamp) with why it is there in its record headers: ``wow-dlq-reason``,
+        ``wow-dlq-group``, ``wow-dlq-position`` (``partition:offset``),
+        ``wow-dlq-deliveries`` and, where known, ``wow-dlq-error`` (UTF-8, at most
+        :data:`~wow_kafka.dead_letters.DEAD_LETTER_ERROR_BYTES` bytes of it)."""
+        try:
+            await self._queued(message, dead_letter_headers(reason))
+        except KafkaTransportError:
+            raise
+        except KafkaError as error:
+            raise self._send_error(message, error) from error
+
+    def _queued(self, message: TransportMessage, headers: Headers = NO_HEADERS) -> asyncio.Future[None]:
+        """Queue ``message`` (with ``headers``) in its lane, or at its topic's gate while
+        the topic is not known (or is being looked up); synchronous, so records keep the
+        order of the calls.
 
         Raises ``MessageSizeTooLargeError`` at once for a record over ``max_request_size``.
         """
@@ -270,10 +288,10 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
             and self.topics.known(topic)
             and lanes.partitions_known(topic)
         ):
-            return lanes.queue(topic, key, value, message.timestamp)
+            return lanes.queue(topic, key, value, message.timestamp, headers)
         if self.closed:
             raise self._closed_error(topic)
-        size = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, [])
+        size = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, list(headers))
         if size > self.settings.max_request_size:  # as the producer would refuse it, at once
             raise MessageSizeTooLargeError(
                 f"The message is {size} bytes when serialized which is larger than the maximum "
@@ -285,7 +303,7 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
         if gate is None:
             gate = self._gates[topic] = _Gate()
             gate.task = loop.create_task(self._open_gate(topic, gate), name=f"kafka-topic {topic}")
-        gate.pending.append(_Pending(message, future))
+        gate.pending.append(_Pending(message, future, headers))
         return future
 
     async def _open_gate(self, topic: str, gate: _Gate) -> None:
@@ -317,7 +335,9 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
                 continue  # its sender was cancelled: the record is not sent
             message = pending.message
             try:
-                queued = lanes.queue(topic, _bytes(message.key), _bytes(message.payload), message.timestamp)
+                queued = lanes.queue(
+                    topic, _bytes(message.key), _bytes(message.payload), message.timestamp, pending.headers
+                )
             except KafkaError as error:  # too large, or the producer is closing
                 pending.future.set_exception(error)
                 continue
@@ -395,6 +415,12 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
         The Kafka group id is ``group_prefix + group`` (see :attr:`group_prefix`).
         """
         self._check_open()
+        named = group
+
+        async def dead_letter(message: TransportMessage, reason: DeadLetterReason) -> None:
+            # the group as the application names it (as the bus's decode failures do)
+            await self.send_dead_letter(message, dataclasses.replace(reason, group=named))
+
         group = f"{self.group_prefix}{group}"
         receiver = KafkaTransportReceiver(
             group,
@@ -403,7 +429,7 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
             consumer_config(self.settings, self._common, group),
             self.topics,
             on_close=self.receiver_closed,
-            dead_letter=self.send,
+            dead_letter=dead_letter,
         )
         return self._track(receiver)
 

@@ -8,6 +8,8 @@ from wow_core.transport.bus import (
     TransportStateEventBus,
 )
 from wow_core.transport.decode_failure import (
+    DeadLetterReason,
+    DeadLetterSender,
     DecodeFailure,
     DecodeFailureAction,
     DecodeFailureObserver,
@@ -36,6 +38,8 @@ from wow_core.transport.spi import (
 __all__ = [
     "DecodeFailure",
     "DecodeFailureAction",
+    "DeadLetterReason",
+    "DeadLetterSender",
     "DecodeFailureObserver",
     "DecodeFailureDefault",
     "DefaultDecodeFailureHandler",

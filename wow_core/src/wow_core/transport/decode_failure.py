@@ -49,6 +49,36 @@ class DecodeFailure:
         return self.record.position
 
 
+@dataclass(frozen=True, slots=True)
+class DeadLetterReason:
+    """Why a record went to its dead-letter topic: what a :class:`DeadLetterSender` writes
+    beside the record's own bytes, so that whoever reads ``<topic>.dlq`` can tell."""
+
+    reason: str
+    """``undecodable`` (a decode failure) or the transport's delivery limit (``max_deliveries``)."""
+    group: str
+    """The receiver group that gave up on the record."""
+    position: str
+    """The record's position in its topic (``TransportRecord.position``)."""
+    deliveries: int
+    """Its deliveries to that group so far (``TransportRecord.delivery_count``)."""
+    error: str | None = None
+    """The decode error, or the last processing error where the transport knows it."""
+
+
+@runtime_checkable
+class DeadLetterSender(Protocol):
+    """A transport that sends a dead letter with its :class:`DeadLetterReason` (record
+    headers, say) beside the record's bytes.
+
+    Optional, like ``send_many``: :class:`DefaultDecodeFailureHandler` calls it where the
+    transport has it, else ``Transport.send`` with the bytes alone. The record's key,
+    payload and timestamp are the original's either way.
+    """
+
+    async def send_dead_letter(self, message: TransportMessage, reason: DeadLetterReason) -> None: ...
+
+
 @runtime_checkable
 class DecodeFailureObserver(Protocol):
     """A transport that hears what became of each undecodable record of its receivers.
@@ -80,8 +110,10 @@ class DefaultDecodeFailureHandler:
     ``decode_failure_default``, ``DEAD_LETTER`` when it has none):
 
     * ``DEAD_LETTER``: publish the raw record (same key, payload and timestamp) to
-      ``<topic>.dlq`` on the same transport, then acknowledge it. If that publish fails,
-      the record is left pending instead, so nothing is lost.
+      ``<topic>.dlq`` on the same transport, then acknowledge it; a transport that is a
+      :class:`DeadLetterSender` writes why beside it (reason ``undecodable``, the group,
+      position, deliveries and the error). If that publish fails, the record is left
+      pending instead, so nothing is lost.
     * ``LEAVE_PENDING``: leave the record unacknowledged where the backend keeps it.
 
     It does not repair or retry the record: a dead letter is for a human or a tool.
@@ -117,7 +149,13 @@ class DefaultDecodeFailureHandler:
             timestamp=record.timestamp,
         )
         try:
-            await transport.send(dead_letter)
+            if isinstance(transport, DeadLetterSender):
+                reason = DeadLetterReason(
+                    "undecodable", failure.group, failure.position, record.delivery_count, str(failure.error)
+                )
+                await transport.send_dead_letter(dead_letter, reason)
+            else:
+                await transport.send(dead_letter)
         except Exception:
             _log.exception(
                 "could not dead-letter the record at %s of %s; leaving it pending",
