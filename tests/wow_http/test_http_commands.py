@@ -72,6 +72,15 @@ async def test_a_void_command_is_sent_and_not_waited_for(served: Served) -> None
     assert response.json()["stage"] == "SENT"
 
 
+async def test_a_void_command_without_a_stage_is_waited_for_until_sent(served: Served) -> None:
+    id = await served.open()
+    response = await served.client.post(
+        f"/bank/account/{id}/Deposit", json={"amount": 1}, headers={"Wow-Void": "true"}
+    )
+    assert response.status_code == 200
+    assert (response.json()["stage"], response.json()["wait_stage"]) == ("SENT", "SENT")
+
+
 async def test_a_retried_request_id_is_answered_as_a_duplicate_of_the_first(served: Served) -> None:
     id = await served.open()
     headers = {"Wow-Request-Id": "deposit-once-1"}
@@ -263,7 +272,7 @@ async def test_a_header_value_that_is_not_accepted_is_400_naming_it(
     "headers",
     [
         {"Wow-Wait-Function": "Summary.on_deposited"},  # a function with PROCESSED
-        {"Wow-Void": "true"},  # a Void command waited for past SENT
+        {"Wow-Void": "true", "Wow-Wait-Stage": "PROCESSED"},  # a Void command waited for past SENT
     ],
 )
 async def test_headers_that_do_not_go_together_are_400(served: Served, headers: dict[str, str]) -> None:
@@ -279,6 +288,26 @@ async def test_an_aggregate_id_over_255_characters_is_400(served: Served) -> Non
     assert response.status_code == 400
 
 
+async def test_a_command_that_is_not_a_creation_command_sent_without_an_id_says_so(served: Served) -> None:
+    response = await served.client.post("/bank/account/Deposit", json={"amount": 1})
+    assert response.status_code == 404
+    assert response.json()["error_msg"] == (
+        "Deposit is not a creation command of bank.account: it goes to an aggregate, "
+        "POST /bank/account/{id}/Deposit"
+    )
+
+
+async def test_a_query_of_an_aggregate_the_service_does_not_host_is_404(served: Served) -> None:
+    response = await served.client.get("/bank/nope/acc-1/state")
+    assert response.status_code == 404
+    assert (response.json()["error_code"], response.json()["error_msg"]) == (
+        "NOT_FOUND",
+        "this service hosts no aggregate bank.nope",
+    )
+    unknown = await served.client.get("/bank/account/acc-1/nope")
+    assert (unknown.status_code, unknown.json()["error_code"]) == (404, "NOT_FOUND")
+
+
 async def test_a_method_or_path_the_api_does_not_have_is_answered_in_its_error_form(served: Served) -> None:
     assert (await served.client.get("/bank/account/x/Deposit")).json()["error_code"] == "METHOD_NOT_ALLOWED"
     missing = await served.client.post("/nowhere/at/all", json={})
@@ -287,6 +316,20 @@ async def test_a_method_or_path_the_api_does_not_have_is_answered_in_its_error_f
 
 
 # -- who sends ------------------------------------------------------------------------------
+
+
+async def test_each_token_of_the_settings_is_its_own_operator(serve: Callable[..., Any]) -> None:
+    settings = HttpSettings.model_validate({"auth": {"bearer_tokens": ["t-one", "t-two"]}})
+    async with serve(settings=settings) as served:
+        for token in ("t-one", "t-two"):
+            auth = {"Authorization": f"Bearer {token}"}
+            opened = await served.client.post("/bank/account/Open", json={"owner": "ada"}, headers=auth)
+            assert opened.status_code == 200, opened.text
+            id = opened.json()["aggregate"]["id"]
+            events = await served.client.get(f"/bank/account/{id}/events", headers=auth)
+            assert [stream["operator"] for stream in events.json()["streams"]] == [
+                {"t-one": "bearer:1", "t-two": "bearer:2"}[token]
+            ]
 
 
 async def test_the_operator_header_is_written_into_the_command(served: Served) -> None:

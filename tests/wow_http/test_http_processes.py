@@ -173,7 +173,8 @@ async def test_two_instances_behind_redis_answer_http_waits_wherever_the_command
         status, _, err = await asyncio.to_thread(
             wow, capsys, "send", "journal.ledger", "Fly", "{}", "--id", "x", "--transport", JOURNAL
         )
-        assert status == 2
+        assert status == 1  # refused: unknown
+        assert err.startswith("wow send: ")
         assert "has no command 'Fly'" in err
     finally:
         for member in members:

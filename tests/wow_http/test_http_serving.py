@@ -10,10 +10,10 @@ from contextlib import asynccontextmanager
 
 import httpx
 import pytest
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 
 from tests.accounts import Account
-from wow_core import WowApp
+from wow_core import WowApp, WowRuntime
 from wow_core.runtime.settings import SettingsError, WowSettings
 from wow_http import HttpServer, bearer_token, every_route, router, server_of, use_auth
 from wow_http.settings import HttpSettings
@@ -143,3 +143,64 @@ async def test_the_router_mounts_into_an_application_of_ones_own() -> None:
                 assert "/health" in paths
         finally:
             await server.stop()
+
+
+@asynccontextmanager
+async def own_application(runtime: WowRuntime, api_router: APIRouter) -> AsyncIterator[httpx.AsyncClient]:
+    """``api_router`` in an application of one's own, under uvicorn, the runtime started."""
+    shop = FastAPI()
+    shop.include_router(api_router, prefix="/bank-api")
+    async with runtime:
+        server = HttpServer(shop, port=0)
+        await server.start()
+        try:
+            async with httpx.AsyncClient(base_url=server.url + "/bank-api") as client:
+                yield client
+        finally:
+            await server.stop()
+
+
+async def test_the_router_is_guarded_by_the_apps_auth_hook_and_refuses_in_the_error_form() -> None:
+    app = WowApp("bank", aggregates=[Account])
+    use_auth(app, every_route(bearer_token({"t-ada": "ada"}.get)))
+    runtime = app.runtime()
+    async with own_application(runtime, router(runtime)) as client:
+        refused = await client.post("/bank/account/Open", json={"owner": "eve"})
+        assert refused.status_code == 401
+        assert refused.headers["WWW-Authenticate"] == "Bearer"
+        assert (refused.json()["error_code"], refused.json()["error_msg"]) == (
+            "UNAUTHORIZED",
+            "a bearer token is required",
+        )
+        auth = {"Authorization": "Bearer t-ada"}
+        opened = await client.post("/bank/account/Open", json={"owner": "ada"}, headers=auth)
+        assert opened.status_code == 200
+        id = opened.json()["aggregate"]["id"]
+        events = await client.get(f"/bank/account/{id}/events", headers=auth)
+        assert [stream["operator"] for stream in events.json()["streams"]] == ["ada"]
+
+
+async def test_the_router_is_guarded_by_the_bearer_tokens_of_the_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("WOW_HTTP__AUTH__BEARER_TOKENS", "t-ops")
+    runtime = WowApp("bank", aggregates=[Account]).runtime()
+    async with own_application(runtime, router(runtime)) as client:
+        assert (await client.get("/wow/metadata")).status_code == 401
+        allowed = await client.get("/wow/metadata", headers={"Authorization": "Bearer t-ops"})
+        assert allowed.status_code == 200
+
+
+async def test_a_router_given_a_hook_of_public_routes_is_public(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WOW_HTTP__AUTH__BEARER_TOKENS", "t-ops")
+    runtime = WowApp("bank", aggregates=[Account]).runtime()
+    async with own_application(runtime, router(runtime, auth=lambda route: None)) as client:
+        assert (await client.get("/wow/metadata")).status_code == 200
+
+
+def test_the_http_wait_notifier_without_an_http_server_is_a_settings_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("WOW_COMMAND__WAIT__NOTIFIER", "http")
+    with pytest.raises(SettingsError, match=r"WOW_COMMAND__WAIT__NOTIFIER=http needs WOW_HTTP__ENABLED=true"):
+        WowApp("bank", aggregates=[Account]).runtime(WowSettings.load())

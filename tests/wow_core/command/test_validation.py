@@ -93,3 +93,57 @@ def unlucky() -> Checked:
 )
 def test_constraints_and_post_init_are_still_checked(body: object) -> None:
     assert validate_body(body) != []
+
+
+# -- the rules of the wire, in-process ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Amount:
+    amount: Annotated[int, Field(gt=0)]
+    ratio: float = 1.0
+
+
+@pytest.mark.parametrize("value", ["5", True, 1.0], ids=["text", "bool", "float"])
+def test_a_value_a_receiver_would_refuse_from_the_wire_is_a_violation_in_process(value: object) -> None:
+    assert [(v.path, v.message) for v in validate_body(Amount(value))] == [  # type: ignore[arg-type]
+        ("amount", "Input should be a valid integer")
+    ]
+
+
+def test_the_in_process_violations_are_those_of_the_codec_for_the_same_json() -> None:
+    from pydantic import ValidationError
+
+    from wow_core.model.wire import command_body_validator
+
+    with pytest.raises(ValidationError) as wire:
+        command_body_validator(Amount)(b'{"amount": true}')
+    assert [v.message for v in validate_body(Amount(True))] == [e["msg"] for e in wire.value.errors()]
+
+
+def test_an_int_for_a_float_is_still_valid_strictly_as_on_the_wire() -> None:
+    assert validate_body(Amount(5, 2)) == []
+
+
+def test_the_lax_mode_accepts_what_pydantic_would_convert() -> None:
+    assert validation.validate_body_lax(Amount("5")) == []  # type: ignore[arg-type]
+    assert validation.validate_body_lax(Amount(0)) != []
+    assert validation.body_validator(False) is validation.validate_body_lax
+    assert validation.body_validator(True) is validate_body
+
+
+class Opaque:
+    """A value JSON cannot carry (a body of this kind can only be handed over in-process)."""
+
+
+@dataclass(frozen=True)
+class Carrying:
+    thing: Opaque
+    count: int
+
+    __pydantic_config__ = {"arbitrary_types_allowed": True}
+
+
+def test_a_body_whose_values_json_cannot_carry_is_checked_in_lax_mode() -> None:
+    assert validate_body(Carrying(Opaque(), 1)) == []
+    assert [v.path for v in validate_body(Carrying(Opaque(), "x"))] == ["count"]  # type: ignore[arg-type]

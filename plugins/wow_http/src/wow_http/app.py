@@ -21,11 +21,9 @@ from starlette.exceptions import HTTPException
 import wow_core
 from wow_core import WowRuntime
 from wow_core.command import ErrorCodes
-from wow_http.auth import auth_from_settings
-from wow_http.routes import BAD_REQUEST, UNAUTHORIZED, AuthHook, HttpLimits, router
+from wow_http.auth import app_auth
+from wow_http.routes import AuthHook, HttpLimits, error_code_of, router
 from wow_http.settings import HttpSettings
-
-_CODES = {401: UNAUTHORIZED, 403: "FORBIDDEN", 404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}
 
 
 def tidy_openapi(document: dict[str, Any]) -> dict[str, Any]:
@@ -67,10 +65,11 @@ def create_app(
     """The FastAPI app serving ``runtime`` (settings: ``WOW_HTTP__*`` of the runtime).
 
     ``auth`` guards the routes (:data:`~wow_http.routes.AuthHook`); without it, the
-    bearer tokens of ``WOW_HTTP__AUTH__BEARER_TOKENS`` do, if any are set.
+    app's (:func:`~wow_http.use_auth`) does, else the bearer tokens of
+    ``WOW_HTTP__AUTH__BEARER_TOKENS``, if any are set.
     """
     settings = settings or settings_of(runtime)
-    hook = auth if auth is not None else auth_from_settings(settings)
+    hook = auth if auth is not None else app_auth(runtime, settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -117,7 +116,7 @@ def create_app(
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:
-        code = _CODES.get(error.status_code, BAD_REQUEST if error.status_code < 500 else "SERVER_ERROR")
+        code = error_code_of(error.status_code)
         if error.status_code == 404 and request.method == "POST":
             code = ErrorCodes.COMMAND_UNHANDLED
         message: Any = error.detail

@@ -4,19 +4,27 @@ An app guards its routes with any FastAPI dependency through an auth hook
 (:data:`~wow_http.routes.AuthHook`: ``hook(route) -> dependency | None``);
 :func:`bearer_token` is the built-in one, and ``WOW_HTTP__AUTH__BEARER_TOKENS`` turns it
 on for every route without code. Tokens are compared in constant time.
+
+:func:`use_auth` names an app's hook once; :func:`app_auth` is what guards a runtime's
+routes when no hook is given (``create_app``, ``router`` and ``wow run`` alike): the app's
+hook, else the bearer tokens of the settings, else nothing.
 """
 
 from __future__ import annotations
 
 import hmac
+import weakref
 from collections.abc import Callable, Iterable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, HTTPException
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from wow_http.routes import AuthHook, every_route
-from wow_http.settings import HttpSettings
+from wow_http.settings import SECTION, HttpSettings
+
+if TYPE_CHECKING:
+    from wow_core import WowApp, WowRuntime
 
 _scheme = HTTPBearer(auto_error=False, description="A token of WOW_HTTP__AUTH__BEARER_TOKENS (or the app's).")
 
@@ -24,9 +32,11 @@ _scheme = HTTPBearer(auto_error=False, description="A token of WOW_HTTP__AUTH__B
 def bearer_token(tokens: Iterable[str] | Callable[[str], str | None]) -> Callable[..., Any]:
     """A dependency accepting ``Authorization: Bearer <token>``.
 
-    ``tokens`` is the accepted tokens (the principal is then ``"bearer"``), or a function
-    mapping a token to its principal (``None``: refused). A missing or refused token is
-    answered 401 with ``WWW-Authenticate: Bearer``.
+    ``tokens`` is the accepted tokens (the principal is then ``"bearer:<n>"``, the
+    token's position in the list from 1: it tells the tokens apart in the operator of
+    the commands, and says nothing of the token itself), or a function mapping a token
+    to its principal (``None``: refused). A missing or refused token is answered 401
+    with ``WWW-Authenticate: Bearer``.
     """
     if callable(tokens):
         lookup = tokens
@@ -37,10 +47,11 @@ def bearer_token(tokens: Iterable[str] | Callable[[str], str | None]) -> Callabl
 
         def lookup(token: str) -> str | None:
             given = token.encode()
-            found = False
-            for candidate in accepted:
-                found |= hmac.compare_digest(given, candidate)
-            return "bearer" if found else None
+            found = 0
+            for position, candidate in enumerate(accepted, start=1):  # every one: constant time
+                if hmac.compare_digest(given, candidate):
+                    found = position
+            return f"bearer:{found}" if found else None
 
     async def authenticate(
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_scheme)],
@@ -61,3 +72,27 @@ def auth_from_settings(settings: HttpSettings) -> AuthHook | None:
     """The hook of ``WOW_HTTP__AUTH__BEARER_TOKENS``: every route, or ``None`` when unset."""
     tokens = [token.get_secret_value() for token in settings.auth.bearer_tokens]
     return every_route(bearer_token(tokens)) if tokens else None
+
+
+_hooks: weakref.WeakKeyDictionary[WowRuntime, AuthHook] = weakref.WeakKeyDictionary()
+
+
+def use_auth(app: WowApp, auth: AuthHook) -> None:
+    """Guard the routes of every runtime of ``app`` with ``auth`` (instead of the bearer
+    tokens of the settings): those ``wow run`` serves, and those of ``create_app(runtime)``
+    and ``router(runtime)`` in an application of your own."""
+
+    def remember(runtime: WowRuntime) -> None:
+        _hooks[runtime] = auth
+
+    app.installer(remember)
+
+
+def app_auth(runtime: WowRuntime, settings: HttpSettings | None = None) -> AuthHook | None:
+    """The hook guarding ``runtime``'s routes when none is given: its app's
+    (:func:`use_auth`), else the bearer tokens of ``WOW_HTTP__AUTH__BEARER_TOKENS``
+    (``settings``, default the runtime's), else ``None``: every route is public."""
+    hook = _hooks.get(runtime)
+    if hook is not None:
+        return hook
+    return auth_from_settings(settings or runtime.settings.section(SECTION, HttpSettings))

@@ -9,9 +9,15 @@ default ``http://127.0.0.1:8080`` or ``WOW_HTTP__PORT``); with ``--transport
 module:app`` directly over the configured transport (``WOW_TRANSPORT``...), the app
 naming the body classes only: this process hosts no aggregate.
 
-Exit status: 0 the stage was reached (or a duplicate), 1 the command was refused (invalid,
-unknown, a business rule, a conflict), 2 a usage error, 3 the wait timed out, 4 the
-service could not be reached or could not send.
+The body is checked by the rules the service applies to it (``WOW_COMMAND__STRICT_BODIES``:
+unknown fields and lax coercions refused), over HTTP by the service, with ``--transport``
+before anything is sent.
+
+Exit status: 0 the stage was reached (or a duplicate), 1 the command was refused (an
+invalid body, an unknown aggregate or command, a token refused, a business rule, a
+conflict), 2 a usage error (wrong arguments, a body that is not JSON, a wrong
+``module:app`` or setting), 3 the wait timed out, 4 the service or the transport could not
+be reached, or could not send. Every message starts with ``wow send:``.
 """
 
 from __future__ import annotations
@@ -56,7 +62,10 @@ def _run_openapi(invocation: Any) -> int:
 
 def _configure_send(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("aggregate", help="context.aggregate, e.g. bank.account")
-    parser.add_argument("command", help="the command's name (its body class), e.g. OpenAccount")
+    # Not dest="command": the top-level parser keeps the subcommand's name there.
+    parser.add_argument(
+        "command_name", metavar="command", help="the command's name (its body class), e.g. OpenAccount"
+    )
     parser.add_argument("body", nargs="?", default="{}", help="the body as JSON (default {})")
     parser.add_argument("--id", help="the aggregate id (omit it for a creation command: a new id)")
     parser.add_argument("--wait", default="PROCESSED", help="the stage to wait for (default PROCESSED)")
@@ -73,6 +82,10 @@ def _configure_send(parser: argparse.ArgumentParser) -> None:
     )
 
 
+_USAGE_CODES = frozenset({"BAD_REQUEST", "MALFORMED_JSON"})
+"""The codes of a request the command line itself got wrong (a header, the body's JSON)."""
+
+
 def _exit_status(status: int, body: Any) -> int:
     if status == 200:
         return SUCCEEDED
@@ -80,8 +93,13 @@ def _exit_status(status: int, body: Any) -> int:
         return TIMED_OUT
     if status in (502, 503) or (status >= 500 and not isinstance(body, dict)):
         return UNAVAILABLE
-    if isinstance(body, dict) and body.get("error_code") in ("BAD_REQUEST", "MALFORMED_JSON", "UNAUTHORIZED"):
+    if isinstance(body, dict) and body.get("error_code") in _USAGE_CODES:
         return USAGE
+    return REFUSED
+
+
+def _refused(message: str) -> int:
+    print(f"wow send: {message}", file=sys.stderr)
     return REFUSED
 
 
@@ -108,7 +126,7 @@ def _send_http(invocation: Any) -> int:
 
         settings = invocation.settings().section(SECTION, HttpSettings)
         base = f"http://127.0.0.1:{settings.port}{settings.root_path}"
-    path = f"/{context}/{aggregate}" + (f"/{args.id}" if args.id else "") + f"/{args.command}"
+    path = f"/{context}/{aggregate}" + (f"/{args.id}" if args.id else "") + f"/{args.command_name}"
     headers = {WAIT_STAGE: args.wait.upper(), "Content-Type": "application/json"}
     for name, value in (
         (WAIT_TIMEOUT, None if args.timeout is None else repr(args.timeout)),
@@ -132,73 +150,98 @@ def _send_http(invocation: Any) -> int:
     except ValueError:
         body = response.text
     invocation.out.write((json.dumps(body, indent=2) if not isinstance(body, str) else body) + "\n")
+    unhandled = isinstance(body, dict) and body.get("error_code") == "COMMAND_UNHANDLED"
+    if unhandled and not args.id:
+        print("wow send: no --id given: only a creation command goes without one", file=sys.stderr)
     return _exit_status(response.status_code, body)
 
 
 def _send_transport(invocation: Any) -> int:
-    from pydantic import TypeAdapter, ValidationError
+    from pydantic import ValidationError
 
     from wow_core import WowApp
-    from wow_core.command import CommandValidationError, CommandWaitTimeoutError, VoidCommandWaitError
+    from wow_core.command import (
+        CommandStage,
+        CommandValidationError,
+        CommandWaitTimeoutError,
+        VoidCommandWaitError,
+    )
     from wow_core.model import NamedAggregate
-    from wow_core.modeling.registry import AggregateRegistry
+    from wow_core.model.wire import command_body_validator
+    from wow_core.modeling.registry import AggregateRegistry, UnknownCommandError
+    from wow_core.runtime.runtime import StartError
     from wow_core.runtime.serve import load_app
-    from wow_http.routes import OPERATOR_KEY, HttpError, wait_plan
+    from wow_http.routes import OPERATOR_KEY, HttpError, validation_violations, wait_plan
     from wow_http.wire import result_body
 
     args = invocation.args
     context, aggregate = _parse_aggregate(args.aggregate)
     named = NamedAggregate(context, aggregate)
+    try:
+        plan = wait_plan(CommandStage(args.wait.upper()), args.wait_function)
+    except (ValueError, HttpError) as error:
+        raise SettingsError(str(error)) from None
+    settings = invocation.settings()
     service = load_app(args.transport)
     body_types = {
         cls.__name__: cls for cls in (*service.body_types, *_command_types(service)) if isinstance(cls, type)
     }
-    body_type = body_types.get(args.command)
+    body_type = body_types.get(args.command_name)
     if body_type is None:
-        raise SettingsError(
-            f"{args.transport} has no command {args.command!r}; its commands: {', '.join(sorted(body_types))}"
-        )
-    try:
-        body = TypeAdapter(body_type).validate_json(args.body)
-        from wow_core.command import CommandStage
-
-        plan = wait_plan(CommandStage(args.wait.upper()), args.wait_function)
-    except (ValidationError, ValueError, HttpError) as error:
-        raise SettingsError(str(error)) from None
-    # A runtime of the service's body types only: it hosts no aggregate, so the command
-    # goes out through the transport to the processes that do.
-    client = WowApp(f"{service.name or 'wow'}-send", body_types=list(body_types.values()))
-    runtime = client.runtime(invocation.settings(), plugins=invocation.plugins)
+        known = ", ".join(sorted(body_types))
+        return _refused(f"{args.transport} has no command {args.command_name!r}; its commands: {known}")
     # The service's aggregates, known here only to address the command (create or not).
     registry = AggregateRegistry(service.aggregates)
     if registry.get(named) is None:
-        raise SettingsError(f"{args.transport} hosts no aggregate {named}")
+        return _refused(f"{args.transport} hosts no aggregate {named}")
     try:
-        command = registry.command(
-            body,
-            args.id,
-            request_id=args.request_id or "",
-            header={OPERATOR_KEY: args.operator} if args.operator else None,
+        # What the service's own decoder applies (WOW_COMMAND__STRICT_BODIES).
+        body = command_body_validator(body_type, strict=settings.command.strict_bodies)(args.body)
+    except ValidationError as error:
+        if any(item["type"] == "json_invalid" for item in error.errors()):
+            raise SettingsError(f"the body is not well-formed JSON: {args.body!r}") from None
+        listed = "; ".join(
+            f"{v.path}: {v.message}" if v.path else v.message for v in validation_violations(error)
         )
-    except ValueError as error:
-        raise SettingsError(str(error)) from None
+        return _refused(f"the {args.command_name} body is invalid: {listed}")
+    try:
+        metadata, function = registry.function_for(body)
+    except UnknownCommandError:
+        return _refused(f"no aggregate of {args.transport} handles {args.command_name}")
+    if metadata.named_aggregate != named:
+        return _refused(f"{args.command_name} goes to {metadata.named_aggregate}, not {named}")
+    if args.id is None and not function.create:
+        return _refused(f"{args.command_name} is not a creation command: name its aggregate with --id")
+    command = registry.command(
+        body,
+        args.id,
+        request_id=args.request_id or "",
+        header={OPERATOR_KEY: args.operator} if args.operator else None,
+    )
+    # A runtime of the service's body types only: it hosts no aggregate, so the command
+    # goes out through the transport to the processes that do.
+    client = WowApp(f"{service.name or 'wow'}-send", body_types=list(body_types.values()))
+    runtime = client.runtime(settings, plugins=invocation.plugins)
 
     async def main() -> int:
-        async with runtime:
-            try:
-                result = await runtime.gateway.send_and_wait(command, plan, timeout=args.timeout)
-            except (CommandValidationError, VoidCommandWaitError) as error:
-                print(f"wow send: {error}", file=sys.stderr)
-                return REFUSED
-            except CommandWaitTimeoutError as error:
-                print(f"wow send: {error}", file=sys.stderr)
-                return TIMED_OUT
-            except Exception as error:
-                print(
-                    f"wow send: the command could not be sent: {type(error).__name__}: {error}",
-                    file=sys.stderr,
-                )
-                return UNAVAILABLE
+        try:
+            async with runtime:
+                try:
+                    result = await runtime.gateway.send_and_wait(command, plan, timeout=args.timeout)
+                except (CommandValidationError, VoidCommandWaitError) as error:
+                    return _refused(str(error))
+                except CommandWaitTimeoutError as error:
+                    print(f"wow send: {error}", file=sys.stderr)
+                    return TIMED_OUT
+                except Exception as error:
+                    print(
+                        f"wow send: the command could not be sent: {type(error).__name__}: {error}",
+                        file=sys.stderr,
+                    )
+                    return UNAVAILABLE
+        except StartError as error:
+            print(f"wow send: the transport cannot be reached: {error}", file=sys.stderr)
+            return UNAVAILABLE
         invocation.out.write(json.dumps(result_body(result).model_dump(mode="json"), indent=2) + "\n")
         return SUCCEEDED if result.succeeded or result.duplicate else REFUSED
 
@@ -228,8 +271,11 @@ COMMANDS: dict[str, Command] = {
     "send": Command(
         help="send one command to a running service and print its result",
         description="Sends a command over HTTP (--url) or, with --transport module:app, over the configured "
-        "transport, waits for --wait and prints the result. Exit status: 0 reached, 1 refused, 2 usage "
-        "error, 3 wait timed out, 4 unavailable.",
+        "transport, waits for --wait and prints the result. The body is checked by the service's rules "
+        "(WOW_COMMAND__STRICT_BODIES). Exit status: 0 reached (or a duplicate); 1 refused (an invalid "
+        "body, an unknown aggregate or command, a token refused, a business rule, a conflict); 2 usage "
+        "error (wrong arguments, a body that is not JSON, a wrong module:app or setting); 3 the wait "
+        "timed out; 4 the service or the transport could not be reached.",
         run=_run_send,
         configure=_configure_send,
     ),

@@ -40,6 +40,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter, ValidationError
+from starlette.exceptions import HTTPException
 
 from wow_core import WowRuntime
 from wow_core.command import (
@@ -54,6 +55,7 @@ from wow_core.command import (
 )
 from wow_core.middleware import undecorated
 from wow_core.model import DEFAULT_TENANT_ID, AggregateId, CommandMessage, NamedAggregate
+from wow_core.model.wire import command_body_validator
 from wow_core.modeling.aggregate import AggregateMetadata, CommandFunction
 from wow_core.runtime.settings import mask_userinfo
 from wow_http.wire import (
@@ -113,6 +115,16 @@ SERVICE_UNAVAILABLE = "SERVICE_UNAVAILABLE"
 SNAPSHOT_NOT_FOUND = "SNAPSHOT_NOT_FOUND"
 UNAUTHORIZED = "UNAUTHORIZED"
 NOT_WAITING = "NOT_WAITING"
+NOT_FOUND = "NOT_FOUND"
+METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+
+_CODES = {401: UNAUTHORIZED, 403: "FORBIDDEN", 404: NOT_FOUND, 405: METHOD_NOT_ALLOWED}
+
+
+def error_code_of(status: int) -> str:
+    """The ``error_code`` of an ``HTTPException`` (an auth dependency's 401...) of ``status``."""
+    return _CODES.get(status, BAD_REQUEST if status < 500 else "SERVER_ERROR")
+
 
 _NOT_FOUND = frozenset({ErrorCodes.COMMAND_UNHANDLED, ErrorCodes.AGGREGATE_NOT_FOUND})
 _CONFLICT = frozenset(
@@ -180,8 +192,9 @@ def validation_violations(error: RequestValidationError | ValidationError) -> li
 
 class WowRoute(APIRoute):
     """Answers a request FastAPI refuses (a header, a path or a query parameter that is
-    not valid) with 400 and the violations, the API's own error form, instead of 422:
-    the same in an app of the user's, whose error handlers are not changed."""
+    not valid) with 400 and the violations, the API's own error form, instead of 422, and
+    an ``HTTPException`` of a dependency (an auth hook's 401) in that form too, its
+    headers kept: the same in an app of the user's, whose error handlers are not changed."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -195,6 +208,11 @@ class WowRoute(APIRoute):
                 return HttpError(400, BAD_REQUEST, f"invalid request: {listed}", violations).response()
             except HttpError as error:
                 return error.response()
+            except HTTPException as error:
+                body = ErrorBody(error_code=error_code_of(error.status_code), error_msg=str(error.detail))
+                return JSONResponse(
+                    body.model_dump(mode="json"), status_code=error.status_code, headers=error.headers
+                )
 
         return handle
 
@@ -299,11 +317,14 @@ class _RawReader:
 
 @dataclass(frozen=True, slots=True)
 class _BodyReader:
-    """Reads and validates one command class's body from a request."""
+    """Reads and validates one command class's body from a request, by the rules a
+    receiver applies to it from the wire (the codec's validator; ``strict``:
+    ``WOW_COMMAND__STRICT_BODIES``)."""
 
     body_type: type[Any]
     adapter: TypeAdapter[Any]
     max_bytes: int
+    validate: Callable[[bytes], Any]
 
     @property
     def schema(self) -> dict[str, Any]:
@@ -312,7 +333,7 @@ class _BodyReader:
     async def read(self, request: Request) -> Any:
         raw = await _RawReader(self.max_bytes).read(request) or b"{}"
         try:
-            return self.adapter.validate_json(raw)
+            return self.validate(raw)
         except ValidationError as error:
             if any(item["type"] == "json_invalid" for item in error.errors()):
                 raise HttpError(400, MALFORMED_JSON, "the body is not well-formed JSON") from None
@@ -326,7 +347,7 @@ class _BodyReader:
             ) from None
 
 
-def _body_reader(body_type: type[Any], max_bytes: int) -> _BodyReader | None:
+def _body_reader(body_type: type[Any], max_bytes: int, *, strict: bool) -> _BodyReader | None:
     try:
         adapter: TypeAdapter[Any] = TypeAdapter(body_type)
         adapter.json_schema()
@@ -338,7 +359,7 @@ def _body_reader(body_type: type[Any], max_bytes: int) -> _BodyReader | None:
             error,
         )
         return None
-    return _BodyReader(body_type, adapter, max_bytes)
+    return _BodyReader(body_type, adapter, max_bytes, command_body_validator(body_type, strict=strict))
 
 
 # -- wait plans ------------------------------------------------------------------------
@@ -421,10 +442,17 @@ def router(
 ) -> APIRouter:
     """The routes of ``runtime``'s aggregates: include it in any FastAPI app.
 
-    The runtime must be started before the first request (``async with runtime:`` in the
-    app's lifespan); :func:`wow_http.create_app` builds a whole app around it.
+    ``auth`` guards them; without it, what guards the routes ``wow run`` serves does: the
+    hook of the runtime's app (:func:`~wow_http.use_auth`), else the bearer tokens of
+    ``WOW_HTTP__AUTH__BEARER_TOKENS`` (an explicitly public API: ``auth=lambda route:
+    None``). The runtime must be started before the first request (``async with
+    runtime:`` in the app's lifespan); :func:`wow_http.create_app` builds a whole app
+    around it.
     """
+    from wow_http.auth import app_auth
+
     limits = limits or HttpLimits()
+    auth = auth if auth is not None else app_auth(runtime)
     api = APIRouter(prefix=prefix, route_class=WowRoute)
     routes = _Routes(runtime, limits, auth, prefix)
     for metadata in sorted(runtime.aggregates, key=lambda m: str(m.named_aggregate)):
@@ -455,7 +483,9 @@ class _Routes:
         base = f"/{named.context_name}/{named.aggregate_name}"
         listed = self.commands.setdefault(named, [])
         for body_type, function in sorted(metadata.commands.items(), key=lambda item: item[0].__name__):
-            reader = _body_reader(body_type, self.limits.max_body_bytes)
+            reader = _body_reader(
+                body_type, self.limits.max_body_bytes, strict=self.runtime.settings.command.strict_bodies
+            )
             if reader is None:
                 continue
             name = body_type.__name__
@@ -501,9 +531,12 @@ class _Routes:
         async def endpoint(
             request: Request,
             wait_stage: Annotated[
-                CommandStage,
-                Header(alias=WAIT_STAGE, description="The stage to wait for (SENT for a Void command)."),
-            ] = CommandStage.PROCESSED,
+                CommandStage | None,
+                Header(
+                    alias=WAIT_STAGE,
+                    description="The stage to wait for (default PROCESSED; SENT for a Void command).",
+                ),
+            ] = None,
             wait_timeout: Annotated[
                 float | None,
                 Header(
@@ -540,6 +573,8 @@ class _Routes:
             aggregate_id = request.path_params.get("id") if with_id else None
             if aggregate_id is not None and not 0 < len(aggregate_id) <= _ID_MAX:
                 raise HttpError(400, BAD_REQUEST, f"an aggregate id has 1 to {_ID_MAX} characters")
+            if wait_stage is None:
+                wait_stage = CommandStage.SENT if void else CommandStage.PROCESSED
             plan = wait_plan(wait_stage, wait_function)
             if void and not plan.supports_void:
                 raise HttpError(
@@ -739,16 +774,37 @@ class _Routes:
         )
 
     def add_unhandled(self, api: APIRouter, context: str) -> None:
-        """``POST /{context}/...`` that no route matched: 404 ``COMMAND_UNHANDLED``."""
+        """``/{context}/...`` that no route matched: a POST 404 ``COMMAND_UNHANDLED`` (a
+        command that is not a creation command, sent without an id, is told so); a GET
+        404 ``NOT_FOUND`` (an aggregate this service does not host...), or 405 on a
+        command's route."""
 
-        async def unhandled(request: Request) -> Response:
-            return HttpError(
-                404,
-                ErrorCodes.COMMAND_UNHANDLED,
-                f"no aggregate of this service handles POST {request.url.path}",
-            ).response()
+        async def unhandled(request: Request, rest: str) -> Response:
+            aggregate, _, tail = rest.partition("/")
+            listed = self.commands.get(NamedAggregate(context, aggregate), [])
+            message = f"no aggregate of this service handles POST {request.url.path}"
+            if tail and "/" not in tail and any(c.name == tail and not c.create for c in listed):
+                message = (
+                    f"{tail} is not a creation command of {context}.{aggregate}: it goes to an "
+                    f"aggregate, POST /{context}/{aggregate}/{{id}}/{tail}"
+                )
+            return HttpError(404, ErrorCodes.COMMAND_UNHANDLED, message).response()
 
-        api.add_api_route(f"/{context}/{{rest:path}}", unhandled, methods=["POST"], include_in_schema=False)
+        async def not_found(request: Request, rest: str) -> Response:
+            aggregate, _, tail = rest.partition("/")
+            named = NamedAggregate(context, aggregate)
+            if named not in self.commands:
+                return HttpError(404, NOT_FOUND, f"this service hosts no aggregate {named}").response()
+            if any(c.name == tail.rpartition("/")[2] for c in self.commands[named]):
+                message = f"{request.url.path} takes a command: POST it"
+                refused = ErrorBody(error_code=METHOD_NOT_ALLOWED, error_msg=message)
+                allow = {"Allow": "POST"}
+                return JSONResponse(refused.model_dump(mode="json"), status_code=405, headers=allow)
+            return HttpError(404, NOT_FOUND, f"no route GET {request.url.path}").response()
+
+        path = f"/{context}/{{rest:path}}"
+        api.add_api_route(path, unhandled, methods=["POST"], include_in_schema=False)
+        api.add_api_route(path, not_found, methods=["GET"], include_in_schema=False)
 
 
 def _failure(error: Exception, command: CommandMessage[Any]) -> HttpError:

@@ -24,9 +24,11 @@ from typing import Any
 
 import uvicorn
 
-from wow_core import WowApp, WowRuntime
-from wow_http.routes import AuthHook
+from wow_core import WowRuntime
+from wow_http.auth import use_auth
 from wow_http.settings import HttpSettings
+
+__all__ = ["HttpServer", "bind", "install", "server_of", "use_auth"]
 
 log = logging.getLogger("wow.http")
 
@@ -151,7 +153,7 @@ def install(runtime: WowRuntime) -> None:
     settings: HttpSettings = settings_of(runtime)
     if not settings.enabled:
         return
-    app = create_app(runtime, settings, auth=_auth.get(runtime))
+    app = create_app(runtime, settings)
     if app.state.wow_auth is None and not settings.loopback:
         log.warning(
             "serving HTTP on %s:%s, beyond loopback, and no auth guards the routes: anyone who reaches "
@@ -171,19 +173,8 @@ def install(runtime: WowRuntime) -> None:
 
 
 _servers: weakref.WeakKeyDictionary[WowRuntime, HttpServer] = weakref.WeakKeyDictionary()
-_auth: weakref.WeakKeyDictionary[WowRuntime, AuthHook] = weakref.WeakKeyDictionary()
 
 
 def server_of(runtime: WowRuntime) -> HttpServer | None:
     """The HTTP server ``wow run`` (the runtime installer) added to ``runtime``, if any."""
     return _servers.get(runtime)
-
-
-def use_auth(app: WowApp, auth: AuthHook) -> None:
-    """Guard the routes ``wow run`` serves for ``app`` with ``auth`` (instead of the bearer
-    tokens of the settings)."""
-
-    def remember(runtime: WowRuntime) -> None:
-        _auth[runtime] = auth
-
-    app.installer(remember)

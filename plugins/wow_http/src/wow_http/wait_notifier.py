@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from wow_core.command.endpoint import process_id
+from wow_core.settings import SettingsError
 from wow_core.spi import WaitEndpoint, WaitSignal, WaitSignalSink, encode_signal
 from wow_http.settings import SECTION, HttpSettings
 
@@ -62,7 +63,15 @@ class HttpWaitNotifier:
 
     @classmethod
     def from_settings(cls, settings: ProcessSettings) -> HttpWaitNotifier:
+        """The notifier of ``WOW_HTTP__*``; :class:`~wow_core.settings.SettingsError` when
+        this process serves no HTTP (nothing would receive its signals: every wait past
+        ``SENT`` would end at its deadline) or has no URL the others can reach."""
         http = settings.section(SECTION, HttpSettings)
+        if not http.enabled:
+            raise SettingsError(
+                "WOW_COMMAND__WAIT__NOTIFIER=http needs WOW_HTTP__ENABLED=true: the signals of the "
+                "commands this process waits for are posted to its own HTTP server"
+            )
         tokens = [token.get_secret_value() for token in http.auth.bearer_tokens]
         return cls(
             advertised_url(http), token=tokens[0] if tokens else None, timeout=http.wait_notify_timeout
@@ -98,7 +107,7 @@ def advertised_url(settings: HttpSettings) -> str:
     if settings.advertised_url:
         return settings.advertised_url.rstrip("/")
     if settings.port == 0 or settings.host in ("0.0.0.0", "::", ""):
-        raise ValueError(
+        raise SettingsError(
             "the http wait notifier needs WOW_HTTP__ADVERTISED_URL, or a concrete WOW_HTTP__HOST and a "
             "fixed WOW_HTTP__PORT, for other processes to reach this one"
         )

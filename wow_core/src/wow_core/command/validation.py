@@ -6,6 +6,16 @@ constraints (``Annotated[int, Field(gt=0)]``, pydantic validators) of a dataclas
 pydantic model. A body may add cross-field rules with a ``violations()`` method that
 returns messages (or :class:`Violation` s); any it returns make the command invalid.
 
+:func:`validate_body` applies the rules a receiver applies to a command body from the
+wire (``WOW_COMMAND__STRICT_BODIES=true``, the default): the body's field values, written
+as JSON as they are, must pass the codec's strict validator of the class
+(:func:`~wow_core.model.wire.command_body_validator`). So ``"5"``, ``True`` or ``1.0``
+for an ``int`` is a violation in-process as it is on the wire, never a value the
+command function receives. A body whose values JSON cannot carry (an arbitrary object
+of a class allowing arbitrary types) is validated in lax mode instead: it can only be
+handed over in-process. :func:`validate_body_lax` (``WOW_COMMAND__STRICT_BODIES=false``)
+is pydantic's lax mode: what it would convert is accepted, and left unconverted.
+
 pydantic is not called for a plain dataclass body whose fields are all annotated ``str``,
 ``int``, ``float``, ``bool`` or ``bytes`` (no ``Annotated`` constraint, no
 ``__post_init__``) and hold values of exactly those types: pydantic would find nothing
@@ -18,13 +28,15 @@ from __future__ import annotations
 import dataclasses
 import typing
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
+from pydantic_core import PydanticSerializationError, to_json
 
 from wow_core.command.stages import Violation
+from wow_core.model.wire import command_body_validator
 
 _adapters: dict[type[Any], TypeAdapter[Any]] = {}
 
@@ -94,7 +106,11 @@ def _plan(cls: type[Any]) -> tuple[tuple[str, ...], Any] | None:
     return plan
 
 
-def _field_violations(body: object) -> list[Violation]:
+def _violations_of(error: ValidationError) -> list[Violation]:
+    return [Violation(".".join(str(part) for part in item["loc"]), item["msg"]) for item in error.errors()]
+
+
+def _field_violations(body: object, *, strict: bool) -> list[Violation]:
     cls = type(body)
     exact = _exact_fields(cls)
     if exact is not None and _exactly_typed(body, exact):
@@ -103,12 +119,21 @@ def _field_violations(body: object) -> list[Violation]:
     if plan is None:
         return []
     names, validate = plan
+    values = {name: getattr(body, name) for name in names}
     try:
-        validate({name: getattr(body, name) for name in names})
+        if strict:
+            try:
+                # The values as they are (``True`` stays ``true``, not the ``1`` the
+                # class's serializer would write for an int), then the codec's own check.
+                text = to_json(values, inf_nan_mode="constants")
+            except PydanticSerializationError:
+                validate(values)  # a value JSON cannot carry: in-process only, checked laxly
+            else:
+                command_body_validator(cls)(text)
+        else:
+            validate(values)
     except ValidationError as error:
-        return [
-            Violation(".".join(str(part) for part in item["loc"]), item["msg"]) for item in error.errors()
-        ]
+        return _violations_of(error)
     return []
 
 
@@ -120,20 +145,36 @@ holds the bodies themselves, so an id cannot be reused while it is remembered. B
 values: one changed after it was sent is not validated again. The oldest is forgotten
 first, in constant time (``popitem(last=False)``: a plain dict's ``next(iter(...))``
 walks over every slot deleted before it, a tenth of a send's CPU once it was full)."""
+_recent_lax_valid: OrderedDict[int, object] = OrderedDict()
+"""The same for :func:`validate_body_lax` (a body valid in lax mode may not be strictly)."""
 
 
-def validate_body(body: object) -> list[Violation]:
-    """The violations of ``body``; empty when it is valid."""
+def _validate(body: object, strict: bool, recent: OrderedDict[int, object]) -> list[Violation]:
     key = id(body)
-    if _recent_valid.get(key) is body:
+    if recent.get(key) is body:
         return []
-    found = _field_violations(body)
+    found = _field_violations(body, strict=strict)
     custom = getattr(body, "violations", None)
     if callable(custom):
         extra: Iterable[object] = custom() or ()
         found.extend(item if isinstance(item, Violation) else Violation("", str(item)) for item in extra)
     if not found:
-        if len(_recent_valid) >= _RECENT_LIMIT:
-            _recent_valid.popitem(last=False)
-        _recent_valid[key] = body
+        if len(recent) >= _RECENT_LIMIT:
+            recent.popitem(last=False)
+        recent[key] = body
     return found
+
+
+def validate_body(body: object) -> list[Violation]:
+    """The violations of ``body`` by the strict rules of the wire; empty when it is valid."""
+    return _validate(body, True, _recent_valid)
+
+
+def validate_body_lax(body: object) -> list[Violation]:
+    """The violations of ``body`` in pydantic's lax mode (``WOW_COMMAND__STRICT_BODIES=false``)."""
+    return _validate(body, False, _recent_lax_valid)
+
+
+def body_validator(strict: bool) -> Callable[[object], list[Violation]]:
+    """:func:`validate_body` or, for ``strict=False``, :func:`validate_body_lax`."""
+    return validate_body if strict else validate_body_lax

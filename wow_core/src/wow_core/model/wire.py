@@ -229,13 +229,10 @@ class BodyTypeRegistry:
             raise DecodeError(DecodeFailureKind.INVALID_BODY, f"{type_name}: {_body_errors(error)}") from None
 
     def _strict_loader(self, cls: type[Any]) -> Callable[[Any], Any]:
-        validate = self.adapter(cls).validator.validate_json
-        # JSON mode, not Python mode: strict JSON still reads an ISO string as a datetime,
-        # an array as a tuple, a value as its enum member.
-        extra: Literal["forbid"] | None = None if _configures_extra(cls) else "forbid"
+        validate = command_body_validator(cls)
 
         def load(data: Any) -> Any:
-            return validate(to_json(data), strict=True, extra=extra)
+            return validate(to_json(data))
 
         return load
 
@@ -256,16 +253,39 @@ class BodyTypeRegistry:
                 cls = self.resolve(type_name)
             except UnknownBodyTypeError as error:
                 raise EncodeError("message.body", str(error)) from None
-            validate = self.adapter(cls).validator.validate_json
-            extra: Literal["forbid"] | None = None if _configures_extra(cls) else "forbid"
-            check = self._strict_json_checks[type_name] = functools.partial(
-                validate, strict=True, extra=extra
-            )
+            check = self._strict_json_checks[type_name] = command_body_validator(cls)
         try:
             check(text)
         except ValidationError as error:
             detail = f"{type_name}: {_body_errors(error)}"
             raise EncodeError("message.body", f"a receiver would refuse it: {detail}") from None
+
+
+_body_validators: dict[tuple[type[Any], bool], Callable[[str | bytes], Any]] = {}
+
+
+def command_body_validator(cls: type[Any], *, strict: bool = True) -> Callable[[str | bytes], Any]:
+    """The validator a receiver runs on the JSON text of a ``cls`` command body, built once
+    per class: it returns the body, or raises pydantic's ``ValidationError`` listing every
+    failed rule (its ``loc`` the field's path).
+
+    ``strict`` (``WOW_COMMAND__STRICT_BODIES``, the default): pydantic's strict JSON mode,
+    unknown fields refused unless ``cls`` sets its own ``extra`` (top level only); JSON
+    mode, not Python mode, so an ISO string still reads as a datetime, an array as a
+    tuple, a value as its enum member. Otherwise lax, unknown fields ignored. The codec,
+    the HTTP routes and ``wow send`` all validate a body from JSON with it.
+    """
+    key = (cls, strict)
+    validator = _body_validators.get(key)
+    if validator is None:
+        validate = TypeAdapter(cls).validator.validate_json
+        if strict:
+            extra: Literal["forbid"] | None = None if _configures_extra(cls) else "forbid"
+            validator = functools.partial(validate, strict=True, extra=extra)
+        else:
+            validator = validate
+        validator = _body_validators[key] = validator
+    return validator
 
 
 def _configures_extra(cls: type[Any]) -> bool:

@@ -17,6 +17,7 @@ from dependency_injector import providers
 from wow_core.command.coordinator import WaitCoordinator
 from wow_core.command.gateway import CommandGateway
 from wow_core.command.origin import SagaCommandRecorder
+from wow_core.command.validation import body_validator
 from wow_core.event.failure import ContributingRecorder, RecorderParts
 from wow_core.eventsourcing.store import EventStore
 from wow_core.messaging.in_memory import InMemoryCommandBus, InMemoryDomainEventBus, InMemoryStateEventBus
@@ -68,13 +69,16 @@ def create_kernel(
     domain_event_bus: Any,
     state_event_bus: Any,
     middleware: Sequence[Middleware] = (),
+    *,
+    strict_bodies: bool = True,
 ) -> CommandKernel:
     """The command handler: the kernel, decorated by every middleware.
 
     An event store whose ``transactional_outbox()`` returns an outbox (the PostgreSQL
     store with ``WOW_POSTGRES__OUTBOX_ENABLED=true``) has the kernel append through it:
     the distributed copies of each stream are written in the append's transaction and
-    its relay publishes them (:mod:`wow_core.modeling.outbox`).
+    its relay publishes them (:mod:`wow_core.modeling.outbox`). ``strict_bodies``
+    (``WOW_COMMAND__STRICT_BODIES``): the kernel validates bodies as the gateway does.
     """
     outbox: OutboxPublisher | None = None
     provider = getattr(undecorated(event_store), "transactional_outbox", None)
@@ -89,6 +93,7 @@ def create_kernel(
         domain_event_bus=domain_event_bus,
         state_event_bus=state_event_bus,
         outbox=outbox,
+        validators=(body_validator(strict_bodies),),
     )
     return decorate_command_handler(middleware, kernel)
 
@@ -99,7 +104,12 @@ def create_gateway(
     settings: WowSettings,
     middleware: Sequence[Middleware] = (),
 ) -> CommandGateway:
-    gateway = CommandGateway(command_bus, coordinator, default_timeout=settings.command.wait_timeout)
+    gateway = CommandGateway(
+        command_bus,
+        coordinator,
+        default_timeout=settings.command.wait_timeout,
+        validators=(body_validator(settings.command.strict_bodies),),
+    )
     return decorate_gateway(middleware, gateway)
 
 

@@ -247,6 +247,7 @@ class WowContainer(containers.DeclarativeContainer):
         domain_event_bus,
         state_event_bus,
         middleware,
+        strict_bodies=settings.provided.command.strict_bodies,
     )
     command_gateway = providers.Singleton(
         assembly.create_gateway, command_bus, wait_coordinator, settings, middleware
