@@ -49,6 +49,7 @@ from types import ModuleType
 from typing import Any
 
 from wow_core.plugins import PluginError
+from wow_core.runtime._text import a_type_name
 from wow_core.runtime.app import WowApp
 from wow_core.runtime.assembly import build_runtime
 from wow_core.runtime.gc_tuning import freeze_start_up
@@ -176,7 +177,7 @@ def load_app(target: str) -> WowApp:
                 f"{target}: calling {attribute}() failed: {describe_app_error(error)}", error
             ) from None
     if not isinstance(value, WowApp):
-        raise AppImportError(f"{target} is a {type(value).__name__}, not a wow_core.runtime.app.WowApp")
+        raise AppImportError(f"{target} is {a_type_name(value)}, not a wow_core.runtime.app.WowApp")
     return value
 
 
