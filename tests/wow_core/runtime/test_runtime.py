@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.accounts import Account, Deposit, Note, Open, Withdraw
+from tests.accounts import Account, AccountState, Deposit, Note, Open, Opened, Withdraw
+from wow_core import DomainEvent, StateEvent, on_event, on_state_event, projection
 from wow_core.command import CommandStage, CommandWait, ErrorCodes
 from wow_core.eventsourcing import InMemoryEventStore
 from wow_core.modeling import AggregateRegistry
@@ -290,3 +291,24 @@ async def test_the_command_receiver_is_runtime_owned_and_open(runtime: WowRuntim
     assert receiver is not None
     assert receiver.processing_open
     assert runtime.command_dispatcher.group == "bank.command"
+
+
+@projection
+class _TwoHalves:
+    """A projection of events and of state events: two dispatchers of one name."""
+
+    @on_event
+    def opened(self, event: DomainEvent[Opened]) -> None:
+        pass
+
+    @on_state_event
+    def state(self, event: StateEvent[AccountState]) -> None:
+        pass
+
+
+def test_the_two_halves_of_an_event_dispatcher_are_told_apart_in_the_start_up_log() -> None:
+    runtime = WowApp("bank", aggregates=[Account], components=[_TwoHalves()]).runtime(WowSettings())
+    names = runtime.describe()["dispatchers"].split(", ")
+    assert "bank.ProjectionDispatcher (events)" in names
+    assert "bank.ProjectionDispatcher (state events)" in names
+    assert len(names) == len(set(names)), names

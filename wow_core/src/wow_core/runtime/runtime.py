@@ -362,5 +362,11 @@ class WowRuntime(Lifecycle):
 
 
 def _name(dispatcher: object) -> str:
-    name = getattr(dispatcher, "name", None)
-    return name if isinstance(name, str) else type(dispatcher).__name__
+    """What logs call ``dispatcher``: its ``label`` (the two halves of one event dispatcher
+    share a name: ``bank.ProjectionDispatcher (events)`` and ``... (state events)``), else its
+    ``name``, else its class."""
+    for attribute in ("label", "name"):
+        name = getattr(dispatcher, attribute, None)
+        if isinstance(name, str) and name:
+            return name
+    return type(dispatcher).__name__
