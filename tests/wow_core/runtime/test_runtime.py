@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from wow_core.eventsourcing import InMemoryEventStore
 from wow_core.modeling import AggregateRegistry
 from wow_core.runtime.app import WowApp
 from wow_core.runtime.runtime import Lifecycle, RuntimeState, StartError, WowRuntime
-from wow_core.runtime.settings import WowSettings
+from wow_core.runtime.settings import RuntimeSettings, WowSettings
 
 
 @pytest.fixture
@@ -291,6 +292,39 @@ async def test_the_command_receiver_is_runtime_owned_and_open(runtime: WowRuntim
     assert receiver is not None
     assert receiver.processing_open
     assert runtime.command_dispatcher.group == "bank.command"
+
+
+@projection
+class _SlowProjection:
+    """Handles an opening for far longer than the shutdown timeout (a 20 s projection)."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+
+    @on_event
+    async def opened(self, event: DomainEvent[Opened]) -> None:
+        self.entered.set()
+        await asyncio.sleep(20)
+
+
+async def test_a_dispatcher_past_the_shutdown_timeout_is_named_in_the_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The warning names the dispatcher (its name, what it consumes, its functions) and
+    says it overran the timeout, as the running page documents; no object repr."""
+    slow = _SlowProjection()
+    settings = WowSettings(runtime=RuntimeSettings(shutdown_timeout=0.2))
+    runtime = WowApp("bank", aggregates=[Account], components=[slow]).runtime(settings)
+    async with runtime:
+        await runtime.gateway.send_and_wait(runtime.aggregates.command(Open("ada", 10)), timeout=5)
+        await asyncio.wait_for(slow.entered.wait(), 5)
+        caplog.clear()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert (
+        "dispatcher bank.ProjectionDispatcher (events) [bank._SlowProjection.opened] overran the "
+        "shutdown timeout (0.2s): work it held had not finished" in warnings
+    ), warnings
+    assert not any("object at 0x" in message for message in warnings), warnings
 
 
 @projection
