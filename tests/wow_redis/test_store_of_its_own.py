@@ -3,7 +3,7 @@
 Two members of one service over Redis, each with its own in-memory store, share the
 command group but not the aggregates: a command taken by the member that did not create
 its aggregate is refused with ``AGGREGATE_NOT_FOUND``. Nothing connects here: the warning
-is given when the runtime is built.
+is part of the start-up log of ``wow run`` (:func:`log_startup`), before it starts.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ import logging
 import pytest
 
 from tests.accounts import Account, Open
+from wow_core.plugins import load_plugins
 from wow_core.runtime.app import WowApp
+from wow_core.runtime.serve import log_startup
 from wow_core.runtime.settings import WowSettings
 
 WARNING = "with the in-memory event store"
@@ -28,7 +30,7 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 def _build(monkeypatch: pytest.MonkeyPatch, app: WowApp, **env: str) -> None:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    app.runtime(WowSettings.load())
+    log_startup(app.runtime(WowSettings.load()), load_plugins())
 
 
 def test_a_service_over_redis_with_the_in_memory_store_is_warned_about(

@@ -307,7 +307,6 @@ def build_runtime(
     # -- plugins' installers (an HTTP server...), last: they see the whole runtime --------
     for registration in container.plugins().all("runtime_installer"):
         registration.value(runtime)
-    warn_of_a_store_of_its_own(runtime, container.plugins().names("event_store"))
     return runtime
 
 
@@ -319,7 +318,7 @@ def warn_of_a_store_of_its_own(runtime: WowRuntime, stores: Sequence[str] = ()) 
     keeps its own aggregates, and a command delivered to another member than the one that
     created its aggregate finds none (``AGGREGATE_NOT_FOUND``), or an older history. A
     warning, not a refusal: one process over a shared transport (a demo, a service run
-    once) is consistent.
+    once) is consistent. ``wow run`` calls it (``wow demo``, one process by design, does not).
     """
     transport = runtime.transport
     hosted = runtime.command_dispatcher.named_aggregates
