@@ -73,6 +73,9 @@ async def test_a_failing_store_is_signalled_and_the_exchange_released_unacked() 
         True,
     )
     assert "store is down" in signal.error_msg
+    assert signal.error_msg.endswith(
+        "(not decided: released for redelivery, the command may still be applied)"
+    )
     assert not settled[0].acked
 
 

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
 
-from tests.accounts import Account, Deposit, Note, Open, Withdraw
+from tests.accounts import Account, AccountState, Deposit, Note, Open, Opened, Withdraw
+from wow_core import DomainEvent, StateEvent, on_event, on_state_event, projection
 from wow_core.command import CommandStage, CommandWait, ErrorCodes
 from wow_core.eventsourcing import InMemoryEventStore
 from wow_core.modeling import AggregateRegistry
 from wow_core.runtime.app import WowApp
 from wow_core.runtime.runtime import Lifecycle, RuntimeState, StartError, WowRuntime
-from wow_core.runtime.settings import WowSettings
+from wow_core.runtime.settings import RuntimeSettings, WowSettings
 
 
 @pytest.fixture
@@ -290,3 +292,57 @@ async def test_the_command_receiver_is_runtime_owned_and_open(runtime: WowRuntim
     assert receiver is not None
     assert receiver.processing_open
     assert runtime.command_dispatcher.group == "bank.command"
+
+
+@projection
+class _SlowProjection:
+    """Handles an opening for far longer than the shutdown timeout (a 20 s projection)."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+
+    @on_event
+    async def opened(self, event: DomainEvent[Opened]) -> None:
+        self.entered.set()
+        await asyncio.sleep(20)
+
+
+async def test_a_dispatcher_past_the_shutdown_timeout_is_named_in_the_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The warning names the dispatcher (its name, what it consumes, its functions) and
+    says it overran the timeout, as the running page documents; no object repr."""
+    slow = _SlowProjection()
+    settings = WowSettings(runtime=RuntimeSettings(shutdown_timeout=0.2))
+    runtime = WowApp("bank", aggregates=[Account], components=[slow]).runtime(settings)
+    async with runtime:
+        await runtime.gateway.send_and_wait(runtime.aggregates.command(Open("ada", 10)), timeout=5)
+        await asyncio.wait_for(slow.entered.wait(), 5)
+        caplog.clear()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert (
+        "dispatcher bank.ProjectionDispatcher (events) [bank._SlowProjection.opened] overran the "
+        "shutdown timeout (0.2s): work it held had not finished" in warnings
+    ), warnings
+    assert not any("object at 0x" in message for message in warnings), warnings
+
+
+@projection
+class _TwoHalves:
+    """A projection of events and of state events: two dispatchers of one name."""
+
+    @on_event
+    def opened(self, event: DomainEvent[Opened]) -> None:
+        pass
+
+    @on_state_event
+    def state(self, event: StateEvent[AccountState]) -> None:
+        pass
+
+
+def test_the_two_halves_of_an_event_dispatcher_are_told_apart_in_the_start_up_log() -> None:
+    runtime = WowApp("bank", aggregates=[Account], components=[_TwoHalves()]).runtime(WowSettings())
+    names = runtime.describe()["dispatchers"].split(", ")
+    assert "bank.ProjectionDispatcher (events)" in names
+    assert "bank.ProjectionDispatcher (state events)" in names
+    assert len(names) == len(set(names)), names

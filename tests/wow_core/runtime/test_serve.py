@@ -120,7 +120,7 @@ def test_a_second_sigint_forces_the_stop() -> None:
         ("no_colon", "is not 'module:app'"),
         ("no_such_module_xyz:app", "cannot import"),
         ("serve_app:missing", "has no attribute 'missing'"),
-        ("serve_app:not_an_app", "is a int, not a wow_core.runtime.app.WowApp"),
+        ("serve_app:not_an_app", "is an int, not a wow_core.runtime.app.WowApp"),
     ],
 )
 def test_run_reports_a_bad_target(

@@ -8,7 +8,7 @@ import random
 from collections.abc import AsyncIterator
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -21,6 +21,14 @@ TRANSIENT_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
 
 def create_client(settings: RedisSettings, **overrides: Any) -> Redis:
     """A client with its own connection pool; the caller closes it (``aclose``).
+
+    The pool holds at most ``max_connections`` connections and is a blocking one: a command
+    that finds every connection busy waits for one to be released (up to
+    ``socket_timeout``; past it the redis-py ``ConnectionError`` "No connection available",
+    transient like a lost connection) instead of failing at once with ``MaxConnectionsError``
+    as redis-py's default pool does. The runtime admits ``WOW_RUNTIME__MAX_IN_FLIGHT``
+    commands at once (1024), each loading and appending through these clients: more than
+    any pool size.
 
     ``decode_responses`` stays off: payloads are decoded by the transport, strictly, so
     that a record that is not UTF-8 is reported instead of silently mangled.
@@ -49,7 +57,10 @@ def create_client(settings: RedisSettings, **overrides: Any) -> Redis:
         if settings.tls_ca_file is not None:
             options["ssl_ca_certs"] = settings.tls_ca_file
     options.update(overrides)
-    return Redis.from_url(url, **options)
+    pool = BlockingConnectionPool.from_url(
+        url, max_connections=settings.max_connections, timeout=settings.socket_timeout, **options
+    )
+    return Redis.from_pool(pool)
 
 
 class Backoff:

@@ -158,6 +158,14 @@ class RedisSettings(SettingsSection):
     socket_timeout: Seconds = Field(
         10.0, description="Seconds a command (other than a blocking read) may take."
     )
+    max_connections: Annotated[int, Field(ge=2, le=10_000)] = Field(
+        100,
+        description="Connections each client of this process (the transport, the event store, the "
+        "snapshot repository, the wait notifier) opens at most; a command that finds them all busy "
+        "waits for one to be free, within its socket timeout (more commands in flight than "
+        "connections wait, they do not fail). The transport's needs at least one per receiver "
+        "blocked in XREADGROUP, plus what it sends.",
+    )
     ack_confirmed: bool = Field(
         False,
         description="ack() waits for the XACK reply (an XACK that meets a lost connection is retried "

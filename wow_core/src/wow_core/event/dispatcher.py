@@ -104,6 +104,15 @@ class AbstractAggregateEventDispatcher(Generic[E]):
         # Lanes are per dispatcher: one aggregate is serial here, not across dispatchers.
         self._lane = f"{name}:{self.function_kind.value}"
 
+    @property
+    def label(self) -> str:
+        """The name and what this dispatcher consumes, for the logs: the event and the
+        state-event dispatchers of one component kind share their name (and so their group
+        names), ``bank.ProjectionDispatcher (events)`` and ``bank.ProjectionDispatcher
+        (state events)``."""
+        consumed = "events" if self.function_kind is FunctionKind.EVENT else "state events"
+        return f"{self.name} ({consumed})"
+
     # -- subscriptions ------------------------------------------------------------------
 
     def subscriptions(self) -> list[MessageSubscription]:

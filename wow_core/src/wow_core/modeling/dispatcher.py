@@ -16,7 +16,10 @@ A business outcome (a rejection, a duplicate) is acknowledged like a success: it
 decided. A failure of the kernel itself (the event store is down) is signalled as
 ``PROCESSING_ERROR`` and logged; the exchange is released without acknowledgement, so a
 transport that redelivers will present the command again (the kernel's request-id
-de-duplication keeps a second decision from writing twice).
+de-duplication keeps a second decision from writing twice). That signal is final for the
+waiting caller (its wait ends with it; the dispatcher cannot know whether, or when, the
+transport delivers again), yet the command may still be applied by a later delivery: its
+message ends with :data:`NOT_DECIDED` to say so.
 
 A command a saga sent carries its :class:`~wow_core.event.compensation.SagaOrigin`; when
 it is rejected or fails, the dispatcher hands it to the ``saga_recorder`` (the failure
@@ -50,6 +53,11 @@ from wow_core.model import CommandMessage, NamedAggregate
 from wow_core.modeling.kernel import CommandKernel
 
 log = logging.getLogger(__name__)
+
+NOT_DECIDED = " (not decided: released for redelivery, the command may still be applied)"
+"""Ends the message of the ``PROCESSING_ERROR`` signalled when the kernel itself failed (the
+event store did not answer): the caller's wait ends with it, although a transport that
+redelivers presents the command again, and a later delivery may apply it."""
 
 
 class CommandDispatcher:
@@ -128,8 +136,13 @@ class CommandDispatcher:
         try:
             outcome = await self.kernel.process(command)
         except Exception as error:
-            log.exception("command %s %s to %s failed", command.name, command.id, command.aggregate_id)
-            message = f"{type(error).__name__}: {error}"
+            log.exception(
+                "command %s %s to %s failed; released for redelivery",
+                command.name,
+                command.id,
+                command.aggregate_id,
+            )
+            message = f"{type(error).__name__}: {error}{NOT_DECIDED}"
             self.coordinator.route(
                 command.header,
                 WaitSignal(

@@ -19,6 +19,7 @@ from wow_core.command.gateway import CommandGateway
 from wow_core.command.origin import SagaCommandRecorder
 from wow_core.command.validation import body_validator
 from wow_core.event.failure import ContributingRecorder, RecorderParts
+from wow_core.eventsourcing.in_memory import InMemoryEventStore
 from wow_core.eventsourcing.store import EventStore
 from wow_core.messaging.in_memory import InMemoryCommandBus, InMemoryDomainEventBus, InMemoryStateEventBus
 from wow_core.messaging.local_first import (
@@ -317,6 +318,37 @@ def build_runtime(
     for registration in container.plugins().all("runtime_installer"):
         registration.value(runtime)
     return runtime
+
+
+def warn_of_a_store_of_its_own(runtime: WowRuntime, stores: Sequence[str] = ()) -> None:
+    """Warn when the runtime takes commands from a transport other processes share while
+    its event store is the in-memory one (``stores``: the event stores installed).
+
+    The processes of one service then share the command group but not the events: each
+    keeps its own aggregates, and a command delivered to another member than the one that
+    created its aggregate finds none (``AGGREGATE_NOT_FOUND``), or an older history. A
+    warning, not a refusal: one process over a shared transport (a demo, a service run
+    once) is consistent. ``wow run`` calls it (``wow demo``, one process by design, does not).
+    """
+    transport = runtime.transport
+    hosted = runtime.command_dispatcher.named_aggregates
+    if transport is None or transport.name == "in_memory" or not hosted:
+        return
+    if not isinstance(undecorated(runtime.event_store), InMemoryEventStore):
+        return
+    shared = [name for name in stores if name != "in_memory"]
+    choice = f" (installed: {', '.join(shared)})" if shared else ""
+    log.warning(
+        "transport %s with the in-memory event store: each process of service %r keeps its own "
+        "events, so the members of its command group %s do not share aggregates (a command taken "
+        "by another member than the one that created its aggregate finds none: AGGREGATE_NOT_FOUND). "
+        "Run one process only, or set WOW_EVENTSOURCING__STORE and WOW_EVENTSOURCING__SNAPSHOT to a "
+        "store every member reaches%s",
+        transport.name,
+        runtime.name,
+        runtime.command_dispatcher.group,
+        choice,
+    )
 
 
 def install_intakes(container: WowContainer, runtime: WowRuntime) -> None:

@@ -30,6 +30,7 @@ from pydantic_core import to_jsonable_python
 import wow_core
 from wow_core.plugins import PluginError, PluginRegistry, load_plugins
 from wow_core.plugins.commands import Command
+from wow_core.runtime._text import a_type_name
 from wow_core.runtime.container import WowContainer, create_container
 from wow_core.runtime.runtime import StartError
 from wow_core.runtime.settings import ENV_PREFIX, NESTED, SettingsError, WowSettings, mask_userinfo
@@ -286,8 +287,8 @@ def build_parser(plugins: PluginRegistry) -> argparse.ArgumentParser:
         command = registration.value
         if not isinstance(command, Command):
             raise PluginError(
-                f"{registration.origin}: the command {registration.name!r} is a "
-                f"{type(command).__name__}, not a wow_core.runtime.cli.Command"
+                f"{registration.origin}: the command {registration.name!r} is "
+                f"{a_type_name(command)}, not a wow_core.runtime.cli.Command"
             )
         subparser = commands.add_parser(
             registration.name, help=command.help, description=command.description or command.help

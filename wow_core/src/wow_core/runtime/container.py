@@ -40,6 +40,7 @@ from wow_core.model import BodyTypeRegistry, MessageCodec
 from wow_core.modeling.registry import AggregateRegistry
 from wow_core.plugins import PluginError, PluginRegistry, Registration, UnknownPluginError, load_plugins
 from wow_core.runtime import assembly
+from wow_core.runtime._text import a_type_name
 from wow_core.runtime.settings import SettingsError, WowSettings, env_name, unknown_variables
 from wow_core.transport.decode_failure import TransportDecodeFailureHandler
 from wow_core.transport.spi import Transport
@@ -185,7 +186,7 @@ def collect_context_captures(plugins: PluginRegistry) -> tuple[ContextCapture, .
         if not isinstance(registration.value, ContextCapture):
             raise PluginError(
                 f"{registration.origin}: the context capture {registration.name!r} "
-                f"is a {type(registration.value).__name__}, not a ContextCapture"
+                f"is {a_type_name(registration.value)}, not a ContextCapture"
             )
         captures.append(registration.value)
     return tuple(captures)

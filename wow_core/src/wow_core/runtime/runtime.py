@@ -216,14 +216,30 @@ class Lifecycle:
                 return_exceptions=True,
             )
             for dispatcher, result in zip(self.dispatchers, results, strict=True):
+                if result is True:
+                    continue
+                clean = False
                 if isinstance(result, TimeoutError):
-                    clean = False
                     log.warning(
-                        "dispatcher %r overran the shutdown timeout (%.1fs); cancelled", dispatcher, budget
+                        "dispatcher %s overran the shutdown timeout (%.1fs): its stop was cancelled",
+                        _described(dispatcher),
+                        budget,
                     )
-                elif result is not True:
-                    clean = False
-                    log.warning("dispatcher %r did not stop cleanly: %r", dispatcher, result)
+                elif result is False:  # the stop returned in time, with work still in flight
+                    log.warning(
+                        "dispatcher %s overran the shutdown timeout (%.1fs): work it held had not finished",
+                        _described(dispatcher),
+                        budget,
+                    )
+                elif isinstance(result, BaseException):
+                    log.warning(
+                        "dispatcher %s failed to stop: %s",
+                        _described(dispatcher),
+                        _reason(result),
+                        exc_info=result,
+                    )
+                else:
+                    log.warning("dispatcher %s did not stop cleanly: %r", _described(dispatcher), result)
             try:
                 await _bounded(self.after_dispatchers(remaining()), remaining() + _GRACE)
             except TimeoutError:
@@ -362,5 +378,33 @@ class WowRuntime(Lifecycle):
 
 
 def _name(dispatcher: object) -> str:
-    name = getattr(dispatcher, "name", None)
-    return name if isinstance(name, str) else type(dispatcher).__name__
+    """What logs call ``dispatcher``: its ``label`` (the two halves of one event dispatcher
+    share a name: ``bank.ProjectionDispatcher (events)`` and ``... (state events)``), else its
+    ``name``, else its class."""
+    for attribute in ("label", "name"):
+        name = getattr(dispatcher, attribute, None)
+        if isinstance(name, str) and name:
+            return name
+    return type(dispatcher).__name__
+
+
+_SHOWN_FUNCTIONS = 4
+
+
+def _described(dispatcher: object) -> str:
+    """:func:`_name`, and the functions it runs when it says (the first few)."""
+    functions = [
+        name
+        for f in getattr(dispatcher, "functions", ())
+        if isinstance(name := getattr(f, "qualified_name", None), str)
+    ]
+    if not functions:
+        return _name(dispatcher)
+    shown = ", ".join(functions[:_SHOWN_FUNCTIONS])
+    if len(functions) > _SHOWN_FUNCTIONS:
+        shown += f" and {len(functions) - _SHOWN_FUNCTIONS} more"
+    return f"{_name(dispatcher)} [{shown}]"
+
+
+def _reason(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__

@@ -49,8 +49,9 @@ from types import ModuleType
 from typing import Any
 
 from wow_core.plugins import PluginError
+from wow_core.runtime._text import a_type_name
 from wow_core.runtime.app import WowApp
-from wow_core.runtime.assembly import build_runtime
+from wow_core.runtime.assembly import build_runtime, warn_of_a_store_of_its_own
 from wow_core.runtime.gc_tuning import freeze_start_up
 from wow_core.runtime.runtime import WowRuntime
 from wow_core.runtime.settings import ENV_PREFIX, NESTED, SettingsError, mask_userinfo
@@ -176,7 +177,7 @@ def load_app(target: str) -> WowApp:
                 f"{target}: calling {attribute}() failed: {describe_app_error(error)}", error
             ) from None
     if not isinstance(value, WowApp):
-        raise AppImportError(f"{target} is a {type(value).__name__}, not a wow_core.runtime.app.WowApp")
+        raise AppImportError(f"{target} is {a_type_name(value)}, not a wow_core.runtime.app.WowApp")
     return value
 
 
@@ -201,7 +202,8 @@ def _configure_logging(level: str, format: str = "%(asctime)s %(levelname)s %(na
 
 
 def log_startup(runtime: WowRuntime, plugins: Any, sections: dict[str, Any] | None = None) -> None:
-    """What the process runs on; settings (and plugin sections) with secrets masked."""
+    """What the process runs on; settings (and plugin sections) with secrets masked; a
+    warning when the members of the service would not share its event store."""
     from wow_core.runtime.cli import settings_lines
 
     for key, value in runtime.describe().items():
@@ -218,6 +220,7 @@ def log_startup(runtime: WowRuntime, plugins: Any, sections: dict[str, Any] | No
     for name, section in (sections or {}).items():
         for line in settings_lines(section, ENV_PREFIX + name.upper() + NESTED):
             log.info("setting %s", line)
+    warn_of_a_store_of_its_own(runtime, plugins.names("event_store"))
 
 
 async def serve(

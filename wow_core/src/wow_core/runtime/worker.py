@@ -32,6 +32,7 @@ from wow_core.application import (
     TransportConfigurationError,
     TransportRegistry,
 )
+from wow_core.runtime._text import a_type_name
 from wow_core.runtime.runtime import StartError
 from wow_core.runtime.serve import FORCED_EXIT, AppImportError, _configure_logging, describe_app_error
 from wow_core.runtime.settings import SettingsError
@@ -76,7 +77,7 @@ def load_commands(target: str, registry: TransportRegistry) -> ApplicationComman
             ) from None
     if not isinstance(value, ApplicationCommands):
         raise AppImportError(
-            f"{target} is a {type(value).__name__}, not a wow_core.application.ApplicationCommands"
+            f"{target} is {a_type_name(value)}, not a wow_core.application.ApplicationCommands"
         )
     return value
 
