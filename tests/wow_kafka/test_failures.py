@@ -17,10 +17,12 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
 
 from tests.wow_kafka.conftest import test_settings, unique
 from tests.wow_kafka.helpers import Collector, message
 from tests.wow_kafka.tansu import TansuBroker, free_port, tansu_binary
+from wow_core.testing.support import wait_until
 from wow_kafka import KafkaConnectError, KafkaSendError, KafkaTransport
 
 pytestmark = pytest.mark.kafka
@@ -126,6 +128,42 @@ async def test_a_receiver_rejoins_and_receives_after_a_broker_restart(own_broker
         await collector.stop()
     finally:
         await sender.close()
+        await transport.close()
+
+
+async def test_a_commit_the_broker_cannot_take_is_bounded_so_a_close_completes(
+    kafka_bootstrap: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A topic the broker lost (deleted by an operator; a broker that lost its data) makes
+    # every commit of its offsets fail with a retriable error, which aiokafka retries for
+    # ever: the commit loop, the revocation and the close waited on it without end (a
+    # shutdown overran its timeout; a rebalance waited five minutes).
+    settings = test_settings(
+        kafka_bootstrap, partitions=1, request_timeout_ms=3000, revocation_drain_timeout_ms=1000
+    )
+    transport = KafkaTransport(settings)
+    topic = f"{settings.topic_prefix}gone.commit.command"
+    try:
+        receiver = transport.open(unique("g"), [topic])
+        await receiver.ready()
+        receiver.open_processing()
+        await transport.send(message(topic, "k", "held"))
+        held = await anext(aiter(receiver))
+        admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_list)
+        await admin.start()
+        try:
+            await admin.delete_topics([topic])
+        finally:
+            await admin.close()
+        with caplog.at_level(logging.WARNING, logger="wow_kafka"):
+            await held.ack()  # its partition's watermark moved: the commit loop tries it
+            await wait_until(lambda: "was not acknowledged within" in caplog.text, 20, "a commit given up")
+            assert not transport.topics.known(topic), "looked up again (and made again) before the next send"
+            began = time.monotonic()
+            async with asyncio.timeout(30):
+                await receiver.close()
+        assert time.monotonic() - began < 10, "the close waited on its final commit for a bounded time"
+    finally:
         await transport.close()
 
 

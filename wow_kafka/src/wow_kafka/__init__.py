@@ -14,7 +14,13 @@ from wow_core._lazy import lazy_exports
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: keep the import of the package cheap
 if TYPE_CHECKING:
-    from wow_kafka.errors import KafkaConnectError, KafkaSendError, KafkaTopicError, KafkaTransportError
+    from wow_kafka.errors import (
+        KafkaCommitError,
+        KafkaConnectError,
+        KafkaSendError,
+        KafkaTopicError,
+        KafkaTransportError,
+    )
     from wow_kafka.receiver import KafkaTransportReceiver
     from wow_kafka.record import KafkaRecord
     from wow_kafka.settings import KafkaSettings
@@ -25,6 +31,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "KafkaConnectError": "wow_kafka.errors",
     "KafkaSendError": "wow_kafka.errors",
+    "KafkaCommitError": "wow_kafka.errors",
     "KafkaTopicError": "wow_kafka.errors",
     "KafkaTransportError": "wow_kafka.errors",
     "KafkaTransportReceiver": "wow_kafka.receiver",
@@ -38,6 +45,7 @@ __all__ = [
     "KafkaRecord",
     "KafkaSendError",
     "KafkaSettings",
+    "KafkaCommitError",
     "KafkaTopicError",
     "KafkaTransport",
     "KafkaTransportError",

@@ -27,5 +27,11 @@ class KafkaConnectError(KafkaTransportError):
     """No broker of ``bootstrap_servers`` answered, or it refused the client's settings."""
 
 
+class KafkaCommitError(KafkaTransportError):
+    """A commit of consumed offsets was not acknowledged within its deadline (the broker
+    lost the topic, its group coordinator is away): the records after the last commit
+    are delivered again after a restart or a rebalance."""
+
+
 class KafkaTopicError(KafkaTransportError):
     """A topic is missing and may not be created, has an illegal name, or its creation failed."""

@@ -65,7 +65,7 @@ from aiokafka.protocol.group import LeaveGroupRequest
 from wow_core.transport.decode_failure import DeadLetterReason, DefaultDecodeFailureHandler
 from wow_core.transport.kit import ReadAhead, Readiness
 from wow_core.transport.spi import RevocationListener, TransportMessage
-from wow_kafka.errors import KafkaConnectError
+from wow_kafka.errors import KafkaCommitError, KafkaConnectError
 from wow_kafka.offsets import PartitionOffsets
 from wow_kafka.record import KafkaRecord
 from wow_kafka.settings import KafkaSettings
@@ -273,7 +273,7 @@ class KafkaTransportReceiver:
         try:
             if consumer is not None:
                 try:
-                    await self._commit(list(self._partitions))
+                    await self._commit(list(self._partitions), self._final_commit_timeout())
                 except KafkaError as error:
                     log.warning("Kafka receiver of group %r: final commit failed: %s", self.group, error)
                 self._consumer = None
@@ -505,10 +505,19 @@ class KafkaTransportReceiver:
                 log.warning("Kafka receiver of group %r: commit failed, will retry: %s", self.group, error)
                 self._commit_wanted.set()
 
-    async def _commit(self, partitions: list[TopicPartition]) -> None:
+    async def _commit(self, partitions: list[TopicPartition], timeout: float | None = None) -> None:
+        """Commit the watermarks of ``partitions`` (those that moved), within ``timeout``
+        seconds (default ``request_timeout_ms``): aiokafka retries a retriable failure
+        for ever (a topic the broker no longer knows: every 100 ms, without end), which
+        held a revocation, and with it the group's rebalance, and a close for as long.
+        Raises :class:`~wow_kafka.errors.KafkaCommitError` at the deadline; the topics
+        are then looked up again before the next send or subscription
+        (:meth:`KafkaTopics.forget`), so a topic the broker lost is made again."""
         consumer = self._consumer
         if consumer is None:
             return
+        if timeout is None:
+            timeout = self._settings.request_timeout_ms / 1000
         async with self._commit_lock:
             offsets: dict[TopicPartition, int] = {}
             states: list[tuple[PartitionOffsets, int]] = []
@@ -519,9 +528,26 @@ class KafkaTransportReceiver:
                     states.append((state, state.watermark))
             if not offsets:
                 return
-            await consumer.commit(offsets)
+            try:
+                async with asyncio.timeout(timeout):
+                    await consumer.commit(offsets)
+            except TimeoutError:
+                self._topic_admin.forget()
+                raise KafkaCommitError(
+                    f"Kafka receiver of group {self.group!r}: the commit of "
+                    f"{', '.join(sorted(f'{tp.topic}[{tp.partition}]' for tp in offsets))} was not "
+                    f"acknowledged within {timeout:g}s (does the broker still have the topics? is "
+                    "the group's coordinator reachable?)"
+                ) from None
             for state, watermark in states:
                 state.committed = max(state.committed, watermark)
+
+    def _final_commit_timeout(self) -> float:
+        """The deadline of the commit on revocation and on close, which the group's
+        rebalance or the shutdown waits for: the drain timeout, at least a second, at
+        most ``request_timeout_ms``."""
+        drain = self._settings.revocation_drain_timeout_ms / 1000
+        return min(self._settings.request_timeout_ms / 1000, max(1.0, drain))
 
     # -- rebalance --------------------------------------------------------------------
 
@@ -541,7 +567,7 @@ class KafkaTransportReceiver:
             for _, state in states:
                 await state.drain(max(0.0, deadline - loop.time()))
         try:
-            await self._commit([tp for tp, _ in states])
+            await self._commit([tp for tp, _ in states], self._final_commit_timeout())
         except KafkaError as error:
             log.warning(
                 "Kafka receiver of group %r: commit on revocation failed, in-flight records will be "
