@@ -105,3 +105,18 @@ def test_a_pool_minimum_above_its_maximum_is_refused_at_start_up(args: list[str]
         "WOW_POSTGRES__POOL_MIN_SIZE (20) must not be greater than WOW_POSTGRES__POOL_MAX_SIZE (2)"
         in result.stderr
     )
+
+
+def test_a_relay_whose_transport_does_not_start_is_one_line_and_exit_1() -> None:
+    port = _free_port()
+    result = _wow(
+        "postgres",
+        "relay",
+        WOW_POSTGRES__DSN=POSTGRES_DSN,
+        WOW_TRANSPORT="redis",
+        WOW_REDIS__URL=f"redis://127.0.0.1:{port}/0",
+    )
+    assert result.returncode == 1, result.stderr
+    line = _one_line(result)
+    assert line.startswith("wow postgres relay: the transport 'redis' did not start: "), line
+    assert str(port) in line

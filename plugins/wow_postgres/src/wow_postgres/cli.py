@@ -30,8 +30,6 @@ import traceback
 from typing import TYPE_CHECKING
 
 from wow_core.plugins.commands import Command
-from wow_core.runtime.runtime import StartError
-from wow_core.runtime.settings import mask_userinfo
 from wow_postgres.settings import SECTION, PostgresSettings
 
 if TYPE_CHECKING:
@@ -75,7 +73,7 @@ async def _relay(invocation: Invocation, settings: PostgresSettings) -> None:
         try:
             await transport.start()
         except Exception as error:
-            raise StartError(f"transport {transport.name!r}", error) from error
+            raise TransportStartError(transport.name, error) from error
         invocation.out.write(
             f"relaying the outbox of schema {settings.schema_name!r} at {settings.masked_dsn} "
             f"to transport {transport.name}\n"
@@ -90,6 +88,13 @@ START_FAILED = 1
 """Exit status of a failure (the core's for a part that did not start)."""
 
 
+class TransportStartError(RuntimeError):
+    """The relay's transport did not start; the message names it and the cause."""
+
+    def __init__(self, name: str, cause: BaseException) -> None:
+        super().__init__(f"the transport {name!r} did not start: {str(cause) or type(cause).__name__}")
+
+
 def _run(invocation: Invocation) -> int:
     import asyncpg
 
@@ -100,11 +105,17 @@ def _run(invocation: Invocation) -> int:
     settings = invocation.settings().section(SECTION, PostgresSettings)
     try:
         return _run_command(invocation, settings)
-    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, MigrationError, StartError) as error:
+    except (
+        OSError,
+        asyncpg.PostgresError,
+        asyncpg.InterfaceError,
+        MigrationError,
+        TransportStartError,
+    ) as error:
         if args.debug:
             traceback.print_exception(error, file=sys.stderr)
         print(
-            f"wow postgres {args.postgres_command}: {mask_userinfo(_describe(error, settings))} "
+            f"wow postgres {args.postgres_command}: {_describe(error, settings)} "
             "(`wow settings` shows the settings in effect)",
             file=sys.stderr,
         )
@@ -112,11 +123,12 @@ def _run(invocation: Invocation) -> int:
 
 
 def _describe(error: BaseException, settings: PostgresSettings) -> str:
-    """The failure in one line, naming the server (password masked) unless the message does."""
+    """The failure in one line, naming the server (password masked) unless the message does
+    (every message of this package masks the password, and so do the transports')."""
     from wow_postgres.connection import PostgresUnavailableError
 
     text = " ".join(str(error).split()) or type(error).__name__
-    if isinstance(error, PostgresUnavailableError | StartError):
+    if isinstance(error, PostgresUnavailableError | TransportStartError):
         return text
     return f"schema {settings.schema_name!r} at {settings.masked_dsn}: {type(error).__name__}: {text}"
 
@@ -144,15 +156,10 @@ def _run_command(invocation: Invocation, settings: PostgresSettings) -> int:
 
 
 def _configure_logging(level: str) -> None:
-    from wow_core.runtime.serve import MaskCredentials
-
-    root = logging.getLogger()
-    if not root.handlers:
+    if not logging.getLogger().handlers:  # else the application's own configuration stands
         logging.basicConfig(
             level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
         )
-        for handler in root.handlers:
-            handler.addFilter(MaskCredentials())
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
