@@ -1,7 +1,8 @@
 """wow_postgres: a PostgreSQL event store, snapshot repository and transport for wow-py.
 
 ``WOW_EVENTSOURCING__STORE=postgres``, ``WOW_EVENTSOURCING__SNAPSHOT=postgres`` and
-``WOW_TRANSPORT=postgres`` select them; ``WOW_POSTGRES__*`` configures them (see :class:`PostgresSettings`).
+``WOW_TRANSPORT=postgres`` select them (and, with the transport, the ``postgres`` wait
+notifier); ``WOW_POSTGRES__*`` configures them (see :class:`PostgresSettings`).
 
 Importing the package is cheap: each name is imported on first use, so loading its
 plugin entry point (every ``wow`` process does) costs nothing until the feature is used.
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from wow_postgres.outbox import OutboxRelay, PostgresOutbox
     from wow_postgres.settings import PostgresSettings, masked_dsn
     from wow_postgres.transport import PostgresReceiver, PostgresRecord, PostgresTransport
+    from wow_postgres.wait_notifier import PostgresWaitNotifier
 
 __version__ = "0.1.0"
 
@@ -46,6 +48,7 @@ _EXPORTS = {
     "PostgresReceiver": "wow_postgres.transport",
     "PostgresRecord": "wow_postgres.transport",
     "PostgresTransport": "wow_postgres.transport",
+    "PostgresWaitNotifier": "wow_postgres.wait_notifier",
 }
 
 __all__ = [
@@ -63,6 +66,7 @@ __all__ = [
     "PostgresSnapshotRepository",
     "PostgresTransport",
     "PostgresUnavailableError",
+    "PostgresWaitNotifier",
     "masked_dsn",
     "migrate",
 ]

@@ -48,20 +48,38 @@ class PostgresUnavailableError(ConnectionError):
 
 async def create_pool(settings: PostgresSettings) -> asyncpg.Pool:
     """An open pool; raises :class:`PostgresUnavailableError` if the server cannot be reached
-    after the configured retries."""
-    password = settings.password.get_secret_value() if settings.password is not None else None
+    after the configured retries (a refusal, such as an unknown database or a wrong
+    password, is raised as asyncpg's error at once)."""
 
     async def open_pool() -> asyncpg.Pool:
         return await asyncpg.create_pool(
             settings.dsn,
-            password=password,
-            min_size=min(settings.pool_min_size, settings.pool_max_size),
+            password=_password(settings),
+            min_size=settings.pool_min_size,
             max_size=settings.pool_max_size,
             timeout=settings.connect_timeout,
             command_timeout=settings.command_timeout,
         )
 
     return await Retrying(settings, "connect").run(open_pool)
+
+
+async def connect(settings: PostgresSettings, what: str = "connect") -> asyncpg.Connection[Any]:
+    """One connection of its own (not pooled), retried as :func:`create_pool` is."""
+
+    async def open_connection() -> asyncpg.Connection[Any]:
+        return await asyncpg.connect(
+            settings.dsn,
+            password=_password(settings),
+            timeout=settings.connect_timeout,
+            command_timeout=settings.command_timeout,
+        )
+
+    return await Retrying(settings, what).run(open_connection)
+
+
+def _password(settings: PostgresSettings) -> str | None:
+    return settings.password.get_secret_value() if settings.password is not None else None
 
 
 class Retrying:

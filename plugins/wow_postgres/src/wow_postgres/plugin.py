@@ -1,6 +1,7 @@
 """The wow_postgres plugin module (entry point group ``wow``).
 
 Registers the transport ``postgres``, the event store ``postgres``, the snapshot repository ``postgres``, the
+wait notifier ``postgres`` (``LISTEN``/``NOTIFY``; the default with ``WOW_TRANSPORT=postgres``), the
 command ``wow postgres`` and the settings section ``postgres`` (``WOW_POSTGRES__*``).
 Factories import lazily so that discovering plugins stays cheap (asyncpg is imported
 only when a store is built).
@@ -39,6 +40,17 @@ def _snapshot_repository(settings: ProcessSettings) -> Any:
     from wow_postgres.event_store import PostgresSnapshotRepository
 
     return PostgresSnapshotRepository.from_settings(settings)
+
+
+def _wait_notifier(settings: ProcessSettings) -> Any:
+    from wow_postgres.wait_notifier import PostgresWaitNotifier
+
+    return PostgresWaitNotifier.from_settings(settings)
+
+
+@hookimpl
+def register_wait_notifiers(register: Callable[[str, Factory], None]) -> None:
+    register("postgres", _wait_notifier)
 
 
 @hookimpl

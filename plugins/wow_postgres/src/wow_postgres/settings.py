@@ -16,7 +16,7 @@ import re
 from typing import Annotated, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import AfterValidator, Field, SecretStr, field_validator
+from pydantic import AfterValidator, Field, SecretStr, field_validator, model_validator
 
 from wow_core.settings import MAX_SECONDS, Count, Seconds, SettingsSection
 
@@ -149,7 +149,17 @@ class PostgresSettings(SettingsSection):
     def _check_dsn(cls, value: str) -> str:
         if not value.startswith(("postgresql://", "postgres://")):
             raise ValueError("use a postgresql:// or postgres:// URL")
+        urlsplit(value).port  # noqa: B018 - raises ValueError on a port that is not a number
         return value
+
+    @model_validator(mode="after")
+    def _check_pool(self) -> PostgresSettings:
+        if self.pool_min_size > self.pool_max_size:
+            raise ValueError(
+                f"WOW_POSTGRES__POOL_MIN_SIZE ({self.pool_min_size}) must not be greater than "
+                f"WOW_POSTGRES__POOL_MAX_SIZE ({self.pool_max_size})"
+            )
+        return self
 
     def __repr_args__(self) -> Any:
         for name, value in super().__repr_args__():

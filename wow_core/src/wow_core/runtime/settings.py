@@ -258,6 +258,8 @@ _USERINFO = re.compile(
     r"|(?<![^\s,\[\"'=(])(?P<plain>[^\s,/@\"'\[\]=(]*:[^\s,]*)@(?=[^\s,@])"
 )
 """``scheme://userinfo@`` anywhere, or ``user:password@`` at the start of an entry."""
+_USER_ONLY_SCHEMES = frozenset({"postgresql://", "postgres://"})
+"""Schemes whose ``scheme://name@host`` is a user name, not a token."""
 
 
 def _mask_token(match: re.Match[str]) -> str:
@@ -266,7 +268,10 @@ def _mask_token(match: re.Match[str]) -> str:
         # Without a scheme only ``user:password@host`` is taken for credentials (not an e-mail address).
         return match.group("plain").partition(":")[0] + ":***@"
     user, colon, _ = match.group("userinfo").partition(":")
-    return f"{scheme}{user}:***@" if colon else f"{scheme}***@"
+    if colon:
+        return f"{scheme}{user}:***@"
+    # ``postgresql://user@host`` names a user (libpq has no token form): it stays.
+    return match.group(0) if scheme.lower() in _USER_ONLY_SCHEMES else f"{scheme}***@"
 
 
 def mask_userinfo(value: Any) -> Any:
@@ -274,7 +279,8 @@ def mask_userinfo(value: Any) -> Any:
 
     Applies to a string and, recursively, to the strings of a list, tuple or dict. In
     ``scheme://user:password@host`` the password becomes ``***`` (the user name stays);
-    in ``scheme://token@host`` the token does; a ``user:password@host`` without a scheme
+    in ``scheme://token@host`` the token does, except in ``postgresql://user@host`` (and
+    ``postgres://``), where it is a user name and stays; a ``user:password@host`` without a scheme
     (a Kafka bootstrap entry) is masked the same way. Entries are separated by commas or
     whitespace. Guaranteed: no text between ``://`` (or a separator) and the last ``@``
     of an entry survives, except a user name. Not guaranteed: that a password holding a
