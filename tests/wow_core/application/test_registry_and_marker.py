@@ -30,6 +30,25 @@ def test_named_transports_are_built_from_settings_one_instance_each(monkeypatch:
     assert registry.topic("payments") == "acme.application.payments"
 
 
+async def test_from_environment_builds_the_registry_and_async_with_starts_and_closes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("WOW_APPLICATION__TRANSPORTS", '{"payments": "in_memory"}')
+    monkeypatch.setenv("WOW_MESSAGING__TOPIC_PREFIX", "acme.")
+    async with TransportRegistry.from_environment() as registry:
+        transport = registry.get("payments")
+        assert isinstance(transport, InMemoryTransport)
+        assert registry.topic("payments") == "acme.application.payments"
+        assert not transport.closed
+    assert transport.closed
+
+
+def test_from_environment_checks_the_settings_like_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WOW_APPLICATION__TRANSPORTS", '{"pay ments": "in_memory"}')
+    with pytest.raises(SettingsError, match="WOW_APPLICATION__TRANSPORTS"):
+        TransportRegistry.from_environment()
+
+
 class OwnNamespace(RecordingTransport):
     """A transport whose topics live under a prefix of its own (as Redis's key prefix)."""
 
