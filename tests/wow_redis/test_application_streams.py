@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 
 from tests.wow_core.application.commands import ChargeCard
 from tests.wow_redis.conftest import REDIS_URL
+from wow_core import transport_registry
 from wow_core.application import (
     ApplicationCommandBus,
     ApplicationCommands,
@@ -70,7 +71,7 @@ async def app(redis: Redis, prefix: str, monkeypatch: pytest.MonkeyPatch) -> Asy
         monkeypatch.setenv(name, value)
     unprefixed = f"{topic_prefix}application.payments"
     try:
-        async with TransportRegistry.from_environment() as registry:
+        async with transport_registry() as registry:
             handled: list[Operation] = []
 
             async def charge(command: ChargeCard, operation: Operation) -> None:

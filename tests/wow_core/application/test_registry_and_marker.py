@@ -6,6 +6,7 @@ import pytest
 
 from tests.wow_core.application.commands import Audit, ChargeCard
 from tests.wow_core.application.support import RecordingTransport
+from wow_core import transport_registry
 from wow_core.application import (
     ApplicationTopicNaming,
     CommandMetadata,
@@ -30,12 +31,12 @@ def test_named_transports_are_built_from_settings_one_instance_each(monkeypatch:
     assert registry.topic("payments") == "acme.application.payments"
 
 
-async def test_from_environment_builds_the_registry_and_async_with_starts_and_closes_it(
+async def test_transport_registry_builds_it_from_the_environment_and_async_with_starts_and_closes_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("WOW_APPLICATION__TRANSPORTS", '{"payments": "in_memory"}')
     monkeypatch.setenv("WOW_MESSAGING__TOPIC_PREFIX", "acme.")
-    async with TransportRegistry.from_environment() as registry:
+    async with transport_registry() as registry:
         transport = registry.get("payments")
         assert isinstance(transport, InMemoryTransport)
         assert registry.topic("payments") == "acme.application.payments"
@@ -43,10 +44,10 @@ async def test_from_environment_builds_the_registry_and_async_with_starts_and_cl
     assert transport.closed
 
 
-def test_from_environment_checks_the_settings_like_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_transport_registry_checks_the_settings_like_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WOW_APPLICATION__TRANSPORTS", '{"pay ments": "in_memory"}')
     with pytest.raises(SettingsError, match="WOW_APPLICATION__TRANSPORTS"):
-        TransportRegistry.from_environment()
+        transport_registry()
 
 
 class OwnNamespace(RecordingTransport):

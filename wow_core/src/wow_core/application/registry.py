@@ -6,8 +6,8 @@ one instance of the configured plugin per name (``WOW_APPLICATION__TRANSPORTS``)
 plugin name nobody registered is a :class:`~wow_core.settings.SettingsError` at
 start-up. Asking for a name that is not configured is a
 :class:`~wow_core.application.errors.TransportConfigurationError`, never a send error.
-:meth:`TransportRegistry.from_environment` does both steps from the process's
-environment, and ``async with`` starts the transports and closes them.
+:func:`wow_core.transport_registry` does it from the process's own
+settings and plugins, and ``async with`` starts the transports and closes them.
 
 The topic of a named transport is ``<topic_prefix>application.<name>``, unless the
 transport names its topics in a namespace of its own: a transport with an
@@ -106,17 +106,6 @@ class TransportRegistry:
                 )
             transports[name] = transport
         return cls(transports, topic_prefix=settings.messaging.topic_prefix)
-
-    @classmethod
-    def from_environment(cls) -> TransportRegistry:
-        """:meth:`from_settings` over this process's settings (``WOW_*`` variables, every
-        section checked) and installed plugins: what ``wow worker`` builds. Use it as
-        ``async with TransportRegistry.from_environment() as registry:``, which starts
-        the transports and closes them."""
-        from wow_core.runtime.container import create_container
-
-        container = create_container()
-        return cls.from_settings(container.settings(), container.plugins())
 
     async def __aenter__(self) -> Self:
         await self.start()
