@@ -3,6 +3,7 @@ who may act, and how it refuses bad input without changing anything."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import AsyncIterator
@@ -269,6 +270,57 @@ async def test_force_prepare_is_confirmed_twice_and_the_other_actions_apply(serv
         ):
             assert event in history, event
         assert done.state.retry_state.retries == 1
+
+
+async def test_a_script_applies_a_partial_retry_spec_and_unset_fields_keep_their_values(
+    service: PageService,
+) -> None:
+    """As ``wow compensation apply-retry-spec ID --max-retries 4``: a field that is missing
+    (or blank) keeps its value."""
+    record = await service.open_failing()
+    before = record.state.retry_spec
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    async with client(service) as http:
+
+        async def post(**data: str | list[str]) -> httpx.Response:
+            version = str((await service.record(record.id)).version)
+            return await http.post(
+                f"/records/{record.id}/actions/apply-retry-spec",
+                data={"expected_version": version, **data},
+                headers=bearer,
+            )
+
+        assert (await post(max_retries="4")).status_code == 303
+        spec = (await service.record(record.id)).state.retry_spec
+        assert spec == dataclasses.replace(before, max_retries=4)
+        assert (await post(enabled="no", min_backoff=" ", execution_timeout="")).status_code == 303
+        spec = (await service.record(record.id)).state.retry_spec
+        assert spec == dataclasses.replace(before, max_retries=4, enabled=False)
+        # the page's form: a hidden "no", then the ticked checkbox's "yes"
+        assert (await post(enabled=["no", "yes"], max_backoff="7200")).status_code == 303
+        spec = (await service.record(record.id)).state.retry_spec
+        assert spec == dataclasses.replace(before, max_retries=4, max_backoff=7200.0)
+        for data, why in [
+            ({"enabled": "maybe"}, "enabled must be yes or no"),
+            ({"max_retries": "ten"}, "max_retries must be a whole number"),
+            ({"max_backoff": "1"}, "max_backoff must be &gt;= min_backoff"),
+            ({}, "UNCHANGED"),
+        ]:
+            version = (await service.record(record.id)).version
+            refused = await post(**data)
+            assert refused.status_code in (400, 409), (data, refused.text)
+            assert why in refused.text, (data, refused.text)
+            assert (await service.record(record.id)).version == version, "a refusal changes nothing"
+
+
+async def test_the_page_form_sends_every_field_and_an_unticked_enabled_as_no(service: PageService) -> None:
+    record = await service.open_failing()
+    async with client(service) as http:
+        await signed_in(http)
+        html = (await http.get(f"/records/{record.id}")).text
+        form = html.split('id="a-apply-retry-spec"', 1)[1].split("</form>", 1)[0]
+        assert '<input type="hidden" name="enabled" value="no">' in form
+        assert form.index('name="enabled" value="no"') < form.index('name="enabled" value="yes"')
 
 
 async def test_mounted_under_a_prefix_with_a_bearer_token(service: PageService) -> None:

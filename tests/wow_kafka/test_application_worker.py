@@ -38,7 +38,14 @@ async def test_a_worker_killed_mid_stream_loses_nothing_and_repeats_only_what_it
         pytest.fail("the handler of this test records its effects in Redis on 127.0.0.1:6379")
     prefix = f"wowtest:{uuid.uuid4().hex[:10]}:"
     topic_prefix = f"t{uuid.uuid4().hex[:10]}."
-    settings = test_settings(kafka_bootstrap, partitions=PARTITIONS, commit_interval_ms=COMMIT_INTERVAL_MS)
+    # the producer's Kafka topic prefix is the worker's (WOW_MESSAGING__TOPIC_PREFIX, no
+    # WOW_KAFKA__TOPIC_PREFIX): a Kafka transport names application topics with its own prefix
+    settings = test_settings(
+        kafka_bootstrap,
+        partitions=PARTITIONS,
+        commit_interval_ms=COMMIT_INTERVAL_MS,
+        topic_prefix=topic_prefix,
+    )
     env = worker_env(
         prefix,
         {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from wow_core.application import TransportRegistry
 from wow_core.plugins import load_plugins
 from wow_core.runtime.settings import SettingsError, WowSettings, load_section
 from wow_kafka import KafkaSettings, KafkaTransport
@@ -211,3 +212,19 @@ def test_a_group_prefix_with_other_characters_is_refused_naming_the_variable(
     monkeypatch.setenv("WOW_KAFKA__GROUP_PREFIX", "a b")
     with pytest.raises(SettingsError, match="WOW_KAFKA__GROUP_PREFIX"):
         load_section("kafka", KafkaSettings)
+
+
+@pytest.mark.parametrize(
+    ("kafka_prefix", "topic"),
+    [(None, "acme.application.payments"), ("k.", "k.application.payments")],
+    ids=["the messaging prefix", "WOW_KAFKA__TOPIC_PREFIX"],
+)
+def test_application_topics_carry_the_kafka_topic_prefix_like_every_topic(
+    monkeypatch: pytest.MonkeyPatch, kafka_prefix: str | None, topic: str
+) -> None:
+    monkeypatch.setenv("WOW_APPLICATION__TRANSPORTS", '{"payments": "kafka"}')
+    monkeypatch.setenv("WOW_MESSAGING__TOPIC_PREFIX", "acme.")
+    if kafka_prefix is not None:
+        monkeypatch.setenv("WOW_KAFKA__TOPIC_PREFIX", kafka_prefix)
+    registry = TransportRegistry.from_settings(WowSettings.load(), load_plugins())
+    assert registry.topic("payments") == topic

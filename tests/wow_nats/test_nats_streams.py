@@ -129,6 +129,7 @@ async def test_subjects_held_by_another_stream_are_named_with_the_setting_that_s
     assert base + ".>" in text, text
     assert transport.layout.stream(topic) in text, text
     assert "WOW_MESSAGING__TOPIC_PREFIX" in text, text
+    assert f"WOW_NATS__STREAM_PREFIX, now {names.stream_prefix!r}" in text, text
     assert "not found" not in text, text
     receiver = transport.open(names.group(), [topic])
     with pytest.raises(StreamSubjectsTakenError):

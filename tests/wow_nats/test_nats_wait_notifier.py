@@ -16,7 +16,7 @@ from wow_core.command import CommandStage, CommandWait, WaitCoordinator, WaitSig
 from wow_core.command.notifier import WaitSignalSink
 from wow_core.model import AggregateId, CommandMessage, NamedAggregate
 from wow_core.spi import WaitEndpoint, encode_signal
-from wow_nats import NatsSettings
+from wow_nats import NatsSettings, StreamSubjectsTakenError
 from wow_nats.wait_notifier import NatsWaitNotifier
 
 AGG = AggregateId(NamedAggregate("bank", "account"), "a-1")
@@ -319,12 +319,40 @@ async def test_a_transport_stream_over_the_wait_subjects_is_a_clear_error(
     """A bounded context named ``wait`` would own ``<prefix>wait.>``: the wait stream cannot
     be made beside it, and start says so instead of timing out later."""
     caller = notifier(nats_url, names)
-    await raw_js.add_stream(name=f"{names.stream_prefix}ctx_wait", subjects=[f"{names.topic_prefix}wait.>"])
+    holder = f"{names.stream_prefix}ctx_wait"
+    await raw_js.add_stream(name=holder, subjects=[f"{names.topic_prefix}wait.>"])
     try:
-        with pytest.raises(RuntimeError, match="bounded context named 'wait'"):
+        with pytest.raises(StreamSubjectsTakenError, match="bounded context named 'wait'") as raised:
             await caller.start(Received().sink)
+        assert f"stream {holder!r} holds {names.topic_prefix}wait.*" in str(raised.value)
     finally:
         await caller.close()
+
+
+async def test_another_application_with_the_same_topic_prefix_is_named_with_the_settings_to_change(
+    nats_url: str, names: Names
+) -> None:
+    """Two applications with one topic prefix and two stream prefixes: the second one's
+    wait stream cannot take the wait subjects; the error names the stream holding them and
+    the two settings, not a bounded context named 'wait'."""
+    first = notifier(nats_url, names)
+    second = NatsWaitNotifier(
+        NatsSettings(servers=[nats_url], stream_prefix=names.stream_prefix + "other_"),
+        topic_prefix=names.topic_prefix,
+    )
+    try:
+        await first.start(Received().sink)
+        with pytest.raises(StreamSubjectsTakenError) as raised:
+            await second.start(Received().sink)
+        text = str(raised.value)
+        assert f"cannot create NATS stream {second.stream!r}" in text, text
+        assert f"stream {first.stream!r} holds {names.topic_prefix}wait.*" in text, text
+        assert f"WOW_MESSAGING__TOPIC_PREFIX (now {names.topic_prefix!r})" in text, text
+        assert f"WOW_NATS__STREAM_PREFIX, now {names.stream_prefix + 'other_'!r}" in text, text
+        assert "bounded context" not in text, text
+    finally:
+        await second.close()
+        await first.close()
 
 
 async def eventually_true(condition: Callable[[], bool], what: str, timeout: float = 5) -> None:

@@ -22,7 +22,7 @@ TOTAL = 80
 async def test_a_worker_killed_mid_stream_loses_nothing_and_repeats_only_what_it_held(
     redis: Redis, prefix: str
 ) -> None:
-    topic_prefix = f"t{uuid.uuid4().hex[:10]}."  # streams are named by topic alone
+    topic_prefix = f"t{uuid.uuid4().hex[:10]}."  # the stream: <key prefix><topic prefix>application.payments
     env = worker_env(
         prefix,
         {

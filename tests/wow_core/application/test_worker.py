@@ -28,7 +28,14 @@ from wow_core.application import (
     TransportRegistry,
     class_name,
 )
-from wow_core.transport import InMemoryTransport
+from wow_core.model import DecodeFailureKind
+from wow_core.transport import (
+    DecodeFailure,
+    DecodeFailureAction,
+    DecodeFailureDefault,
+    DefaultDecodeFailureHandler,
+    InMemoryTransport,
+)
 
 TOPIC = "wow.application.payments"
 
@@ -167,32 +174,120 @@ async def test_the_restored_object_must_be_of_the_requested_class() -> None:
     assert handled.operations == []
 
 
-@pytest.mark.parametrize(
+NOT_ENVELOPES = pytest.mark.parametrize(
     "payload",
     [
         "not json",
         '{"v":1}',
         json.dumps({"v": 2, "operation_id": "o", "command_class": "x:Y", "payload": "{}", "context": "{}"}),
+    ],
+    ids=["not json", "not an envelope", "another version"],
+)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
         json.dumps(
             {"v": 1, "operation_id": "o", "command_class": "os:system", "payload": "{}", "context": "{}"}
         ),
         envelope(ChargeCard("c", 5)).replace('\\"amount\\":5', '\\"amount\\":true'),
         envelope(ChargeCard("c", 5), {"role": "admin"}),
     ],
-    ids=[
-        "not json",
-        "not an envelope",
-        "another version",
-        "a class it does not know",
-        "bad payload",
-        "context",
-    ],
+    ids=["a class it does not know", "bad payload", "context"],
 )
 async def test_a_record_that_cannot_be_restored_is_not_acknowledged_as_handled(payload: str) -> None:
     handled = Handled()
     record = FakeRecord(payload)
     assert await worker(handled).handle(record) is Outcome.DROPPED
     assert handled.operations == []
+
+
+class LeavesPending(RecordingTransport):
+    """A transport whose decode-failure default is to leave a record pending (as Redis),
+    and that hears what became of it (a ``DecodeFailureObserver``)."""
+
+    decode_failure_default = DecodeFailureDefault.LEAVE_PENDING
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.heard: list[tuple[DecodeFailure, DecodeFailureAction]] = []
+
+    def decode_failure_handled(self, failure: DecodeFailure, action: DecodeFailureAction) -> None:
+        self.heard.append((failure, action))
+
+
+SLOW_RETRY = RejectionPolicy(RejectionAction.RETRY, attempts=5, backoff=30.0, max_backoff=30.0)
+"""A retry would sleep 30 s: a test that finishes within its 5 s timeout did not retry."""
+
+
+@NOT_ENVELOPES
+@pytest.mark.parametrize("policy", [SLOW_RETRY, RejectionPolicy(RejectionAction.DROP)], ids=["retry", "drop"])
+async def test_a_record_that_is_not_an_envelope_is_dead_lettered_at_once_by_default(
+    payload: str, policy: RejectionPolicy, caplog: pytest.LogCaptureFixture
+) -> None:
+    handled = Handled()
+    transport = RecordingTransport()
+    record = FakeRecord(payload, key="producer-op", position="wow.application.payments/1-0")
+    command_worker = worker(handled, transport=transport, policy=policy)
+    assert await asyncio.wait_for(command_worker.handle(record), 5) is Outcome.DEAD_LETTERED
+    [dead] = transport.sent
+    assert (dead.topic, dead.key, dead.payload) == (TOPIC + ".dlq", "producer-op", payload)
+    assert record.acks == 1
+    assert handled.operations == []
+    assert not [r for r in caplog.records if "attempt" in r.getMessage()], "it was not retried"
+    [line] = [r.getMessage() for r in caplog.records if r.name == "wow.application.worker"]
+    assert line.startswith("record wow.application.payments/1-0 is not a command envelope, dead-lettered: ")
+    assert line.count("wow.application.payments") == 1, "the topic is named once"
+
+
+@NOT_ENVELOPES
+async def test_a_record_that_is_not_an_envelope_is_left_pending_where_the_transport_asks_for_it(
+    payload: str,
+) -> None:
+    transport = LeavesPending()
+    record = FakeRecord(payload)
+    command_worker = worker(Handled(), transport=transport, policy=SLOW_RETRY)
+    assert await asyncio.wait_for(command_worker.handle(record), 5) is Outcome.LEFT_PENDING
+    assert record.acks == 0
+    assert transport.sent == []
+    [(failure, action)] = transport.heard
+    assert action is DecodeFailureAction.LEAVE_PENDING
+    assert (failure.group, failure.record) == ("g", record)
+    expected = DecodeFailureKind.NOT_JSON if payload == "not json" else DecodeFailureKind.WRONG_SHAPE
+    assert failure.error.kind is expected
+
+
+async def test_the_decode_failure_handler_of_the_worker_decides_for_a_record_that_is_not_an_envelope() -> (
+    None
+):
+    transport = LeavesPending()
+    record = FakeRecord("not json")
+    command_worker = worker(Handled(), transport=transport, policy=SLOW_RETRY)
+    command_worker.decode_failure_handler = DefaultDecodeFailureHandler(DecodeFailureDefault.DEAD_LETTER)
+    assert await asyncio.wait_for(command_worker.handle(record), 5) is Outcome.DEAD_LETTERED
+    assert [m.topic for m in transport.sent] == [TOPIC + ".dlq"]
+    assert record.acks == 1
+
+
+async def test_a_retried_failure_names_the_record_once_in_its_log_lines(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    handled = Handled()
+    handled.failures_left = 10
+    policy = RejectionPolicy(RejectionAction.RETRY, attempts=2, backoff=0.001, max_backoff=0.002)
+    for position, shown in [
+        ("wow.application.payments/1-0", "record wow.application.payments/1-0 "),  # Redis: the stream
+        ("3:17", "record wow.application.payments at 3:17 "),  # Kafka: partition and offset
+    ]:
+        caplog.clear()
+        record = FakeRecord(envelope(ChargeCard("c", 5)), position=position)
+        assert await worker(handled, policy=policy).handle(record) is Outcome.LEFT_PENDING
+        lines = [r.getMessage() for r in caplog.records if r.name == "wow.application.worker"]
+        assert len(lines) == 2
+        for line in lines:
+            assert line.startswith(shown)
+            assert line.count("wow.application.payments") == 1
 
 
 async def test_retry_tries_again_with_backoff_and_acknowledges_once_it_succeeds() -> None:

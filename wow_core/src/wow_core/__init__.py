@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from wow_core.model.messages import CommandMessage, DomainEvent, StateEvent
     from wow_core.modeling.aggregate import DomainError, Emit, aggregate, on_command, on_sourcing
     from wow_core.runtime.app import WowApp
+    from wow_core.runtime.application import transport_registry
     from wow_core.runtime.container import create_container
     from wow_core.runtime.runtime import WowRuntime
     from wow_core.runtime.settings import SettingsError, WowSettings
@@ -92,6 +93,7 @@ _EXPORTS = {
     "WowSettings": "wow_core.runtime.settings",
     "SettingsError": "wow_core.runtime.settings",
     "create_container": "wow_core.runtime.container",
+    "transport_registry": "wow_core.runtime.application",
 }
 
 __all__ = [
@@ -133,6 +135,7 @@ __all__ = [
     "WowSettings",
     "SettingsError",
     "create_container",
+    "transport_registry",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

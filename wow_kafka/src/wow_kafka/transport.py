@@ -172,6 +172,13 @@ class KafkaTransport(TransportBase[KafkaTransportReceiver]):
         naming = DefaultTopicNaming(prefix, settings.messaging.context_aliases)
         return cls(kafka, naming=naming)
 
+    def application_topic(self, name: str, topic_prefix: str) -> str:
+        """The topic of application transport ``name``: ``<prefix>application.<name>``,
+        the prefix ``WOW_KAFKA__TOPIC_PREFIX`` when set (as for every topic), else the
+        messaging ``topic_prefix``."""
+        prefix = self.settings.topic_prefix if self.settings.topic_prefix is not None else topic_prefix
+        return f"{prefix}application.{name}"
+
     # -- lifecycle --------------------------------------------------------------------
 
     async def start(self) -> None:

@@ -4,6 +4,11 @@ This keeps the reference implementation's Redis naming (``bank.account:command``
 streams written by 9.2-style producers are read as they are. A context alias replaces
 the context name; ``key_prefix`` (empty by default) isolates deployments that share one
 server. Names are memoised per named aggregate and kind.
+
+The stream of a named transport of application commands is
+``<key_prefix><topic_prefix>application.<name>`` (:func:`application_stream`): the key
+prefix before it, as before every other stream and key; with the default empty key
+prefix the name is the core's ``<topic_prefix>application.<name>``.
 """
 
 from __future__ import annotations
@@ -28,6 +33,11 @@ class RedisTopicNaming(DefaultTopicNaming):
     def key_prefix(self) -> str:
         """The prefix of every stream name (``WOW_REDIS__KEY_PREFIX``)."""
         return self.prefix
+
+
+def application_stream(key_prefix: str, topic_prefix: str, name: str) -> str:
+    """The stream of the application transport ``name``: ``<key_prefix><topic_prefix>application.<name>``."""
+    return f"{key_prefix}{topic_prefix}application.{name}"
 
 
 def dead_letter_stream(topic: str) -> str:

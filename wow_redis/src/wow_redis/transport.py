@@ -8,7 +8,8 @@
   one consumer of the group (created or reused per stream), reading new entries,
   recovering idle ones, acknowledging with ``XACK``.
 - Topics are named ``<context>.<aggregate>:<command|event|state>``
-  (:class:`~wow_redis.naming.RedisTopicNaming`).
+  (:class:`~wow_redis.naming.RedisTopicNaming`), application-command topics
+  ``<topic_prefix>application.<name>``; ``WOW_REDIS__KEY_PREFIX`` comes before both.
 - ``decode_failure_default`` is ``LEAVE_PENDING``: an undecodable entry stays in the
   group's pending list, visible with ``XPENDING``, reported through
   :class:`~wow_redis.observer.RedisMessageBusObserver`; recovery brings it back and,
@@ -37,7 +38,7 @@ from wow_core.transport import (
     TransportMessage,
 )
 from wow_redis.connection import create_client, ping
-from wow_redis.naming import RedisTopicNaming
+from wow_redis.naming import RedisTopicNaming, application_stream
 from wow_redis.observer import RedisMessageBusObserver
 from wow_redis.receiver import RedisStreamReceiver
 from wow_redis.record import RedisRecord
@@ -150,6 +151,13 @@ class RedisStreamTransport(TransportBase[RedisStreamReceiver]):
             await self._writer.close(self.settings.socket_timeout)
         if self._client is not None and self._owns_client:
             await self._client.aclose()
+
+    # -- ApplicationTopicNaming ------------------------------------------------------
+
+    def application_topic(self, name: str, topic_prefix: str) -> str:
+        """The stream of application transport ``name``, under ``WOW_REDIS__KEY_PREFIX``
+        like every other stream (:func:`~wow_redis.naming.application_stream`)."""
+        return application_stream(self.settings.key_prefix, topic_prefix, name)
 
     # -- DecodeFailureObserver -------------------------------------------------------
 

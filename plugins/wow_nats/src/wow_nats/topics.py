@@ -24,6 +24,47 @@ from wow_nats.settings import NatsSettings
 
 log = logging.getLogger("wow_nats")
 
+SUBJECTS_OVERLAP = 10065
+"""JetStream's error code for a stream whose subjects another stream holds."""
+
+
+async def stream_holders(js: JetStreamContext, subjects: list[str]) -> dict[str, list[str]]:
+    """The streams holding (overlapping) each of ``subjects``: stream -> its subjects."""
+    holders: dict[str, list[str]] = {}
+    for subject in subjects:
+        try:
+            holder = await js.find_stream_name_by_subject(subject)
+        except Exception:  # not held, or the lookup failed: name what is known
+            continue
+        holders.setdefault(holder, []).append(subject)
+    return holders
+
+
+def subjects_taken(
+    name: str,
+    subjects: list[str],
+    holders: dict[str, list[str]],
+    error: Exception,
+    *,
+    topic_prefix: str,
+    stream_prefix: str,
+    hint: str = "",
+) -> StreamSubjectsTakenError:
+    """The :class:`StreamSubjectsTakenError` for stream ``name``, whose ``subjects`` other
+    streams hold (``holders``, from :func:`stream_holders`): it names each holder and the
+    settings that separate two applications (``WOW_MESSAGING__TOPIC_PREFIX``,
+    ``WOW_NATS__STREAM_PREFIX``) with their values."""
+    held = "; ".join(f"stream {holder!r} holds {', '.join(subs)}" for holder, subs in holders.items())
+    return StreamSubjectsTakenError(
+        f"cannot create NATS stream {name!r} for the subjects {', '.join(subjects)}: "
+        f"{held or 'another stream holds them'} (JetStream gives a subject to one stream only; "
+        "it is another application, or the same one with another WOW_NATS__STREAM_PREFIX, on "
+        f"this server). Subjects are the topic names: give each its own "
+        f"WOW_MESSAGING__TOPIC_PREFIX (now {topic_prefix!r}), or use the stream prefix of the "
+        f"stream that holds them (WOW_NATS__STREAM_PREFIX, now {stream_prefix!r}).{hint} "
+        f"Server: {error}"
+    )
+
 
 class NatsTopics:
     """Creates and reconciles the streams of the topics a transport uses."""
@@ -66,21 +107,13 @@ class NatsTopics:
         self, js: JetStreamContext, name: str, subjects: list[str], error: Exception
     ) -> StreamSubjectsTakenError:
         """The error for subjects of stream ``name`` that other streams hold, naming them."""
-        holders: dict[str, list[str]] = {}
-        for subject in subjects:
-            try:
-                holder = await js.find_stream_name_by_subject(subject)
-            except Exception:  # not held, or the lookup failed: name what is known
-                continue
-            holders.setdefault(holder, []).append(subject)
-        held = "; ".join(f"stream {holder!r} holds {', '.join(subs)}" for holder, subs in holders.items())
-        return StreamSubjectsTakenError(
-            f"cannot create NATS stream {name!r} for the subjects {', '.join(subjects)}: "
-            f"{held or 'another stream holds them'} (JetStream gives a subject to one stream only; "
-            "it is another application, or the same one with another WOW_NATS__STREAM_PREFIX, on "
-            f"this server). Subjects are the topic names: give each its own "
-            f"WOW_MESSAGING__TOPIC_PREFIX (now {self.layout.topic_prefix!r}), or use the "
-            f"stream prefix of the stream that holds them. Server: {error}"
+        return subjects_taken(
+            name,
+            subjects,
+            await stream_holders(js, subjects),
+            error,
+            topic_prefix=self.layout.topic_prefix,
+            stream_prefix=self.layout.stream_prefix,
         )
 
     async def _create_or_update_stream(self, name: str, base: str) -> None:

@@ -58,12 +58,15 @@ from nats.js.api import (
 
 from wow_core.spi import WaitEndpoint, WaitSignal, WaitSignalSink, encode_signal
 from wow_nats.connection import NatsConnection
+from wow_nats.errors import StreamSubjectsTakenError
 from wow_nats.receiver import RECOVERY_PAUSE
 from wow_nats.settings import SECTION, NatsSettings
+from wow_nats.topics import SUBJECTS_OVERLAP, stream_holders, subjects_taken
 
 if TYPE_CHECKING:
     from nats.aio.msg import Msg
     from nats.aio.subscription import Subscription
+    from nats.js import JetStreamContext
 
     from wow_core.spi import ProcessSettings
 
@@ -83,10 +86,13 @@ _STATUS = "Status"
 _DESCRIPTION = "Description"
 
 
+WAIT_STREAM_SUFFIX = "wait_signals"
+
+
 def wait_stream_name(stream_prefix: str, topic_prefix: str) -> str:
     """The wait stream of a topic prefix (``wow.`` -> ``wow_wait_signals``)."""
     safe = re.sub(r"[^A-Za-z0-9_-]", "_", topic_prefix)
-    return f"{stream_prefix}{safe}wait_signals"
+    return f"{stream_prefix}{safe}{WAIT_STREAM_SUFFIX}"
 
 
 class NatsWaitNotifier:
@@ -108,6 +114,7 @@ class NatsWaitNotifier:
         self.consumer = self._consumer_base
         """This caller's consumer (``-<n>`` after its ``n``-th remake)."""
         self._stream_subject = prefix + "*"
+        self._topic_prefix = topic_prefix
         self._accepted = re.compile(re.escape(prefix) + r"[0-9a-f]{32}")
         self._closed = False
         self._connection = NatsConnection(self.settings, closed=lambda: self._closed)
@@ -214,9 +221,11 @@ class NatsWaitNotifier:
             try:
                 info = await js.stream_info(self.stream)
             except nats.js.errors.NotFoundError:
+                if error.err_code == SUBJECTS_OVERLAP:
+                    raise await self._subjects_taken(js, error) from None
                 raise RuntimeError(
                     f"the NATS wait stream {self.stream!r} for {self._stream_subject} cannot be "
-                    f"made: {error.description} (a stream of a bounded context named 'wait'?)"
+                    f"made: {error.description}"
                 ) from None
             if info.config.subjects != [self._stream_subject]:
                 raise RuntimeError(
@@ -244,6 +253,28 @@ class NatsWaitNotifier:
             )
             self._last = 0  # a new stream counts its sequences from 1 again
         self._stream_created = created
+
+    async def _subjects_taken(self, js: JetStreamContext, error: Exception) -> StreamSubjectsTakenError:
+        """The error for wait subjects another stream holds: the wait stream of this topic
+        prefix under another stream prefix (another application with the same topic
+        prefix), or the stream of a bounded context named ``wait``."""
+        subjects = [self._stream_subject]
+        holders = await stream_holders(js, subjects)
+        hint = ""
+        if any(not holder.endswith(WAIT_STREAM_SUFFIX) for holder in holders):
+            hint = (
+                f" A stream of a bounded context named 'wait' holds them: under the topic prefix "
+                f"{self._topic_prefix!r} that context name is the wait notifier's."
+            )
+        return subjects_taken(
+            self.stream,
+            subjects,
+            holders,
+            error,
+            topic_prefix=self._topic_prefix,
+            stream_prefix=self.settings.stream_prefix,
+            hint=hint,
+        )
 
     async def _make_consumer(self) -> None:
         """This caller's consumer: from the first signal stored for it, or (made again)

@@ -657,6 +657,7 @@ def _actions(page: _Page, record: ExecutionRecord) -> str:
             + number("min_backoff", "Min backoff (s)", f"{spec.min_backoff:g}")
             + number("max_backoff", "Max backoff (s)", f"{spec.max_backoff:g}")
             + number("execution_timeout", "Execution timeout (s)", f"{spec.execution_timeout:g}")
+            + '<input type="hidden" name="enabled" value="no">'
             + f'<p class="check"><input type="checkbox" id="enabled" name="enabled" value="yes"{enabled}> '
             '<label for="enabled">Enabled</label></p>',
             "Apply retry spec",
@@ -691,8 +692,7 @@ def _int(text: str, name: str, low: int, high: int) -> int:
     return value
 
 
-def _float(form: Form, name: str) -> float:
-    text = str(form.get(name, ""))
+def _float(text: str, name: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -700,6 +700,31 @@ def _float(form: Form, name: str) -> float:
     if not 0 <= value <= 86_400 * 365:
         raise Refusal(400, "Malformed action", f"{name} must be in 0..{86_400 * 365} seconds, got {value}.")
     return value
+
+
+SPEC_SECONDS = ("min_backoff", "max_backoff", "execution_timeout")
+
+
+def _retry_spec(current: RetrySpec, form: Form) -> RetrySpec:
+    """``current`` with the fields the form gives changed, as ``wow compensation
+    apply-retry-spec`` does: a field that is missing or blank keeps its value; ``enabled``
+    is ``yes`` or ``no`` (the page's checkbox sends ``no``, then ``yes`` when ticked)."""
+    changes: dict[str, Any] = {}
+    given = {name: str(value).strip() for name, value in form.items()}
+    if given.get("max_retries"):
+        changes["max_retries"] = _int(given["max_retries"], "max_retries", 0, 1000)
+    for name in SPEC_SECONDS:
+        if given.get(name):
+            changes[name] = _float(given[name], name)
+    enabled = given.get("enabled")
+    if enabled:
+        if enabled not in ("yes", "no"):
+            raise Refusal(400, "Malformed action", f"enabled must be yes or no, got {enabled[:20]!r}.")
+        changes["enabled"] = enabled == "yes"
+    try:
+        return dataclasses.replace(current, **changes)
+    except ValueError as invalid:
+        raise Refusal(400, "Malformed action", f"{invalid}.") from None
 
 
 def _text(form: Form, name: str) -> str:
@@ -739,17 +764,7 @@ async def _act(page: _Page, operations: Operations, record_id: str, action: str,
             return _confirm_force(page, record)
         body = ForcePrepareCompensation(now_ms())
     elif action == "apply-retry-spec":
-        try:
-            spec = RetrySpec(
-                enabled=form.get("enabled") == "yes",
-                max_retries=_int(str(form.get("max_retries", "")), "max_retries", 0, 1000),
-                min_backoff=_float(form, "min_backoff"),
-                execution_timeout=_float(form, "execution_timeout"),
-                max_backoff=_float(form, "max_backoff"),
-            )
-        except ValueError as invalid:
-            raise Refusal(400, "Malformed action", str(invalid)) from None
-        body = ApplyRetrySpec(spec)
+        body = ApplyRetrySpec(_retry_spec(record.state.retry_spec, form))
     elif action == "mark-recoverable":
         try:
             body = MarkRecoverable(Recoverable(str(form.get("recoverable", ""))))

@@ -30,7 +30,7 @@ from wow_core.application.marker import (
 )
 from wow_core.application.middleware import TransportMiddleware
 from wow_core.application.operation import ExecutionMode, Operation, OperationStatus
-from wow_core.application.registry import TransportRegistry
+from wow_core.application.registry import ApplicationTopicNaming, TransportRegistry
 from wow_core.application.serializer import (
     CommandSerializer,
     CommandSerializerSupport,
@@ -46,6 +46,7 @@ __all__ = [
     "ApplicationCommandError",
     "ApplicationCommands",
     "ApplicationSettings",
+    "ApplicationTopicNaming",
     "Asynchronous",
     "CommandEnvelope",
     "CommandHandler",

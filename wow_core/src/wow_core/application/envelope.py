@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wow_core.application.errors import EnvelopeError
+from wow_core.model import DecodeFailureKind
 
 __all__ = ["CommandEnvelope", "class_name"]
 
@@ -53,7 +54,9 @@ class CommandEnvelope:
         try:
             document = json.loads(text)
         except (ValueError, RecursionError) as error:
-            raise EnvelopeError(f"the record is not a JSON command envelope: {error}") from None
+            raise EnvelopeError(
+                f"the record is not a JSON command envelope: {error}", DecodeFailureKind.NOT_JSON
+            ) from None
         if type(document) is not dict or set(document) != _KEYS:
             raise EnvelopeError(f"a command envelope is an object with exactly the keys {sorted(_KEYS)}")
         if document["v"] != VERSION or type(document["v"]) is not int:

@@ -6,6 +6,8 @@ beyond a short, bounded description, so a hostile payload does not flood a log.
 
 from __future__ import annotations
 
+from wow_core.model import DecodeFailureKind
+
 
 class ApplicationCommandError(Exception):
     """The base of every error of :mod:`wow_core.application`."""
@@ -24,7 +26,15 @@ class OperationContextError(ApplicationCommandError, ValueError):
 
 
 class EnvelopeError(ApplicationCommandError, ValueError):
-    """A transported record that is not a command envelope."""
+    """A transported record that is not a command envelope: ``kind`` says how
+    (``NOT_JSON``, or ``WRONG_SHAPE`` for JSON that is not an envelope of this version).
+
+    It can never succeed, so the worker does not retry it: the record takes the
+    decode-failure path, like an undecodable record of the aggregate bus."""
+
+    def __init__(self, message: str, kind: DecodeFailureKind = DecodeFailureKind.WRONG_SHAPE) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class TransportConfigurationError(ApplicationCommandError, LookupError):

@@ -27,6 +27,7 @@ from wow_core.application.registry import TransportRegistry
 from wow_core.application.serializer import CommandSerializer
 from wow_core.application.settings import ApplicationSettings
 from wow_core.application.worker import CommandWorker, RejectionPolicy
+from wow_core.transport.decode_failure import TransportDecodeFailureHandler
 
 __all__ = ["ApplicationCommands"]
 
@@ -50,9 +51,12 @@ class ApplicationCommands:
         *,
         service_name: str,
         concurrency: int | None = None,
+        decode_failure_handler: TransportDecodeFailureHandler | None = None,
     ) -> CommandWorker:
         """A worker bound to ``transport_name`` (a :class:`TransportConfigurationError` if
-        it is not configured), configured by ``WOW_APPLICATION__WORKER__*``."""
+        it is not configured), configured by ``WOW_APPLICATION__WORKER__*``; a record that
+        is not an envelope goes to ``decode_failure_handler`` (``wow worker`` passes the
+        one of ``WOW_MESSAGING__DECODE_FAILURE``; default: the transport's policy)."""
         transport = registry.get(transport_name)
         worker_settings = settings.worker
         return CommandWorker(
@@ -69,4 +73,5 @@ class ApplicationCommands:
             policy=RejectionPolicy.from_settings(worker_settings),
             concurrency=concurrency or worker_settings.concurrency,
             shutdown_timeout=worker_settings.shutdown_timeout,
+            decode_failure_handler=decode_failure_handler,
         )

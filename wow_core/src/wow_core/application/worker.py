@@ -18,8 +18,13 @@ For each record of its topic, in this order:
 6. the command is dispatched on the bus in ``ExecutionMode.SYNC`` (the transport
    middleware passes it through) with a new operation of its own.
 
-The record is acknowledged only after the dispatch returned. Any error in those steps
-prevents the acknowledgement and follows the :class:`RejectionPolicy`. Delivery is at
+The record is acknowledged only after the dispatch returned. Any error in steps 2 to 6
+prevents the acknowledgement and follows the :class:`RejectionPolicy`. A record that is
+not a command envelope (step 1: not JSON, not an envelope of this version) can never
+succeed: it is not retried but takes the decode-failure path, as an undecodable record
+of the aggregate bus does (the worker's
+:class:`~wow_core.transport.TransportDecodeFailureHandler`, by default the transport's
+own policy: ``<topic>.dlq`` and acknowledged, or left pending on Redis). Delivery is at
 least once: a worker that dies holding records leaves them to be delivered again, so a
 handler makes its effect idempotent by ``__original_operation_id``.
 
@@ -40,11 +45,19 @@ from typing import TYPE_CHECKING, Any
 
 from wow_core.application.context import OperationContextSerializer
 from wow_core.application.envelope import CommandEnvelope, class_name
-from wow_core.application.errors import CommandRejected
+from wow_core.application.errors import CommandRejected, EnvelopeError
 from wow_core.application.marker import CommandMetadataProvider, ReflectionCommandMetadataProvider
 from wow_core.application.operation import RESERVED_PREFIX, ExecutionMode, Operation
 from wow_core.application.serializer import CommandSerializer
 from wow_core.application.settings import RejectionAction, WorkerSettings
+from wow_core.model import DecodeError
+from wow_core.transport.decode_failure import (
+    DecodeFailure,
+    DecodeFailureAction,
+    DecodeFailureObserver,
+    DefaultDecodeFailureHandler,
+    TransportDecodeFailureHandler,
+)
 from wow_core.transport.spi import Transport, TransportMessage, TransportRecord
 
 if TYPE_CHECKING:
@@ -115,6 +128,7 @@ class CommandWorker:
         policy: RejectionPolicy | None = None,
         concurrency: int = 1,
         shutdown_timeout: float = 30.0,
+        decode_failure_handler: TransportDecodeFailureHandler | None = None,
     ) -> None:
         if type(concurrency) is not int or concurrency < 1:
             raise ValueError(f"concurrency is a positive integer, not {concurrency!r}")
@@ -130,6 +144,9 @@ class CommandWorker:
         self.policy = policy or RejectionPolicy()
         self.concurrency = concurrency
         self.shutdown_timeout = shutdown_timeout
+        self.decode_failure_handler: TransportDecodeFailureHandler = (
+            decode_failure_handler if decode_failure_handler is not None else DefaultDecodeFailureHandler()
+        )
         self.command_types: dict[str, type[Any]] = {}
         for command_type in (*bus.command_types, *command_types):
             self.command_types[class_name(command_type)] = command_type
@@ -137,8 +154,13 @@ class CommandWorker:
     # -- one record --------------------------------------------------------------------
 
     async def process(self, payload: str) -> Operation:
-        """Restore, check and dispatch one envelope; raises on any failure (nothing acked here)."""
-        envelope = CommandEnvelope.decode(payload)
+        """Decode, restore, check and dispatch one envelope; raises on any failure (an
+        :class:`~wow_core.application.errors.EnvelopeError` for a record that is not an
+        envelope); nothing is acknowledged here."""
+        return await self.execute(CommandEnvelope.decode(payload))
+
+    async def execute(self, envelope: CommandEnvelope) -> Operation:
+        """Restore, check and dispatch a decoded envelope (steps 2 to 6); raises on any failure."""
         command_class = self.command_types.get(envelope.command_class)
         if command_class is None:
             raise CommandRejected(f"this worker knows no command class {envelope.command_class!r}")
@@ -170,12 +192,18 @@ class CommandWorker:
         return await self.bus.dispatch(command, attributes=attributes, execution_mode=ExecutionMode.SYNC)
 
     async def handle(self, record: TransportRecord) -> Outcome:
-        """Process ``record`` under the rejection policy, and acknowledge it when done."""
+        """Process ``record`` under the rejection policy, and acknowledge it when done.
+
+        A record that is not an envelope is not retried: see :meth:`undecodable`."""
+        try:
+            envelope = CommandEnvelope.decode(record.payload)
+        except EnvelopeError as error:
+            return await self.undecodable(record, error)
         attempt = 0
         while True:
             attempt += 1
             try:
-                await self.process(record.payload)
+                await self.execute(envelope)
             except asyncio.CancelledError:
                 raise
             except Exception as error:
@@ -186,9 +214,8 @@ class CommandWorker:
             if self.policy.action is RejectionAction.RETRY and attempt < self.policy.attempts:
                 delay = self.policy.delay(attempt)
                 log.warning(
-                    "%s at %s failed (attempt %d of %d), again in %.2fs: %s",
-                    self.topic,
-                    record.position,
+                    "%s failed (attempt %d of %d), again in %.2fs: %s",
+                    _where(record),
                     attempt,
                     self.policy.attempts,
                     delay,
@@ -198,19 +225,42 @@ class CommandWorker:
                 continue
             return await self._reject(record, failure)
 
+    async def undecodable(self, record: TransportRecord, error: EnvelopeError) -> Outcome:
+        """The decode-failure path of a record that is not a command envelope, as on the
+        aggregate bus: the :attr:`decode_failure_handler` decides (by default the
+        transport's policy), the transport hears of it if it is a
+        :class:`~wow_core.transport.DecodeFailureObserver`, and the record is acknowledged
+        only when the handler kept it elsewhere (a dead letter)."""
+        failure = DecodeFailure(self.group, record, DecodeError(error.kind, str(error)))
+        try:
+            action = await self.decode_failure_handler.handle(failure, self.transport)
+        except Exception:
+            log.exception("the decode-failure handler failed for %s; left unacknowledged", _where(record))
+            action = DecodeFailureAction.LEAVE_PENDING
+        if isinstance(self.transport, DecodeFailureObserver):
+            try:
+                self.transport.decode_failure_handled(failure, action)
+            except Exception:
+                log.exception("the transport's decode-failure observer failed for %s", _where(record))
+        if action is DecodeFailureAction.LEAVE_PENDING:
+            log.error("%s is not a command envelope, left unacknowledged: %s", _where(record), error)
+            return Outcome.LEFT_PENDING
+        await record.ack()
+        log.error("%s is not a command envelope, dead-lettered: %s", _where(record), error)
+        return Outcome.DEAD_LETTERED
+
     async def _reject(self, record: TransportRecord, failure: Exception) -> Outcome:
         action = self.policy.action
         if action is RejectionAction.RETRY:
             log.error(
-                "%s at %s failed %d times, left unacknowledged for a later delivery: %s",
-                self.topic,
-                record.position,
+                "%s failed %d times, left unacknowledged for a later delivery: %s",
+                _where(record),
                 self.policy.attempts,
                 _describe(failure),
             )
             return Outcome.LEFT_PENDING
         if action is RejectionAction.DROP:
-            log.error("%s at %s rejected and dropped: %s", self.topic, record.position, _describe(failure))
+            log.error("%s rejected and dropped: %s", _where(record), _describe(failure))
             await record.ack()
             return Outcome.DROPPED
         dead_letter = TransportMessage(
@@ -222,15 +272,9 @@ class CommandWorker:
         try:
             await self.transport.send(dead_letter)
         except Exception:
-            log.exception("could not dead-letter %s at %s; left unacknowledged", self.topic, record.position)
+            log.exception("could not dead-letter %s; left unacknowledged", _where(record))
             return Outcome.LEFT_PENDING
-        log.error(
-            "%s at %s rejected, moved to %s: %s",
-            self.topic,
-            record.position,
-            dead_letter.topic,
-            _describe(failure),
-        )
+        log.error("%s rejected, moved to %s: %s", _where(record), dead_letter.topic, _describe(failure))
         await record.ack()
         return Outcome.DEAD_LETTERED
 
@@ -292,6 +336,15 @@ class CommandWorker:
                 raise failure  # the receiver failed: what was in flight finished first
         finally:
             await receiver.close()
+
+
+def _where(record: TransportRecord) -> str:
+    """The record for a log line: its position, with its topic unless the position names it
+    (a Redis position is ``<stream>/<entry id>``, a Kafka one ``<partition>:<offset>``)."""
+    position = record.position
+    if position.startswith(record.topic):
+        return f"record {position}"
+    return f"record {record.topic} at {position}"
 
 
 def _describe(error: BaseException) -> str:

@@ -154,6 +154,11 @@ def worker_command(invocation: Any) -> int:
     except TransportConfigurationError as error:
         raise SettingsError(f"{args.commands}: {error}") from None
     worker = commands.worker(
-        registry, args.transport, section, service_name=settings.service_name, concurrency=args.concurrency
+        registry,
+        args.transport,
+        section,
+        service_name=settings.service_name,
+        concurrency=args.concurrency,
+        decode_failure_handler=container.decode_failure_handler(),
     )
     return asyncio.run(serve_worker(worker, registry))
