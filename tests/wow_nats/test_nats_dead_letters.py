@@ -10,7 +10,12 @@ from nats.aio.msg import Msg
 
 from tests.wow_nats.conftest import MakeTransport, Names
 from tests.wow_nats.support import message, next_record, opened
+from wow_core.messaging import MessageSubscription
 from wow_core.metrics import InMemoryMetrics
+from wow_core.model import NamedAggregate
+from wow_core.testing.support import command, conformance_codec
+from wow_core.transport import DeadLetterReason
+from wow_core.transport.bus import TransportCommandBus
 
 pytestmark = pytest.mark.nats
 
@@ -129,3 +134,39 @@ async def test_a_record_published_twice_with_one_id_is_stored_once(
     assert second.seq == first.seq
     info = await raw_js.stream_info(transport.layout.stream(topic))
     assert info.state.messages == 1
+
+
+async def test_a_record_the_bus_cannot_decode_is_dead_lettered_once_with_why(
+    make_transport: MakeTransport, names: Names, raw_js: nats.js.JetStreamContext
+) -> None:
+    # the core's decode-failure policy on NATS: the record's bytes, and why, in headers
+    transport = make_transport()
+    bus = TransportCommandBus(transport, conformance_codec())
+    account = NamedAggregate("ctx", "agg")
+    topic = bus.topic(account)
+    group = names.group()
+    receiver = bus.receiver(MessageSubscription.of(group, [account]))
+    await receiver.ready()
+    receiver.open_processing()
+    await raw_js.publish(topic, b'{"foreign": "json"}', headers={"Wow-Key": "a-1"})
+    await bus.send(command(account, "a-1", 1))
+    exchange = await asyncio.wait_for(anext(aiter(receiver)), 30)
+    await exchange.ack()
+    stream = transport.layout.stream(topic)
+    [letter] = await dead_letters(raw_js, stream, topic, 1)
+    assert letter.data == b'{"foreign": "json"}', "the record's own bytes"
+    assert letter.headers is not None
+    assert letter.headers["Wow-Key"] == "a-1"
+    assert letter.headers["Wow-Dlq-Reason"] == "undecodable"
+    assert letter.headers["Wow-Dlq-Group"] == group
+    assert letter.headers["Wow-Dlq-Position"] == f"{stream}:1"
+    assert letter.headers["Wow-Dlq-Deliveries"] == "1"
+    assert letter.headers["Wow-Dlq-Error"].startswith("wrong_shape:")
+    assert "\n" not in letter.headers["Wow-Dlq-Error"]
+    # dead-lettered again (its acknowledgement lost in a crash): stored once
+    reason = DeadLetterReason("undecodable", group, f"{stream}:1", 2, "again")
+    await transport.send_dead_letter(message(topic + ".dlq", "a-1", '{"foreign": "json"}'), reason)
+    info = await raw_js.stream_info(stream)
+    assert info.state.messages == 3, "the record, the command and one dead letter"
+    await receiver.close()
+    await bus.close()

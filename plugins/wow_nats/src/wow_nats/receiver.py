@@ -80,7 +80,17 @@ from wow_core.metrics import Metrics
 from wow_core.transport.kit import ReadAhead, Readiness
 from wow_nats.connection import NatsConnection
 from wow_nats.layout import StreamLayout
-from wow_nats.record import TIMESTAMP_HEADER, NatsRecord, key_headers, key_of
+from wow_nats.record import (
+    DELIVERIES_HEADER,
+    GROUP_HEADER,
+    POSITION_HEADER,
+    REASON_HEADER,
+    TIMESTAMP_HEADER,
+    NatsRecord,
+    dead_letter_id,
+    key_headers,
+    key_of,
+)
 from wow_nats.settings import NatsSettings
 from wow_nats.topics import NatsTopics
 
@@ -89,11 +99,6 @@ Publish = Callable[[str, bytes, dict[str, str]], Awaitable[Any]]
 JetStream's ack (the transport's publish, which retries transient failures)."""
 
 log = logging.getLogger("wow_nats")
-
-REASON_HEADER = "Wow-Dlq-Reason"
-GROUP_HEADER = "Wow-Dlq-Group"
-POSITION_HEADER = "Wow-Dlq-Position"
-DELIVERIES_HEADER = "Wow-Dlq-Deliveries"
 
 STATUS_HEADER = "Status"
 DESCRIPTION_HEADER = "Description"
@@ -510,7 +515,7 @@ class NatsReceiver:
             POSITION_HEADER: position,
             DELIVERIES_HEADER: str(deliveries),
             # one dead letter per group and record, even when the publish is retried
-            "Nats-Msg-Id": f"dlq:{self.group}:{position}",
+            "Nats-Msg-Id": dead_letter_id(self.group, position),
         }
         try:
             await self._publish(self._layout.dead_letter_subject(topic), msg.data, headers)

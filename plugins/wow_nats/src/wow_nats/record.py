@@ -32,6 +32,32 @@ TIMESTAMP_HEADER = "Wow-Timestamp"
 """The sender's timestamp (epoch milliseconds)."""
 
 
+REASON_HEADER = "Wow-Dlq-Reason"
+GROUP_HEADER = "Wow-Dlq-Group"
+POSITION_HEADER = "Wow-Dlq-Position"
+DELIVERIES_HEADER = "Wow-Dlq-Deliveries"
+ERROR_HEADER = "Wow-Dlq-Error"
+"""The headers of a dead letter: why it is in ``<topic>.dlq`` (``max_deliver``,
+``not_utf8``, ``undecodable``), the group that gave up, the record's ``stream:sequence``,
+its deliveries to that group and, for ``undecodable``, the decode error."""
+
+DEAD_LETTER_ERROR_CHARS = 1024
+"""The most of an error's text a dead letter's header carries (one line)."""
+
+
+def dead_letter_id(group: str, position: str) -> str:
+    """The ``Nats-Msg-Id`` of the dead letter of the record at ``position`` for ``group``:
+    one dead letter per group and record, even when its publish is retried or a crash
+    between the publish and the acknowledgement delivers the record again."""
+    return f"dlq:{group}:{position}"
+
+
+def header_text(text: str, limit: int = DEAD_LETTER_ERROR_CHARS) -> str:
+    """``text`` as one header value: its line breaks and other control characters as
+    spaces, at most ``limit`` characters."""
+    return "".join(ch if ch.isprintable() else " " for ch in text[:limit]).strip()
+
+
 def key_headers(key: str) -> dict[str, str]:
     """The header that carries ``key`` unchanged through NATS."""
     if key.isprintable() and key == key.strip():

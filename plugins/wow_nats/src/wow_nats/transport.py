@@ -32,6 +32,7 @@ from nats.js.api import PubAck
 
 from wow_core.metrics import Metrics, NoopMetrics
 from wow_core.transport import (
+    DeadLetterReason,
     DecodeFailureDefault,
     DefaultTopicNaming,
     TopicNaming,
@@ -42,7 +43,17 @@ from wow_nats.acks import Ack, PublishAcks, pub_ack
 from wow_nats.connection import NatsConnection
 from wow_nats.hpub import MSG_ID_HEADER, record_header
 from wow_nats.layout import StreamLayout
-from wow_nats.record import TIMESTAMP_HEADER, key_headers
+from wow_nats.record import (
+    DELIVERIES_HEADER,
+    ERROR_HEADER,
+    GROUP_HEADER,
+    POSITION_HEADER,
+    REASON_HEADER,
+    TIMESTAMP_HEADER,
+    dead_letter_id,
+    header_text,
+    key_headers,
+)
 from wow_nats.settings import SECTION, NatsSettings
 from wow_nats.topics import NatsTopics
 
@@ -126,6 +137,24 @@ class NatsTransport(TransportBase["NatsReceiver"]):
         if msg_id is not None:
             headers[MSG_ID_HEADER] = msg_id
         await self.publish(message.topic, data, headers)
+
+    async def send_dead_letter(self, message: TransportMessage, reason: DeadLetterReason) -> None:
+        """:meth:`send` a dead letter (the record's bytes, key and timestamp) with why it is
+        there in its headers, as a poison record's own dead letter has them
+        (``Wow-Dlq-Reason``, ``-Group``, ``-Position``, ``-Deliveries``, and
+        ``Wow-Dlq-Error`` with the decode error), and one message id per group and
+        record: a record dead-lettered again (its acknowledgement lost) is stored once."""
+        self._check_open()
+        headers = key_headers(message.key)
+        headers[TIMESTAMP_HEADER] = str(message.timestamp)
+        headers[REASON_HEADER] = reason.reason
+        headers[GROUP_HEADER] = header_text(reason.group)
+        headers[POSITION_HEADER] = reason.position
+        headers[DELIVERIES_HEADER] = str(reason.deliveries)
+        if reason.error:
+            headers[ERROR_HEADER] = header_text(reason.error)
+        headers[MSG_ID_HEADER] = dead_letter_id(reason.group, reason.position)
+        await self.publish(message.topic, message.payload.encode("utf-8", "surrogateescape"), headers)
 
     async def send_many(self, messages: Sequence[TransportMessage]) -> None:
         """Publish every message, pipelined on the one connection, in the given order.
