@@ -36,18 +36,34 @@ class AccountRow:
 class BankSummary:
     """Balances per account id and transfers by status.
 
-    Idempotent per event id: a redelivered or retried event is applied once.
+    Idempotent per event id: a redelivered or retried event is applied once. It lives in
+    its process's memory and starts empty with it: an event of an account opened before
+    the process started (a restarted service) is counted in :attr:`unseen`, not applied
+    (a balance it cannot know is not guessed). A read model that must survive restarts
+    is kept in a store of its own.
     """
 
     accounts: dict[str, AccountRow] = field(default_factory=dict)
     transfers: dict[str, str] = field(default_factory=dict)
     applied: set[str] = field(default_factory=set)
+    unseen: int = 0
+    """Events of accounts this read model never saw opened."""
 
     def _first_time(self, event: DomainEvent[Any]) -> bool:
         if event.id in self.applied:
             return False
         self.applied.add(event.id)
         return True
+
+    def _row(self, event: DomainEvent[Any]) -> AccountRow | None:
+        """The row an event of an account applies to, the first time it comes; ``None``
+        for a repeat, or for an account opened before this read model started."""
+        if not self._first_time(event):
+            return None
+        row = self.accounts.get(event.aggregate_id.id)
+        if row is None:
+            self.unseen += 1
+        return row
 
     @on_event
     def opened(self, event: DomainEvent[AccountOpened]) -> None:
@@ -56,18 +72,21 @@ class BankSummary:
 
     @on_event
     def deposited(self, event: DomainEvent[MoneyDeposited]) -> None:
-        if self._first_time(event):
-            self.accounts[event.aggregate_id.id].balance += event.body.amount
+        row = self._row(event)
+        if row is not None:
+            row.balance += event.body.amount
 
     @on_event
     def withdrawn(self, event: DomainEvent[MoneyWithdrawn]) -> None:
-        if self._first_time(event):
-            self.accounts[event.aggregate_id.id].balance -= event.body.amount
+        row = self._row(event)
+        if row is not None:
+            row.balance -= event.body.amount
 
     @on_event
     def closed(self, event: DomainEvent[AccountClosed]) -> None:
-        if self._first_time(event):
-            self.accounts[event.aggregate_id.id].closed = True
+        row = self._row(event)
+        if row is not None:
+            row.closed = True
 
     @on_event
     def transfer_prepared(self, event: DomainEvent[TransferPrepared]) -> None:
