@@ -15,9 +15,11 @@ import asyncpg
 import pytest
 
 from tests.wow_postgres.conftest import POSTGRES_DSN
-from wow_core.messaging import BusClosedError
-from wow_core.testing.support import eventually
+from wow_core.messaging import BusClosedError, MessageSubscription
+from wow_core.model import NamedAggregate
+from wow_core.testing.support import command, conformance_codec, eventually
 from wow_core.transport import TransportMessage
+from wow_core.transport.bus import TransportCommandBus
 from wow_postgres import PostgresReceiver, PostgresRecord, PostgresSettings, PostgresTransport
 
 pytestmark = pytest.mark.postgres
@@ -260,6 +262,36 @@ async def test_a_record_never_acknowledged_goes_to_the_dead_letter_topic_after_m
     assert letter.delivery_count == 1
     await letter.ack()
     await following.ack()
+
+
+async def test_a_record_the_bus_cannot_decode_is_dead_lettered_with_why(
+    make_transport: Callable[..., PostgresTransport],
+) -> None:
+    """The decode-failure policy's dead letter says why, as a poison record's does: its
+    failed deliveries and its last error (the reason, the group, the position, the error)."""
+    transport = make_transport()
+    bus = TransportCommandBus(transport, conformance_codec())
+    account = NamedAggregate(f"undecodable{uuid.uuid4().hex[:6]}", "account")
+    topic = bus.topic(account)
+    dead = transport.open("reader", [topic + ".dlq"])
+    await dead.ready()
+    dead.open_processing()
+    receiver = bus.receiver(MessageSubscription.of("g", [account]))
+    await receiver.ready()
+    receiver.open_processing()
+    await transport.send(_message(topic, "a-1", '{"foreign": "json"}'))
+    await bus.send(command(account, "a-1", 1))
+    exchange = await asyncio.wait_for(anext(aiter(receiver)), 30)
+    await exchange.ack()
+    [letter] = await _take(dead, 1)
+    assert (letter.key, letter.payload) == ("a-1", '{"foreign": "json"}'), "the record's own bytes"
+    assert letter.failed_deliveries == 1
+    assert letter.last_error is not None
+    assert letter.last_error.startswith("undecodable by group 'g' at ")
+    assert ": wrong_shape: " in letter.last_error
+    await letter.ack()
+    await receiver.close()
+    await bus.close()
 
 
 async def test_a_record_whose_lease_keeps_expiring_is_dead_lettered_with_that_error(

@@ -75,6 +75,7 @@ import asyncpg
 from wow_core.messaging.contract import BusClosedError
 from wow_core.metrics import Metrics, NoopMetrics
 from wow_core.transport import (
+    DeadLetterReason,
     DecodeFailureDefault,
     DefaultTopicNaming,
     TopicNaming,
@@ -98,6 +99,8 @@ UNROUTED = ""
 """The group of a row sent to a topic no group subscribed to yet: the first group takes it."""
 
 RELEASED = "released unacknowledged by its consumer"
+LAST_ERROR_CHARS = 2000
+"""The most of an error's text a dead letter's ``last_error`` keeps."""
 """The ``last_error`` of a row its consumer released (:meth:`PostgresRecord.release`)."""
 
 _WAKE_MARGIN = 0.01
@@ -361,6 +364,17 @@ class PostgresTransport(TransportBase["PostgresReceiver"]):
                 SELECT group_name, $1, $2, $3, $4 FROM groups RETURNING 1
             )
             SELECT count(*) FROM stored"""
+        self._dead_letter_sql = f"""
+            WITH groups AS (
+                SELECT group_name FROM {names.subscriptions} WHERE topic = $1
+                UNION ALL SELECT '{UNROUTED}' WHERE NOT EXISTS (
+                    SELECT 1 FROM {names.subscriptions} WHERE topic = $1)
+            ), stored AS (
+                INSERT INTO {names.queue}
+                    (group_name, topic, key, payload, timestamp, failed_deliveries, last_error)
+                SELECT group_name, $1, $2, $3, $4, $5, $6 FROM groups RETURNING 1
+            )
+            SELECT count(*) FROM stored"""
 
     @classmethod
     def from_settings(cls, settings: ProcessSettings, *, metrics: Metrics | None = None) -> PostgresTransport:
@@ -420,6 +434,30 @@ class PostgresTransport(TransportBase["PostgresReceiver"]):
                 message.key,
                 message.payload,
                 message.timestamp,
+            )
+
+        await self.run("send", insert)
+        self._notifier.notify(message.topic)
+
+    async def send_dead_letter(self, message: TransportMessage, reason: DeadLetterReason) -> None:
+        """:meth:`send` a dead letter of the decode-failure policy with why it is there, as
+        a record past ``MAX_DELIVERIES`` has it: its ``failed_deliveries`` (the deliveries
+        to the group that gave up) and its ``last_error``
+        (``undecodable by group '<group>' at <position>: <error>``)."""
+        self._check_open()
+        error = f"{reason.reason} by group {reason.group!r} at {reason.position}"
+        if reason.error:
+            error = f"{error}: {reason.error}"
+
+        async def insert(connection: Connection) -> None:
+            await connection.fetchrow(
+                self._dead_letter_sql,
+                message.topic,
+                message.key,
+                message.payload,
+                message.timestamp,
+                reason.deliveries,
+                error[:LAST_ERROR_CHARS],
             )
 
         await self.run("send", insert)
