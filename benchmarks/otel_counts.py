@@ -71,13 +71,24 @@ class Bytecodes:
         return self._local
 
     def _call(self, frame: FrameType, event: str, arg: Any) -> Any:
-        # every "call" event (a coroutine resumed included) gets the opcode tracer
+        # every "call" event (a coroutine resumed included) gets the opcode tracer. f_trace
+        # is assigned, not only returned: on CPython 3.12 and 3.13 (sys.settrace on
+        # sys.monitoring; seen on 3.12.1 and 3.13.0) f_trace_opcodes set here with the
+        # tracer only returned gave no opcode event.
         frame.f_trace_opcodes = True
+        frame.f_trace = self._local
         return self._local
 
     def start(self) -> None:
         self._previous = sys.gettrace()
+        # CPython 3.12.1 (sys.settrace on sys.monitoring; cpython#114480) gives the first
+        # sys.settrace of a process no opcode event unless a frame already has
+        # f_trace_opcodes set: this frame asks for a moment. It has no f_trace of its own,
+        # so none of its opcodes is counted.
+        here = sys._getframe()
+        asked, here.f_trace_opcodes = here.f_trace_opcodes, True
         sys.settrace(self._call)
+        here.f_trace_opcodes = asked
 
     def stop(self) -> Counts:
         sys.settrace(self._previous)
