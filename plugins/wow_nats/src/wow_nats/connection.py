@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Callable
+from typing import Any
 
 import nats
 from nats.aio.client import Client as NatsClient
@@ -21,6 +23,34 @@ from wow_core.messaging import BusClosedError
 from wow_nats.settings import NatsSettings
 
 log = logging.getLogger("wow_nats")
+
+
+def _guard_writelines_after_connection_lost() -> None:
+    """CPython 3.12 and 3.13 (cpython#136234; seen on 3.12.1 and 3.13.0) let ``writelines`` on a
+    socket transport whose connection is lost buffer the data and register a writer for a
+    socket that is then closed; the selector keeps that writer, and the next socket of the
+    process given the same file descriptor is never woken for writing (nats-py's flusher
+    writes with ``writelines``: after a lost connection its reconnect, or any other
+    connection made meanwhile, waited out its connect timeout). Such writes are dropped
+    instead, as ``write`` drops them (and as 3.11 did, whose ``writelines`` is ``write``)."""
+    if sys.version_info < (3, 12):
+        return
+    from asyncio import selector_events
+
+    # private to asyncio, and typed differently by each version's stubs
+    transport: Any = vars(selector_events)["_SelectorSocketTransport"]
+    writelines = transport.writelines
+
+    def guarded(self: Any, list_of_data: Any) -> None:
+        if self._conn_lost:
+            self.write(b"".join(list_of_data))  # dropped and counted, as write() does
+            return
+        writelines(self, list_of_data)
+
+    transport.writelines = guarded
+
+
+_guard_writelines_after_connection_lost()  # once: a module is imported once
 
 
 class NatsConnection:
