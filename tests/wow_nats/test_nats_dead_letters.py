@@ -14,7 +14,7 @@ from wow_core.messaging import MessageSubscription
 from wow_core.metrics import InMemoryMetrics
 from wow_core.model import NamedAggregate
 from wow_core.testing.support import command, conformance_codec
-from wow_core.transport import DeadLetterReason
+from wow_core.transport import DeadLetterReason, DefaultTopicNaming
 from wow_core.transport.bus import TransportCommandBus
 
 pytestmark = pytest.mark.nats
@@ -141,9 +141,11 @@ async def test_a_record_the_bus_cannot_decode_is_dead_lettered_once_with_why(
 ) -> None:
     # the core's decode-failure policy on NATS: the record's bytes, and why, in headers
     transport = make_transport()
-    bus = TransportCommandBus(transport, conformance_codec())
+    # the test's own topic prefix: its stream is the test's, never another's
+    bus = TransportCommandBus(transport, conformance_codec(), naming=DefaultTopicNaming(names.topic_prefix))
     account = NamedAggregate("ctx", "agg")
     topic = bus.topic(account)
+    assert topic == names.topic()
     group = names.group()
     receiver = bus.receiver(MessageSubscription.of(group, [account]))
     await receiver.ready()

@@ -354,27 +354,8 @@ class PostgresTransport(TransportBase["PostgresReceiver"]):
         self.listener = _Listener(self.settings)
         self._notifier = _Notifier(self)
         names = self.names
-        self._send_sql = f"""
-            WITH groups AS (
-                SELECT group_name FROM {names.subscriptions} WHERE topic = $1
-                UNION ALL SELECT '{UNROUTED}' WHERE NOT EXISTS (
-                    SELECT 1 FROM {names.subscriptions} WHERE topic = $1)
-            ), stored AS (
-                INSERT INTO {names.queue} (group_name, topic, key, payload, timestamp)
-                SELECT group_name, $1, $2, $3, $4 FROM groups RETURNING 1
-            )
-            SELECT count(*) FROM stored"""
-        self._dead_letter_sql = f"""
-            WITH groups AS (
-                SELECT group_name FROM {names.subscriptions} WHERE topic = $1
-                UNION ALL SELECT '{UNROUTED}' WHERE NOT EXISTS (
-                    SELECT 1 FROM {names.subscriptions} WHERE topic = $1)
-            ), stored AS (
-                INSERT INTO {names.queue}
-                    (group_name, topic, key, payload, timestamp, failed_deliveries, last_error)
-                SELECT group_name, $1, $2, $3, $4, $5, $6 FROM groups RETURNING 1
-            )
-            SELECT count(*) FROM stored"""
+        self._send_sql = _insert_for_groups(names)
+        self._dead_letter_sql = _insert_for_groups(names, "failed_deliveries", "last_error")
 
     @classmethod
     def from_settings(cls, settings: ProcessSettings, *, metrics: Metrics | None = None) -> PostgresTransport:
@@ -486,6 +467,24 @@ class PostgresTransport(TransportBase["PostgresReceiver"]):
         if self._pool is not None and self._owns_pool:
             pool, self._pool = self._pool, None
             await pool.close()
+
+
+def _insert_for_groups(names: Names, *more: str) -> str:
+    """The statement that stores a record (``$1`` topic, ``$2`` key, ``$3`` payload, ``$4``
+    timestamp, then ``more`` columns from ``$5`` on) for every group subscribed to its
+    topic, or for the first group to subscribe when there is none yet."""
+    columns = ", ".join(("group_name", "topic", "key", "payload", "timestamp", *more))
+    values = ", ".join(f"${n}" for n in range(1, 5 + len(more)))
+    return f"""
+            WITH groups AS (
+                SELECT group_name FROM {names.subscriptions} WHERE topic = $1
+                UNION ALL SELECT '{UNROUTED}' WHERE NOT EXISTS (
+                    SELECT 1 FROM {names.subscriptions} WHERE topic = $1)
+            ), stored AS (
+                INSERT INTO {names.queue} ({columns})
+                SELECT group_name, {values} FROM groups RETURNING 1
+            )
+            SELECT count(*) FROM stored"""
 
 
 class PostgresReceiver:
