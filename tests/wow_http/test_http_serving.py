@@ -180,6 +180,22 @@ async def test_the_router_is_guarded_by_the_apps_auth_hook_and_refuses_in_the_er
         assert [stream["operator"] for stream in events.json()["streams"]] == ["ada"]
 
 
+async def test_use_auth_after_the_runtime_was_built_still_guards_its_router() -> None:
+    app = WowApp("bank", aggregates=[Account])
+    runtime = app.runtime()  # built first: the hook reaches it all the same
+    use_auth(app, every_route(bearer_token({"t-ada": "ada"}.get)))
+    async with own_application(runtime, router(runtime)) as client:
+        assert (await client.post("/bank/account/Open", json={"owner": "eve"})).status_code == 401
+
+
+def test_use_auth_after_the_routes_were_made_is_refused_rather_than_leaving_them_open() -> None:
+    app = WowApp("bank", aggregates=[Account])
+    runtime = app.runtime()
+    router(runtime)  # its guard is taken now: the settings' tokens, none here
+    with pytest.raises(RuntimeError, match="comes after the routes of a runtime of this app were made"):
+        use_auth(app, every_route(bearer_token({"t-ada": "ada"}.get)))
+
+
 async def test_the_router_is_guarded_by_the_bearer_tokens_of_the_settings(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -75,16 +75,32 @@ def auth_from_settings(settings: HttpSettings) -> AuthHook | None:
 
 
 _hooks: weakref.WeakKeyDictionary[WowRuntime, AuthHook] = weakref.WeakKeyDictionary()
+_routed: weakref.WeakSet[WowRuntime] = weakref.WeakSet()
+"""The runtimes whose routes took their guard (:func:`app_auth`): a later :func:`use_auth`
+would not reach them."""
 
 
 def use_auth(app: WowApp, auth: AuthHook) -> None:
     """Guard the routes of every runtime of ``app`` with ``auth`` (instead of the bearer
     tokens of the settings): those ``wow run`` serves, and those of ``create_app(runtime)``
-    and ``router(runtime)`` in an application of your own."""
+    and ``router(runtime)`` in an application of your own; runtimes already built from
+    ``app`` included.
+
+    Raises ``RuntimeError`` when routes of a runtime of ``app`` were already made (they
+    took their guard then, and would stay open): call it before ``create_app`` /
+    ``router``."""
+    served = [runtime for runtime in app.runtimes() if runtime in _routed]
+    if served:
+        raise RuntimeError(
+            f"use_auth({app.name or 'app'!r}, ...) comes after the routes of a runtime of this app "
+            "were made (create_app or router): they are not guarded by it; call use_auth first"
+        )
 
     def remember(runtime: WowRuntime) -> None:
         _hooks[runtime] = auth
 
+    for runtime in app.runtimes():
+        remember(runtime)
     app.installer(remember)
 
 
@@ -92,6 +108,7 @@ def app_auth(runtime: WowRuntime, settings: HttpSettings | None = None) -> AuthH
     """The hook guarding ``runtime``'s routes when none is given: its app's
     (:func:`use_auth`), else the bearer tokens of ``WOW_HTTP__AUTH__BEARER_TOKENS``
     (``settings``, default the runtime's), else ``None``: every route is public."""
+    _routed.add(runtime)
     hook = _hooks.get(runtime)
     if hook is not None:
         return hook

@@ -18,6 +18,7 @@ is set): in-memory transport and stores, one process, no server.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,12 @@ class WowApp:
         """Event processors, stateless sagas and projections (``wow_core.event``)."""
         self.events = events
         """``wow_core.event.EventDispatchOptions``: custom filters, error handlers, classifier."""
+        self._built: weakref.WeakSet[WowRuntime] = weakref.WeakSet()
+
+    def runtimes(self) -> tuple[WowRuntime, ...]:
+        """The runtimes :meth:`runtime` built from this app that are still alive: what an
+        installer added later (a plugin's ``use_...(app)``) did not reach."""
+        return tuple(self._built)
 
     def aggregate(self, cls: type[Any]) -> type[Any]:
         """Class decorator: host this aggregate."""
@@ -74,4 +81,6 @@ class WowApp:
         """Build (not start) the runtime of this app."""
         from wow_core.runtime.assembly import build_runtime
 
-        return build_runtime(self, settings, plugins=plugins)
+        runtime = build_runtime(self, settings, plugins=plugins)
+        self._built.add(runtime)
+        return runtime
