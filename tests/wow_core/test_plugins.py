@@ -106,3 +106,75 @@ def test_an_unknown_name_lists_what_is_accepted() -> None:
         registry.get("transport", "c")
     assert registry.names("transport") == ["a", "b"]
     assert registry.names("event_store") == []
+
+
+class _Misspelt:
+    @hookimpl
+    def register_transport(self, register: Callable[[str, Any], None]) -> None:  # singular: no such hook
+        register("x", lambda settings: None)
+
+
+class _Unmarked:
+    def register_transports(self, register: Callable[[str, Any], None]) -> None:  # no @hookimpl
+        register("x", lambda settings: None)
+
+
+class _Async:
+    @hookimpl
+    async def register_transports(self, register: Callable[[str, Any], None]) -> None:
+        register("x", lambda settings: None)
+
+
+class _Returning:
+    @hookimpl
+    def register_transports(self, register: Callable[[str, Any], None]) -> Any:
+        return {"x": lambda settings: None}
+
+
+class _Raising:
+    @hookimpl
+    def register_transports(self, register: Callable[[str, Any], None]) -> None:
+        raise RuntimeError("the hook itself blew up")
+
+
+class _WrongParameters:
+    @hookimpl
+    def register_transports(self, reg: Callable[[str, Any], None], extra: int) -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("plugin", "message"),
+    [
+        (_Misspelt(), r"plugin 'broken'.*register_transport.*the hooks are: register_transports"),
+        (_Unmarked(), r"plugin 'broken'.*register_transports is not marked @hookimpl"),
+        (_Async(), r"plugin 'broken'.*register_transports hook is async"),
+        (_Returning(), r"plugin 'broken'.*register_transports hook returned dict.*calling register"),
+        (
+            _Raising(),
+            r"plugin 'broken'.*register_transports hook raised RuntimeError: the hook itself blew up",
+        ),
+        (_WrongParameters(), r"plugin 'broken'.*register_transports"),
+    ],
+)
+def test_a_hook_mistake_fails_naming_the_plugin_instead_of_registering_nothing(
+    plugin: object, message: str
+) -> None:
+    with pytest.raises(PluginError, match=message):
+        load_plugins(extra=[("broken", plugin)], entry_points=False)
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        (42, "whose name is not a string: 42"),
+        ("Broken Transport!", "named 'Broken Transport!': a name is letters"),
+    ],
+)
+def test_a_name_that_no_setting_could_select_is_refused(name: Any, message: str) -> None:
+    with pytest.raises(PluginError, match=message):
+        load_plugins(extra=[("odd", _Transports(name))], entry_points=False)
+
+
+def test_one_plugin_registering_a_name_twice_is_told_so() -> None:
+    with pytest.raises(PluginConflictError, match=r"plugin 'twice'.* registers the transport 'x' twice"):
+        load_plugins(extra=[("twice", _Transports("x", "x"))], entry_points=False)

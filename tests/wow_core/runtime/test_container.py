@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 from dependency_injector import providers
 
@@ -9,7 +12,7 @@ from wow_core.context import MetricsSourceCapture
 from wow_core.event.failure import NONE_RECORDER
 from wow_core.metrics import InMemoryMetrics, NoopMetrics
 from wow_core.model import BodyTypeRegistry, MessageCodec
-from wow_core.plugins import PluginError, PluginRegistry, load_plugins
+from wow_core.plugins import PluginError, PluginRegistry, hookimpl, load_plugins
 from wow_core.runtime.container import SELECTIONS, WowContainer, create_container, select
 from wow_core.runtime.settings import SettingsError, WowSettings
 
@@ -106,6 +109,41 @@ def test_a_factory_returning_the_wrong_thing_names_its_plugin(plugins: PluginReg
     container = create_container(WowSettings(transport="not_a_transport"), plugins=plugins)
     with pytest.raises(PluginError, match=r"plugin 'probe'.*not_a_transport.*not a Transport"):
         container.transport()
+
+
+class _Mistaken:
+    """A plugin whose registrations are wrong in the ways a plugin author gets them wrong."""
+
+    @hookimpl
+    def register_transports(self, register: Callable[[str, Any], None]) -> None:
+        def raising(settings: Any) -> Any:
+            raise RuntimeError("cannot build: missing WOW_MISTAKEN__URL")
+
+        register("raising", raising)
+        register("not_callable", object())
+
+    @hookimpl
+    def register_settings(self, register: Callable[[str, Any], None]) -> None:
+        register("messaging", ProbeSettings)
+
+
+def test_a_factory_that_raises_or_is_not_callable_is_the_plugins_error_not_the_apps() -> None:
+    plugins = load_plugins(extra=[("mistaken", _Mistaken())], entry_points=False)
+    container = create_container(WowSettings(transport="raising"), plugins=plugins, validate=False)
+    with pytest.raises(
+        PluginError, match=r"plugin 'mistaken'.*transport factory 'raising' raised RuntimeError"
+    ):
+        container.transport()
+    container = create_container(WowSettings(transport="not_callable"), plugins=plugins, validate=False)
+    with pytest.raises(PluginError, match=r"transport factory 'not_callable' is an object, not a callable"):
+        container.transport()
+
+
+def test_a_plugin_section_named_like_a_core_section_is_refused() -> None:
+    plugins = load_plugins(extra=[("mistaken", _Mistaken())], entry_points=False)
+    container = create_container(WowSettings(), plugins=plugins, validate=False)
+    with pytest.raises(PluginError, match=r"plugin 'mistaken'.*settings section 'messaging' is the core's"):
+        container.plugin_sections()
 
 
 def test_plugin_sections_are_read_and_validated_at_start_up(

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -245,6 +246,35 @@ async def test_a_failing_policy_leaves_the_record_pending_and_the_receiver_goes_
     assert handler.calls == 1
     assert "leaving the record pending" in caplog.text
     assert transport.broker.backlog("bank.p", bus.topic(ACCOUNT)) == 2  # garbage + unacked command
+    await transport.close()
+
+
+class Answering:
+    """A policy that answers what it is given (a plugin's mistakes included)."""
+
+    def __init__(self, answer: object) -> None:
+        self.answer = answer
+
+    async def handle(self, failure: DecodeFailure, transport: Transport) -> Any:
+        return self.answer
+
+
+@pytest.mark.parametrize(("answer", "acknowledged"), [("ack", True), ("leave_pending", False), (None, False)])
+async def test_a_policys_answer_is_read_by_its_value_and_a_wrong_one_is_said(
+    answer: object, acknowledged: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    # "ack" is ACK (a StrEnum's value); None or anything else leaves the record pending, said
+    transport = InMemoryTransport()
+    bus = TransportCommandBus(transport, conformance_codec(), decode_failure_handler=Answering(answer))
+    receiver = bus.receiver(MessageSubscription.of("bank.p", [ACCOUNT]))
+    receiver.open_processing()
+    await transport.send(TransportMessage(bus.topic(ACCOUNT), "a-1", "garbage", 0))
+    await bus.send(command(ACCOUNT, "a-2"))
+    with caplog.at_level(logging.ERROR):
+        exchange = await anext(receiver)
+    await exchange.ack()
+    assert transport.broker.backlog("bank.p", bus.topic(ACCOUNT)) == (0 if acknowledged else 1)
+    assert ("not a DecodeFailureAction" in caplog.text) is (answer is None)
     await transport.close()
 
 

@@ -133,3 +133,9 @@ def register_commands(register: Callable[[str, Command], None]) -> None:
 @kind("settings")
 def register_settings(register: Callable[[str, type[BaseModel]], None]) -> None:
     """Contribute a settings section: ``register("kafka", KafkaSettings)`` reads ``WOW_KAFKA__*``."""
+
+
+HOOK_NAMES: tuple[str, ...] = tuple(
+    name for name, value in list(globals().items()) if callable(value) and hasattr(value, f"{PROJECT}_spec")
+)
+"""The names of every hook a plugin may implement (``register_transports``...)."""

@@ -10,6 +10,8 @@ same name fail with both distributions named.
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import ModuleType
@@ -62,7 +64,8 @@ class Origin:
     version: str
 
     def __str__(self) -> str:
-        return f"plugin {self.plugin!r} of {self.distribution} {self.version}"
+        version = f" {self.version}" if self.version else ""
+        return f"plugin {self.plugin!r} of {self.distribution}{version}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,17 +91,48 @@ class PluginRegistry:
         for impl in hook.get_hookimpls():
             plugin_name = self.manager.get_name(impl.plugin) or repr(impl.plugin)
             origin = self.origins.get(plugin_name) or Origin(plugin_name, "(registered directly)", "")
-            impl.function(register=self._register_for(kind, origin))
+            if inspect.iscoroutinefunction(impl.function):
+                raise PluginError(
+                    f"{origin}: its {hook_name} hook is async: a hook is a plain function that "
+                    "calls register(name, value)"
+                )
+            try:
+                returned = impl.function(register=self._register_for(kind, origin))
+            except PluginError:
+                raise
+            except Exception as error:
+                raise PluginError(
+                    f"{origin}: its {hook_name} hook raised {type(error).__name__}: {error}"
+                ) from error
+            if returned is not None:
+                if inspect.iscoroutine(returned):
+                    returned.close()
+                raise PluginError(
+                    f"{origin}: its {hook_name} hook returned {type(returned).__name__}: a hook "
+                    "registers by calling register(name, value) and returns nothing"
+                )
 
     def _register_for(self, kind: str, origin: Origin) -> Callable[[str, Any], None]:
+        registered: set[str] = set()
+
         def register(name: str, value: Any) -> None:
-            if not isinstance(name, str) or not name:
+            if not isinstance(name, str):
+                raise PluginError(f"{origin} registered a {kind} whose name is not a string: {name!r}")
+            if not name:
                 raise PluginError(f"{origin} registered a {kind} without a name")
+            if not _NAME.fullmatch(name):
+                raise PluginError(
+                    f"{origin} registered a {kind} named {name!r}: a name is letters, digits, "
+                    "'_', '-', '.' or ':' (it is the value of a setting such as WOW_TRANSPORT)"
+                )
             known = self._by_kind[kind].get(name)
             if known is not None:
+                if name in registered:
+                    raise PluginConflictError(f"{origin} registers the {kind} {name!r} twice")
                 raise PluginConflictError(
                     f"two plugins register the {kind} {name!r}: {known.origin} and {origin}"
                 )
+            registered.add(name)
             self._by_kind[kind][name] = Registration(kind, name, value, origin)
 
         return register
@@ -120,6 +154,38 @@ class PluginRegistry:
 
     def registrations(self) -> list[Registration]:
         return [r for kind in KINDS for r in self.all(kind)]
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}")
+"""What a registered name may be."""
+
+
+def _register(manager: pluggy.PluginManager, plugin: object, origin: Origin) -> None:
+    """Register ``plugin``; a hook implementation pluggy refuses (parameters the hook does
+    not have) is a :class:`PluginError` naming the plugin; a module function named like a
+    hook but not marked ``@hookimpl`` (pluggy would never call it) too."""
+    try:
+        manager.register(plugin, name=origin.plugin)
+    except pluggy.PluginValidationError as error:
+        raise PluginError(f"{origin}: {error}") from error
+    for hook_name in hookspecs.HOOK_NAMES:
+        function = getattr(plugin, hook_name, None)
+        if callable(function) and manager.parse_hookimpl_opts(plugin, hook_name) is None:
+            raise PluginError(
+                f"{origin}: {hook_name} is not marked @hookimpl (from wow_core.plugins import "
+                "hookimpl): it would never be called"
+            )
+
+
+def _check_pending(manager: pluggy.PluginManager, origins: dict[str, Origin]) -> None:
+    """A ``@hookimpl`` of a hook that does not exist (a misspelt name) is a
+    :class:`PluginError` naming the plugin and the hooks there are."""
+    try:
+        manager.check_pending()
+    except pluggy.PluginValidationError as error:
+        name = manager.get_name(error.plugin) or repr(error.plugin)
+        origin = origins.get(name) or Origin(name, "(registered directly)", "")
+        raise PluginError(f"{origin}: {error}; the hooks are: {', '.join(hookspecs.HOOK_NAMES)}") from error
 
 
 def _entry_points() -> Iterable[importlib.metadata.EntryPoint]:
@@ -154,9 +220,10 @@ def load_plugins(
                 raise PluginImportError(
                     f"{origin} ({entry_point.value}) failed to import: {type(error).__name__}: {error}"
                 ) from error
-            manager.register(plugin, name=entry_point.name)
+            _register(manager, plugin, origin)
             origins[entry_point.name] = origin
     for name, plugin in extra:
-        manager.register(plugin, name=name)
         origins[name] = Origin(name, "(registered directly)", "")
+        _register(manager, plugin, origins[name])
+    _check_pending(manager, origins)
     return PluginRegistry(manager, origins)

@@ -46,6 +46,7 @@ from wow_core.modeling.kernel import CommandKernel
 from wow_core.modeling.outbox import OutboxPublisher
 from wow_core.modeling.registry import AggregateRegistry
 from wow_core.runtime.keyed_executor import KeyedExecutor
+from wow_core.runtime.plugin_calls import call_factory
 from wow_core.runtime.settings import WowSettings
 from wow_core.transport.bus import TransportCommandBus, TransportDomainEventBus, TransportStateEventBus
 from wow_core.transport.defaults import DefaultTopicNaming, naming_of
@@ -316,7 +317,7 @@ def build_runtime(
         install_intakes(container, runtime)
     # -- plugins' installers (an HTTP server...), last: they see the whole runtime --------
     for registration in container.plugins().all("runtime_installer"):
-        registration.value(runtime)
+        call_factory(registration, runtime)
     return runtime
 
 

@@ -38,9 +38,17 @@ from wow_core.metrics import Metrics
 from wow_core.middleware import Middleware
 from wow_core.model import BodyTypeRegistry, MessageCodec
 from wow_core.modeling.registry import AggregateRegistry
-from wow_core.plugins import PluginError, PluginRegistry, Registration, UnknownPluginError, load_plugins
+from wow_core.plugins import (
+    PluginConflictError,
+    PluginError,
+    PluginRegistry,
+    Registration,
+    UnknownPluginError,
+    load_plugins,
+)
 from wow_core.runtime import assembly
 from wow_core.runtime._text import a_type_name
+from wow_core.runtime.plugin_calls import call_factory
 from wow_core.runtime.settings import SettingsError, WowSettings, env_name, unknown_variables
 from wow_core.transport.decode_failure import TransportDecodeFailureHandler
 from wow_core.transport.spi import Transport
@@ -100,7 +108,7 @@ def select(plugins: PluginRegistry, settings: WowSettings, kind: str) -> Registr
 
 def _build(plugins: PluginRegistry, settings: WowSettings, kind: str, expected: type[Any] | None) -> Any:
     registration = select(plugins, settings, kind)
-    instance = registration.value(settings)
+    instance = call_factory(registration, settings)
     if expected is not None and not isinstance(instance, expected):
         raise PluginError(
             f"{registration.origin}: the {kind.replace('_', ' ')} factory {registration.name!r} "
@@ -147,7 +155,7 @@ def create_middleware(plugins: PluginRegistry, settings: WowSettings, metrics: M
     """
     active: list[Middleware] = []
     for registration in plugins.all("middleware"):
-        middleware = registration.value(settings, metrics)
+        middleware = call_factory(registration, settings, metrics)
         if middleware is None:
             continue
         if not isinstance(middleware, Middleware):
@@ -192,6 +200,10 @@ def collect_context_captures(plugins: PluginRegistry) -> tuple[ContextCapture, .
     return tuple(captures)
 
 
+CORE_SECTIONS = frozenset(WowSettings.model_fields)
+"""The core's own settings names (``messaging``, ``command``...): no plugin section may take one."""
+
+
 def load_plugin_sections(plugins: PluginRegistry, settings: WowSettings) -> dict[str, BaseModel]:
     """Every plugin settings section, read from ``WOW_<NAME>__*`` (validated)."""
     sections: dict[str, BaseModel] = {}
@@ -200,6 +212,11 @@ def load_plugin_sections(plugins: PluginRegistry, settings: WowSettings) -> dict
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             raise PluginError(
                 f"{registration.origin}: the settings section {registration.name!r} is not a pydantic model"
+            )
+        if registration.name in CORE_SECTIONS:
+            raise PluginConflictError(
+                f"{registration.origin}: the settings section {registration.name!r} is the core's "
+                f"(WOW_{registration.name.upper()}__*): a plugin's section needs a name of its own"
             )
         sections[registration.name] = settings.section(registration.name, model)
     return sections

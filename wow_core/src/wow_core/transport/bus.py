@@ -115,6 +115,28 @@ class TransportStateEventExchange(StateEventExchange, TransportExchange):
         self.record = record
 
 
+def _action_of(answered: object, handler: object, record: TransportRecord) -> DecodeFailureAction:
+    """The :class:`DecodeFailureAction` a decode-failure handler answered: its value
+    (``"ack"`` is ``ACK``); anything else is logged as an error and leaves the record
+    pending (kept, never dropped unsaid)."""
+    if isinstance(answered, DecodeFailureAction):
+        return answered
+    if isinstance(answered, str):
+        try:
+            return DecodeFailureAction(answered)
+        except ValueError:
+            pass
+    _log.error(
+        "the decode-failure handler %s answered %r for %s at %s, not a DecodeFailureAction "
+        "(ACK or LEAVE_PENDING); leaving the record pending",
+        type(handler).__qualname__,
+        answered,
+        record.topic,
+        record.position,
+    )
+    return DecodeFailureAction.LEAVE_PENDING
+
+
 class TransportMessageBus(Generic[M, E]):
     """A bus of one message kind over a transport.
 
@@ -328,15 +350,17 @@ class TransportBusReceiver(Generic[E]):
 
     async def _settle_decode_failure(self, record: TransportRecord, error: DecodeError) -> None:
         failure = DecodeFailure(self.subscription.group, record, error)
+        handler = self.bus.decode_failure_handler
         try:
-            action = await self.bus.decode_failure_handler.handle(failure, self.bus.transport)
+            answered: object = await handler.handle(failure, self.bus.transport)
         except Exception:
             _log.exception(
                 "decode-failure handler failed for %s at %s; leaving the record pending",
                 record.topic,
                 record.position,
             )
-            action = DecodeFailureAction.LEAVE_PENDING
+            answered = DecodeFailureAction.LEAVE_PENDING
+        action = _action_of(answered, handler, record)
         transport = self.bus.transport
         if isinstance(transport, DecodeFailureObserver):
             try:
