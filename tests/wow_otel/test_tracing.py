@@ -145,6 +145,31 @@ async def test_framework_log_records_carry_the_trace_id(
     assert "Opened" in lines[0].message
 
 
+async def test_every_log_record_has_the_trace_fields_so_one_format_serves_every_logger(
+    otel: OtelCapture,
+) -> None:
+    # a format naming %(trace_id)s must format a client library's records too
+    activate()
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    foreign = logging.getLogger("aiokafka.test_trace_fields")
+    foreign.addHandler(handler)
+    foreign.setLevel(logging.INFO)
+    try:
+        tracer = otel.tracer_provider.get_tracer("test")
+        foreign.info("outside a span")
+        with tracer.start_as_current_span("inside") as span:
+            foreign.info("inside a span")
+    finally:
+        foreign.removeHandler(handler)
+    outside, inside = records
+    assert (outside.trace_id, outside.span_id) == ("", "")  # type: ignore[attr-defined]
+    assert inside.trace_id == f"{span.get_span_context().trace_id:032x}"  # type: ignore[attr-defined]
+    line = logging.Formatter("%(trace_id)s %(name)s %(message)s").format(inside)
+    assert line.endswith("aiokafka.test_trace_fields inside a span")
+
+
 async def test_the_context_capture_restores_only_the_trace_context_in_another_task(otel: OtelCapture) -> None:
     activate()
     capture = LocalFirstContextCapture()

@@ -196,3 +196,17 @@ def test_the_bank_example_of_a_checkout_is_wow_core_examples_bank() -> None:
     import wow_core.examples.bank.domain as domain
 
     assert Path(domain.__file__).resolve() == (REPO / "examples/bank/domain.py").resolve()
+
+
+def test_a_log_format_naming_the_trace_fields_formats_every_line_without_tracing() -> None:
+    # `wow run --log-format '... %(trace_id)s ...'`: empty fields where no trace is current
+    # (tracing off, or a record outside a span), never a logging error
+    script = (
+        "import logging\n"
+        "from wow_core.runtime.serve import _configure_logging\n"
+        "_configure_logging('INFO', '[%(trace_id)s/%(span_id)s] %(name)s: %(message)s')\n"
+        "logging.getLogger('redis.client').info('hello')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "[/] redis.client: hello\n"

@@ -1,9 +1,10 @@
 """Trace ids in the framework's log records (``WOW_OTEL__LOG_CORRELATION``).
 
-With tracing on, every record of a ``wow*`` logger gets ``trace_id`` and ``span_id``
-(32 and 16 hex digits of the current span, empty strings outside one), so a format like
-``%(asctime)s %(trace_id)s %(name)s %(message)s`` ties a log line to its trace. Records
-of other loggers are left as they are. Installed once per process, over whatever record
+With tracing on, every log record gets ``trace_id`` and ``span_id`` (32 and 16 hex
+digits of the current span, empty strings outside one), the framework's and every other
+logger's (a client library's line inside a command's span belongs to its trace too), so
+a format like ``%(asctime)s %(trace_id)s %(name)s %(message)s`` ties a log line to its
+trace and formats every record. Installed once per process, over whatever record
 factory is installed then.
 """
 
@@ -30,14 +31,13 @@ def install_log_correlation() -> None:
 
         def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
             record = previous(*args, **kwargs)
-            if record.name.startswith("wow"):
-                context = current_span_context()
-                if is_valid_of(context):
-                    trace_id, span_id, _ = ids_flags_of(context)
-                    record.trace_id = format(trace_id, "032x")
-                    record.span_id = format(span_id, "016x")
-                else:
-                    record.trace_id = record.span_id = ""
+            context = current_span_context()
+            if is_valid_of(context):
+                trace_id, span_id, _ = ids_flags_of(context)
+                record.trace_id = format(trace_id, "032x")
+                record.span_id = format(span_id, "016x")
+            else:
+                record.trace_id = record.span_id = ""
             return record
 
         logging.setLogRecordFactory(factory)

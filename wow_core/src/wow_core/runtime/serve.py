@@ -193,11 +193,19 @@ class MaskCredentials(logging.Filter):
         return True
 
 
-def _configure_logging(level: str, format: str = "%(asctime)s %(levelname)s %(name)s: %(message)s") -> None:
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+"""The format of ``wow run``'s log lines unless ``--log-format`` gives one."""
+TRACE_FIELDS = {"trace_id": "", "span_id": ""}
+"""What a format's ``%(trace_id)s`` / ``%(span_id)s`` print where no trace is current or
+tracing is off (wow-otel's log correlation sets them on every record otherwise)."""
+
+
+def _configure_logging(level: str, format: str = LOG_FORMAT) -> None:
     root = logging.getLogger()
     if not root.handlers:
-        logging.basicConfig(level=level.upper(), format=format, stream=sys.stderr)
+        logging.basicConfig(level=level.upper(), stream=sys.stderr)
         for handler in root.handlers:
+            handler.setFormatter(logging.Formatter(format, defaults=TRACE_FIELDS))
             handler.addFilter(MaskCredentials())
 
 
@@ -296,6 +304,14 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("app", help="the service to run, as module:attribute (a WowApp)")
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     parser.add_argument(
+        "--log-format",
+        default=LOG_FORMAT,
+        help=(
+            "a logging format of the log lines; %%(trace_id)s and %%(span_id)s print the current "
+            "trace with wow-otel's tracing on (empty otherwise)"
+        ),
+    )
+    parser.add_argument(
         "--debug",
         action="store_true",
         help="log at DEBUG and print the traceback of an error in the app (also with --log-level DEBUG)",
@@ -306,7 +322,7 @@ def run_command(invocation: Any) -> int:
     args = invocation.args
     startup = StartupSignals.installed()  # by wow_core.launcher, for the ``wow`` executable
     debug = bool(getattr(args, "debug", False)) or str(args.log_level).upper() == "DEBUG"
-    _configure_logging("DEBUG" if debug else args.log_level)
+    _configure_logging("DEBUG" if debug else args.log_level, args.log_format)
     try:
         app = load_app(args.app)
         if _interrupted(startup, "importing the app"):
