@@ -320,8 +320,11 @@ def main() -> int:
         for name in names:
             if not run_module(name, args.quick, args.timeout):
                 failed.append(name)
-    target = plot()
-    print(f"plot: {target} and {DOCS_FIGURE}")
+    if args.quick and not args.plot_only:
+        print("--quick: the figures are in benchmarks/results/quick/; the plot is of the recorded ones")
+    else:
+        target = plot()
+        print(f"plot: {target} and {DOCS_FIGURE}")
     if failed:
         print(f"failed: {', '.join(failed)}")
         return 1

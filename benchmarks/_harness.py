@@ -14,7 +14,8 @@ and found by ``python -m benchmarks``. With this harness it looks like::
         Harness.main("my_thing", run, __doc__)
 
 ``Harness.main`` parses ``--quick`` / ``--repeat``, runs, prints every figure and writes
-``benchmarks/results/<name>.json`` in the shape ``python -m benchmarks`` plots:
+``benchmarks/results/<name>.json`` (``benchmarks/results/quick/<name>.json`` with
+``--quick``) in the shape ``python -m benchmarks`` plots:
 ``{"benchmark", "machine", "yardstick", "figures": [{"name", "value", "unit",
 "hops"?, "goal_hops"?, "ratio"?, "ratio_of"?, ...}]}``. ``hops`` is the cost of one
 operation in asyncio-queue hops measured in the same run; ``ratio`` is the figure over
@@ -39,6 +40,8 @@ from typing import Any, Protocol, TypeVar
 from wow_core.model import AggregateId, BodyTypeRegistry, CommandMessage, MessageCodec, NamedAggregate
 
 RESULTS = Path(__file__).parent / "results"
+QUICK_RESULTS = RESULTS / "quick"
+"""Where ``--quick`` runs write (not tracked by git)."""
 
 T = TypeVar("T")
 
@@ -220,10 +223,13 @@ class Harness:
         }
 
     @staticmethod
-    def write(benchmark: str, figures: list[Figure], report: dict[str, Any]) -> Path:
-        """Write ``benchmarks/results/<benchmark>.json``."""
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        path = RESULTS / f"{benchmark}.json"
+    def write(benchmark: str, figures: list[Figure], report: dict[str, Any], *, quick: bool = False) -> Path:
+        """Write ``benchmarks/results/<benchmark>.json``; a ``--quick`` run (a tenth of the
+        operations) ``benchmarks/results/quick/<benchmark>.json`` instead, never over the
+        recorded figures."""
+        folder = QUICK_RESULTS if quick else RESULTS
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{benchmark}.json"
         data = {
             "benchmark": benchmark,
             "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -261,7 +267,7 @@ class Harness:
         harness = cls(quick=args.quick, repeat=args.repeat, options=args)
         figures = asyncio.run(run(harness))
         report = {"machine": cls.machine(), "yardstick": harness.yardstick(), "repeat": harness.repeat}
-        path = cls.write(benchmark, figures, report)
+        path = cls.write(benchmark, figures, report, quick=args.quick)
         for key, value in harness.yardstick().items():
             print(f"yardstick {key}: {value:,}")
         for figure in figures:
