@@ -346,3 +346,31 @@ def test_the_two_halves_of_an_event_dispatcher_are_told_apart_in_the_start_up_lo
     assert "bank.ProjectionDispatcher (events)" in names
     assert "bank.ProjectionDispatcher (state events)" in names
     assert len(names) == len(set(names)), names
+
+
+async def test_a_start_up_that_waits_says_what_it_waits_for(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a broker that answers but never lets the member in held the start-up without a word
+    from wow_core.runtime import runtime as runtime_module
+
+    monkeypatch.setattr(runtime_module, "SLOW_START_WARNING", 0.05)
+    joined = asyncio.Event()
+
+    class Joining:
+        name = "slow"
+
+        async def start(self) -> None:
+            await asyncio.sleep(0.2)
+            joined.set()
+
+    lifecycle = Lifecycle(shutdown_timeout=5)
+    lifecycle.add_transport(Joining())
+    with caplog.at_level(logging.WARNING, logger="wow.runtime"):
+        await lifecycle.start()
+        count = caplog.text.count("start-up still waits for the transport 'slow'")
+        await asyncio.sleep(0.15)
+    assert joined.is_set()
+    assert count >= 2, caplog.text
+    assert caplog.text.count("start-up still waits") == count, "not once it started"
+    assert await lifecycle.stop()

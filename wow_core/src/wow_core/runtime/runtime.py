@@ -93,6 +93,10 @@ class Closeable(Protocol):
     async def close(self) -> None: ...
 
 
+SLOW_START_WARNING = 30.0
+"""Seconds between two warnings of a start-up that has not finished (what it waits for)."""
+
+
 class RuntimeState(StrEnum):
     NEW = "new"
     STARTING = "starting"
@@ -114,6 +118,8 @@ class Lifecycle:
         self._closeables: list[tuple[str, Closeable]] = []
         self.state = RuntimeState.NEW
         self._stopped: asyncio.Future[bool] | None = None
+        self._starting = ""
+        """What :meth:`start` waits for now (for the slow-start warning)."""
 
     # -- registration -------------------------------------------------------------------
 
@@ -153,16 +159,17 @@ class Lifecycle:
         if self.state is not RuntimeState.NEW:
             raise RuntimeError(f"the runtime is {self.state.value}; it starts once")
         self.state = RuntimeState.STARTING
-        part = ""
+        part = self._starting = ""
+        watchdog = asyncio.get_running_loop().create_task(self._warn_while_starting(), name="wow-slow-start")
         try:
             for label, store in self._stores:
-                part = label
+                part = self._starting = label
                 await store.start()
             for transport in self.transports:
-                part = f"transport {getattr(transport, 'name', type(transport).__name__)!r}"
+                part = self._starting = f"transport {getattr(transport, 'name', type(transport).__name__)!r}"
                 await transport.start()
             for label, service in self._services:
-                part = label
+                part = self._starting = label
                 await service.start()
             preparing = [
                 (_name(dispatcher), prepare)
@@ -170,17 +177,17 @@ class Lifecycle:
                 if (prepare := getattr(dispatcher, "prepare", None)) is not None
             ]
             if preparing:
-                part = f"receivers of {', '.join(name for name, _ in preparing)}"
+                part = self._starting = f"receivers of {', '.join(name for name, _ in preparing)}"
                 failure: TogetherError | None = None
                 try:
                     await all_or_none([prepare() for _, prepare in preparing])
                 except TogetherError as failed:
                     failure = failed
                 if failure is not None:  # raised out of the handler: its own context kept
-                    part = f"receivers of {preparing[failure.index][0]}"
+                    part = self._starting = f"receivers of {preparing[failure.index][0]}"
                     raise failure.error
             for dispatcher in self.dispatchers:
-                part = f"dispatcher {_name(dispatcher)}"
+                part = self._starting = f"dispatcher {_name(dispatcher)}"
                 await dispatcher.start()
         except Exception as error:
             # No traceback and not an error here: the caller gets the StartError (its
@@ -193,7 +200,24 @@ class Lifecycle:
             self.state = RuntimeState.RUNNING
             await self.stop()
             raise
+        finally:
+            watchdog.cancel()
         self.state = RuntimeState.RUNNING
+
+    async def _warn_while_starting(self) -> None:
+        """Say, every :data:`SLOW_START_WARNING` seconds of a start that has not finished,
+        what it waits for: a broker that answers but never lets a member in (a group that
+        keeps rebalancing) otherwise holds the start-up without a word."""
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        while True:
+            await asyncio.sleep(SLOW_START_WARNING)
+            log.warning(
+                "start-up still waits for the %s after %.0fs (a broker that does not answer, or a "
+                "consumer group that keeps rebalancing; --log-level DEBUG shows the client's steps)",
+                self._starting or "runtime",
+                loop.time() - began,
+            )
 
     async def stop(self, timeout: float | None = None) -> bool:
         if self._stopped is not None:
