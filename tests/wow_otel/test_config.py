@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,174 @@ def test_a_wrong_exporter_setting_fails_naming_the_variable(
         build = build_tracer_provider
     with pytest.raises(OtelConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         build()
+
+
+SAMPLERS = (
+    "always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, "
+    "parentbased_traceidratio"
+)
+
+
+@pytest.mark.parametrize(
+    ("environment", "build", "message"),
+    [
+        (
+            {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json"},
+            build_tracer_provider,
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL='http/json' is not accepted: http/protobuf, grpc",
+        ),
+        (
+            {"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "http/json", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+            build_meter_provider,
+            "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL='http/json' is not accepted: http/protobuf, grpc",
+        ),
+        (
+            {"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_PORT": "99999"},
+            build_meter_provider,
+            "OTEL_EXPORTER_PROMETHEUS_PORT='99999' is not a port number: 0-65535",
+        ),
+        (
+            {"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_PORT": "-1"},
+            build_meter_provider,
+            "OTEL_EXPORTER_PROMETHEUS_PORT='-1' is not a port number: 0-65535",
+        ),
+        (
+            {"OTEL_TRACES_SAMPLER": "bogus"},
+            build_tracer_provider,
+            f"OTEL_TRACES_SAMPLER='bogus' is not accepted: {SAMPLERS}",
+        ),
+        *(
+            (
+                {"OTEL_TRACES_SAMPLER": sampler, "OTEL_TRACES_SAMPLER_ARG": arg},
+                build_tracer_provider,
+                f"OTEL_TRACES_SAMPLER_ARG={arg!r} is not accepted: a number from 0 to 1 "
+                f"(the sampling ratio of OTEL_TRACES_SAMPLER={sampler!r})",
+            )
+            for sampler, arg in [
+                ("traceidratio", "abc"),
+                ("traceidratio", "5"),
+                ("parentbased_traceidratio", "-0.5"),
+                ("parentbased_traceidratio", "nan"),
+            ]
+        ),
+        *(
+            (
+                {"OTEL_METRICS_EXPORTER": exporter, "OTEL_METRIC_EXPORT_INTERVAL": interval},
+                build_meter_provider,
+                f"OTEL_METRIC_EXPORT_INTERVAL={interval!r} is not accepted: "
+                "a number of milliseconds greater than 0",
+            )
+            for exporter, interval in [("console", "soon"), ("otlp", "-5"), ("console", "0"), ("otlp", "nan")]
+        ),
+    ],
+)
+def test_a_wrong_otel_value_is_refused_naming_the_variable_read_and_what_is_accepted(
+    environment: dict[str, str],
+    build: Callable[[], object],
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    for variable, value in environment.items():
+        monkeypatch.setenv(variable, value)
+    with pytest.raises(OtelConfigError) as raised:
+        build()
+    assert str(raised.value) == message
+    assert not caplog.records, "refused, not an SDK warning"
+
+
+def test_right_sampler_and_interval_values_are_taken_without_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    expected = {
+        "always_on": "AlwaysOnSampler",
+        "ALWAYS_OFF": "AlwaysOffSampler",
+        "parentbased_always_on": "ParentBased{root:AlwaysOnSampler,",
+        "parentbased_always_off": "ParentBased{root:AlwaysOffSampler,",
+        "traceidratio": "TraceIdRatioBased{1.0}",  # no OTEL_TRACES_SAMPLER_ARG: 1.0
+        "parentbased_traceidratio": "ParentBased{root:TraceIdRatioBased{1.0},",
+    }
+    for name, description in expected.items():
+        monkeypatch.setenv("OTEL_TRACES_SAMPLER", name)
+        assert build_tracer_provider().sampler.get_description().startswith(description)
+    monkeypatch.delenv("OTEL_TRACES_SAMPLER")
+    assert build_tracer_provider().sampler.get_description().startswith("ParentBased{root:AlwaysOnSampler,")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0")
+    assert "TraceIdRatioBased{0.0}" in build_tracer_provider().sampler.get_description()
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "console")
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "1500.5")
+    provider = build_meter_provider()
+    readers = provider._metric_readers  # type: ignore[attr-defined]
+    assert [reader._export_interval_millis for reader in readers] == [1500.5]
+    provider.shutdown()
+    assert not caplog.records
+
+
+@pytest.mark.parametrize(
+    ("environment", "build", "message"),
+    [
+        (
+            {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+            build_tracer_provider,
+            "OTEL_EXPORTER_OTLP_PROTOCOL='grpc' needs a package that is not installed "
+            "(opentelemetry-exporter-otlp-proto-grpc, module opentelemetry.exporter.otlp.proto.grpc): "
+            "install wow-otel[grpc], or choose another protocol",
+        ),
+        (
+            {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "grpc"},
+            build_meter_provider,
+            "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL='grpc' needs a package that is not installed "
+            "(opentelemetry-exporter-otlp-proto-grpc, module opentelemetry.exporter.otlp.proto.grpc): "
+            "install wow-otel[grpc], or choose another protocol",
+        ),
+    ],
+)
+def test_a_protocol_whose_package_is_missing_is_refused_naming_the_protocol_variable(
+    environment: dict[str, str], build: Callable[[], object], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.grpc", None)
+    for variable, value in environment.items():
+        monkeypatch.setenv(variable, value)
+    with pytest.raises(OtelConfigError) as raised:
+        build()
+    assert str(raised.value) == message
+
+
+@pytest.mark.parametrize(
+    ("exporter", "build", "message"),
+    [
+        (
+            "OTEL_TRACES_EXPORTER=otlp",
+            build_tracer_provider,
+            "OTEL_TRACES_EXPORTER='otlp' needs a package that is not installed "
+            "(opentelemetry-exporter-otlp-proto-http, module opentelemetry.exporter.otlp.proto.http): "
+            "install wow-otel[otlp], or choose another exporter",
+        ),
+        (
+            "OTEL_METRICS_EXPORTER=prometheus",
+            build_meter_provider,
+            "OTEL_METRICS_EXPORTER='prometheus' needs a package that is not installed "
+            "(opentelemetry-exporter-prometheus, module opentelemetry.exporter.prometheus): "
+            "install wow-otel[prometheus], or choose another exporter",
+        ),
+    ],
+)
+def test_with_no_exporter_package_installed_the_missing_one_is_named_not_the_namespace(
+    exporter: str, build: Callable[[], object], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only ``wow-py[otel]``: no ``opentelemetry.exporter`` namespace at all."""
+    for module in [name for name in sys.modules if name.startswith("opentelemetry.exporter.")]:
+        monkeypatch.delitem(sys.modules, module)
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter", None)
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    monkeypatch.setenv(*exporter.split("="))
+    with pytest.raises(OtelConfigError) as raised:
+        build()
+    assert str(raised.value) == message
 
 
 def test_the_standard_variables_choose_exporters_and_the_service_name(
@@ -132,6 +301,16 @@ async def test_a_prometheus_port_taken_fails_the_start_naming_the_variables(
             await endpoint.start()
         assert not endpoint.serving
         await endpoint.close()  # never started: nothing to do
+
+
+async def test_a_prometheus_endpoint_given_a_port_past_65535_fails_its_start_naming_the_variables() -> None:
+    """Built directly (not from the variables, which refuse it): OverflowError, not OSError."""
+    endpoint = sdk.PrometheusEndpoint("127.0.0.1", 99999)
+    with pytest.raises(
+        OtelConfigError, match=r"OTEL_EXPORTER_PROMETHEUS_PORT=99999: .*cannot listen there: "
+    ):
+        await endpoint.start()
+    assert not endpoint.serving
 
 
 PROMETHEUS_SERVICE = """
@@ -219,6 +398,46 @@ def test_a_wrong_exporter_is_one_line_and_exit_status_2_for_a_command_that_build
     assert main(["openapi", "wow_core.examples.bank.app:app"]) == 2  # wow-http's command
     err = capsys.readouterr().err
     assert "OTEL_METRICS_EXPORTER='statsd' is not accepted" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        (
+            "OTEL_EXPORTER_PROMETHEUS_PORT",
+            "99999",
+            "OTEL_EXPORTER_PROMETHEUS_PORT='99999' is not a port number",
+        ),
+        ("OTEL_TRACES_SAMPLER", "bogus", "OTEL_TRACES_SAMPLER='bogus' is not accepted: always_on,"),
+        ("OTEL_TRACES_SAMPLER_ARG", "5", "OTEL_TRACES_SAMPLER_ARG='5' is not accepted: a number from 0 to 1"),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "soon", "OTEL_METRIC_EXPORT_INTERVAL='soon' is not accepted"),
+    ],
+)
+def test_a_wrong_sampler_interval_or_port_is_one_line_and_exit_status_2_when_used(
+    variable: str,
+    value: str,
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Refused only when what it configures is on: tracing for the sampler, the otel
+    metrics backend for the interval and the port."""
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "prometheus" if variable.endswith("PORT") else "console")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "traceidratio")
+    monkeypatch.setenv(variable, value)
+    monkeypatch.setenv("WOW_METRICS", "noop")
+    assert main(["openapi", "wow_core.examples.bank.app:app"]) == 0, "off: not read"
+    capsys.readouterr()
+    if variable.startswith("OTEL_TRACES_"):
+        monkeypatch.setenv("WOW_OTEL__TRACING", "true")
+    else:
+        monkeypatch.setenv("WOW_METRICS", "otel")
+    assert main(["openapi", "wow_core.examples.bank.app:app"]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
     assert "Traceback" not in err
 
 

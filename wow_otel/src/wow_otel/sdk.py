@@ -10,7 +10,7 @@ Which providers (in this order):
    global:
 
    - ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``: the resource;
-   - ``OTEL_TRACES_SAMPLER``, ``OTEL_TRACES_SAMPLER_ARG``: the sampler (the SDK reads them);
+   - ``OTEL_TRACES_SAMPLER``, ``OTEL_TRACES_SAMPLER_ARG``: the sampler (one of :data:`SAMPLERS`);
    - ``OTEL_TRACES_EXPORTER``: ``otlp`` (the default), ``console``, ``none``, comma-separated;
    - ``OTEL_METRICS_EXPORTER``: ``otlp`` (the default), ``console``, ``prometheus``, ``none``;
    - ``OTEL_EXPORTER_OTLP_PROTOCOL`` (and the ``_TRACES_`` / ``_METRICS_`` forms):
@@ -23,16 +23,22 @@ Which providers (in this order):
    - ``OTEL_METRIC_EXPORT_INTERVAL`` (ms): the push interval of the OTLP and console readers;
    - ``OTEL_SDK_DISABLED=true``: no SDK provider at all (the API's no-op ones).
 
-A wrong exporter name, or one whose package is not installed, raises
-:class:`OtelConfigError` naming the variable, when the runtime is built (a
+A value wow-otel cannot honour raises :class:`OtelConfigError` naming the variable read,
+its value and what is accepted, when the runtime is built (a
 :class:`~wow_core.settings.SettingsError`: the ``wow`` commands print it in one line and
-exit 2).
+exit 2): an unknown exporter, sampler or OTLP protocol, an exporter or protocol whose
+package is not installed (named: distribution and module), a sampler ratio that is not a
+number from 0 to 1, an export interval that is not a number of ms above 0, a Prometheus
+port that is not a number from 0 to 65535. Only what is used is checked: the tracing
+variables with ``WOW_OTEL__TRACING``, the metrics ones with the otel metrics backend.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
+import math
 import os
 import threading
 import weakref
@@ -50,7 +56,8 @@ from wow_otel.settings import OtelSettings
 
 class OtelConfigError(SettingsError):
     """An ``OTEL_*`` variable wow-otel cannot honour (an unknown or missing exporter, a
-    Prometheus endpoint that cannot listen where it is told to)."""
+    wrong sampler, protocol, interval or port, a Prometheus endpoint that cannot listen
+    where it is told to)."""
 
 
 class PrometheusEndpoint:
@@ -82,10 +89,11 @@ class PrometheusEndpoint:
 
                 try:
                     self._server, self._thread = start_http_server(port=self.port, addr=self.host)
-                except OSError as error:
+                except (OSError, OverflowError) as error:  # OverflowError: a port past 65535
+                    reason = (error.strerror if isinstance(error, OSError) else None) or error
                     raise OtelConfigError(
                         f"OTEL_EXPORTER_PROMETHEUS_HOST={self.host!r}, OTEL_EXPORTER_PROMETHEUS_PORT="
-                        f"{self.port}: the Prometheus endpoint cannot listen there: {error.strerror or error}"
+                        f"{self.port}: the Prometheus endpoint cannot listen there: {reason}"
                     ) from None
             self._users += 1
 
@@ -166,19 +174,147 @@ def _names(variable: str, default: str) -> list[str]:
     return [name.strip().lower() for name in value.split(",") if name.strip()]
 
 
-def _protocol(signal: str) -> str:
-    return (
-        os.environ.get(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL")
-        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        or "http/protobuf"
-    ).strip()
+@dataclass(frozen=True)
+class _Package:
+    """An optional exporter package: its distribution, the module imported, the extra."""
+
+    distribution: str
+    module: str
+    extra: str
 
 
-def _missing(variable: str, value: str, extra: str, error: ImportError) -> OtelConfigError:
+_OTLP_PACKAGES = {
+    "http/protobuf": _Package(
+        "opentelemetry-exporter-otlp-proto-http", "opentelemetry.exporter.otlp.proto.http", "otlp"
+    ),
+    "grpc": _Package(
+        "opentelemetry-exporter-otlp-proto-grpc", "opentelemetry.exporter.otlp.proto.grpc", "grpc"
+    ),
+}
+_PROMETHEUS_EXPORTER = _Package(
+    "opentelemetry-exporter-prometheus", "opentelemetry.exporter.prometheus", "prometheus"
+)
+_PROMETHEUS_CLIENT = _Package("prometheus-client", "prometheus_client", "prometheus")
+
+SAMPLERS = (
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+)
+"""The ``OTEL_TRACES_SAMPLER`` values: those of the SDK's tracer provider, which reads no
+sampler registered under the ``opentelemetry_traces_sampler`` entry points (only the
+SDK's auto-configuration does)."""
+
+
+def _protocol(signal: str) -> tuple[str | None, str]:
+    """The OTLP protocol of ``signal`` and the variable it was read from (``None``: the
+    default, no variable set)."""
+    for variable in (f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        value = os.environ.get(variable, "").strip()
+        if value:
+            return variable, value
+    return None, "http/protobuf"
+
+
+def _missing(setting: str, package: _Package, error: ImportError, instead: str) -> OtelConfigError:
+    """``setting`` (``VARIABLE='value'``) needs ``package``, which ``error`` says is not
+    importable."""
+    cause = ""
+    module, missing = package.module + ".", f"{error.name}."
+    if error.name is None or not (module.startswith(missing) or missing.startswith(module)):
+        cause = f": {error}"  # the package is there, something it imports is not
     return OtelConfigError(
-        f"{variable}={value!r} needs a package that is not installed ({error.name}): "
-        f"install wow-otel[{extra}], or choose another exporter"
+        f"{setting} needs a package that is not installed ({package.distribution}, module "
+        f"{package.module}){cause}: install wow-otel[{package.extra}], or choose another {instead}"
     )
+
+
+def _otlp_exporter(exporter_variable: str, signal: str, submodule: str, class_name: str) -> Any:
+    """The OTLP exporter ``class_name`` of ``signal`` over the protocol its variables name."""
+    protocol_variable, protocol = _protocol(signal)
+    package = _OTLP_PACKAGES.get(protocol)
+    if package is None:
+        raise OtelConfigError(
+            f"{protocol_variable or 'OTEL_EXPORTER_OTLP_PROTOCOL'}={protocol!r} is not accepted: "
+            "http/protobuf, grpc"
+        )
+    try:
+        module = importlib.import_module(f"{package.module}.{submodule}")
+    except ImportError as error:
+        if protocol_variable is None:  # the default protocol: the exporter is what was chosen
+            raise _missing(f"{exporter_variable}='otlp'", package, error, "exporter") from None
+        raise _missing(f"{protocol_variable}={protocol!r}", package, error, "protocol") from None
+    return getattr(module, class_name)()
+
+
+def _ratio(sampler: str) -> float:
+    """``OTEL_TRACES_SAMPLER_ARG`` for the ratio sampler ``sampler``: a probability (default 1.0)."""
+    text = os.environ.get("OTEL_TRACES_SAMPLER_ARG", "")
+    if not text.strip():
+        return 1.0
+    try:
+        ratio = float(text)
+    except ValueError:
+        ratio = math.nan
+    if not 0.0 <= ratio <= 1.0:  # NaN too
+        raise OtelConfigError(
+            f"OTEL_TRACES_SAMPLER_ARG={text!r} is not accepted: a number from 0 to 1 "
+            f"(the sampling ratio of OTEL_TRACES_SAMPLER={sampler!r})"
+        )
+    return ratio
+
+
+def _sampler() -> Any:
+    """The sampler ``OTEL_TRACES_SAMPLER`` and ``OTEL_TRACES_SAMPLER_ARG`` name, built here
+    (the SDK would log a warning and sample everything for a wrong one)."""
+    from opentelemetry.sdk.trace import sampling
+
+    text = os.environ.get("OTEL_TRACES_SAMPLER", "")
+    name = text.strip().lower() or "parentbased_always_on"
+    if name == "always_on":
+        return sampling.ALWAYS_ON
+    if name == "always_off":
+        return sampling.ALWAYS_OFF
+    if name == "parentbased_always_on":
+        return sampling.DEFAULT_ON
+    if name == "parentbased_always_off":
+        return sampling.DEFAULT_OFF
+    if name == "traceidratio":
+        return sampling.TraceIdRatioBased(_ratio(text))
+    if name == "parentbased_traceidratio":
+        return sampling.ParentBasedTraceIdRatio(_ratio(text))
+    raise OtelConfigError(f"OTEL_TRACES_SAMPLER={text!r} is not accepted: {', '.join(SAMPLERS)}")
+
+
+def _export_interval() -> float:
+    """``OTEL_METRIC_EXPORT_INTERVAL``: ms between two pushes (default 60000)."""
+    text = os.environ.get("OTEL_METRIC_EXPORT_INTERVAL", "")
+    if not text.strip():
+        return 60000.0
+    try:
+        interval = float(text)
+    except ValueError:
+        interval = math.nan
+    if not interval > 0:  # NaN too; the SDK's reader refuses 0
+        raise OtelConfigError(
+            f"OTEL_METRIC_EXPORT_INTERVAL={text!r} is not accepted: a number of milliseconds greater than 0"
+        )
+    return interval
+
+
+def _port() -> int:
+    """``OTEL_EXPORTER_PROMETHEUS_PORT`` (default 9464)."""
+    text = os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT", "9464")
+    try:
+        port = int(text)
+    except ValueError:
+        raise OtelConfigError(f"OTEL_EXPORTER_PROMETHEUS_PORT={text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise OtelConfigError(f"OTEL_EXPORTER_PROMETHEUS_PORT={text!r} is not a port number: 0-65535")
+    return port
 
 
 def _span_exporter(name: str) -> Any:
@@ -188,21 +324,7 @@ def _span_exporter(name: str) -> Any:
 
         return ConsoleSpanExporter()
     if name == "otlp":
-        protocol = _protocol("TRACES")
-        try:
-            if protocol == "grpc":
-                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # type: ignore[import-not-found]
-                    OTLPSpanExporter,
-                )
-            elif protocol == "http/protobuf":
-                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-            else:
-                raise OtelConfigError(
-                    f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r} is not accepted: http/protobuf, grpc"
-                )
-        except ImportError as error:
-            raise _missing(variable, name, "grpc" if protocol == "grpc" else "otlp", error) from None
-        return OTLPSpanExporter()
+        return _otlp_exporter(variable, "TRACES", "trace_exporter", "OTLPSpanExporter")
     raise OtelConfigError(f"{variable}={name!r} is not accepted: otlp, console, none")
 
 
@@ -213,38 +335,24 @@ def _metric_reader(name: str, endpoints: list[PrometheusEndpoint]) -> Any:
     if name == "console":
         from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
-        return PeriodicExportingMetricReader(ConsoleMetricExporter())
+        return PeriodicExportingMetricReader(
+            ConsoleMetricExporter(), export_interval_millis=_export_interval()
+        )
     if name == "otlp":
-        protocol = _protocol("METRICS")
-        try:
-            if protocol == "grpc":
-                from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (  # type: ignore[import-not-found]
-                    OTLPMetricExporter,
-                )
-            elif protocol == "http/protobuf":
-                from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-            else:
-                raise OtelConfigError(
-                    f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r} is not accepted: http/protobuf, grpc"
-                )
-        except ImportError as error:
-            raise _missing(variable, name, "grpc" if protocol == "grpc" else "otlp", error) from None
-        return PeriodicExportingMetricReader(OTLPMetricExporter())
+        exporter = _otlp_exporter(variable, "METRICS", "metric_exporter", "OTLPMetricExporter")
+        return PeriodicExportingMetricReader(exporter, export_interval_millis=_export_interval())
     if name == "prometheus":
+        setting = f"{variable}={name!r}"
         try:
             from opentelemetry.exporter.prometheus import PrometheusMetricReader
+        except ImportError as error:
+            raise _missing(setting, _PROMETHEUS_EXPORTER, error, "exporter") from None
+        try:
             from prometheus_client import start_http_server  # noqa: F401 - installed: the endpoint's
         except ImportError as error:
-            raise _missing(variable, name, "prometheus", error) from None
+            raise _missing(setting, _PROMETHEUS_CLIENT, error, "exporter") from None
         host = os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST", "localhost")
-        port_text = os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT", "9464")
-        try:
-            port = int(port_text)
-        except ValueError:
-            raise OtelConfigError(
-                f"OTEL_EXPORTER_PROMETHEUS_PORT={port_text!r} is not a port number"
-            ) from None
-        endpoints.append(PrometheusEndpoint(host, port))
+        endpoints.append(PrometheusEndpoint(host, _port()))
         return PrometheusMetricReader()
     raise OtelConfigError(f"{variable}={name!r} is not accepted: otlp, console, prometheus, none")
 
@@ -261,7 +369,7 @@ def build_tracer_provider() -> TracerProvider:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     exporters = [_span_exporter(name) for name in _names("OTEL_TRACES_EXPORTER", "otlp") if name != "none"]
-    provider = SdkTracerProvider(resource=_resource())
+    provider = SdkTracerProvider(sampler=_sampler(), resource=_resource())
     for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     return provider
