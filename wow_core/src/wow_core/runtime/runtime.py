@@ -159,17 +159,17 @@ class Lifecycle:
         if self.state is not RuntimeState.NEW:
             raise RuntimeError(f"the runtime is {self.state.value}; it starts once")
         self.state = RuntimeState.STARTING
-        part = self._starting = ""
+        self._starting = ""
         watchdog = asyncio.get_running_loop().create_task(self._warn_while_starting(), name="wow-slow-start")
         try:
             for label, store in self._stores:
-                part = self._starting = label
+                self._starting = label
                 await store.start()
             for transport in self.transports:
-                part = self._starting = f"transport {getattr(transport, 'name', type(transport).__name__)!r}"
+                self._starting = f"transport {getattr(transport, 'name', type(transport).__name__)!r}"
                 await transport.start()
             for label, service in self._services:
-                part = self._starting = label
+                self._starting = label
                 await service.start()
             preparing = [
                 (_name(dispatcher), prepare)
@@ -177,25 +177,25 @@ class Lifecycle:
                 if (prepare := getattr(dispatcher, "prepare", None)) is not None
             ]
             if preparing:
-                part = self._starting = f"receivers of {', '.join(name for name, _ in preparing)}"
+                self._starting = f"receivers of {', '.join(name for name, _ in preparing)}"
                 failure: TogetherError | None = None
                 try:
                     await all_or_none([prepare() for _, prepare in preparing])
                 except TogetherError as failed:
                     failure = failed
                 if failure is not None:  # raised out of the handler: its own context kept
-                    part = self._starting = f"receivers of {preparing[failure.index][0]}"
+                    self._starting = f"receivers of {preparing[failure.index][0]}"
                     raise failure.error
             for dispatcher in self.dispatchers:
-                part = self._starting = f"dispatcher {_name(dispatcher)}"
+                self._starting = f"dispatcher {_name(dispatcher)}"
                 await dispatcher.start()
         except Exception as error:
             # No traceback and not an error here: the caller gets the StartError (its
             # cause chained) and reports it; the CLI prints it as its one message.
-            log.info("start failed (%s: %s); stopping what started", part, error)
+            log.info("start failed (%s: %s); stopping what started", self._starting, error)
             self.state = RuntimeState.RUNNING
             await self.stop()
-            raise StartError(part, error) from error
+            raise StartError(self._starting, error) from error
         except BaseException:
             self.state = RuntimeState.RUNNING
             await self.stop()
