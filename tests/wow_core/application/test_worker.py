@@ -270,6 +270,20 @@ async def test_the_decode_failure_handler_of_the_worker_decides_for_a_record_tha
     assert record.acks == 1
 
 
+async def test_a_decode_failure_handler_answering_something_else_leaves_the_record_pending() -> None:
+    # the same reading of the answer as on the aggregate bus: never acknowledged unsaid
+    class Answering:
+        async def handle(self, failure: DecodeFailure, transport: Any) -> Any:
+            return None
+
+    transport = LeavesPending()
+    record = FakeRecord("not json")
+    command_worker = worker(Handled(), transport=transport, policy=SLOW_RETRY)
+    command_worker.decode_failure_handler = Answering()
+    assert await asyncio.wait_for(command_worker.handle(record), 5) is Outcome.LEFT_PENDING
+    assert record.acks == 0
+
+
 async def test_a_retried_failure_names_the_record_once_in_its_log_lines(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

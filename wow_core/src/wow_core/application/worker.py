@@ -54,9 +54,9 @@ from wow_core.model import DecodeError
 from wow_core.transport.decode_failure import (
     DecodeFailure,
     DecodeFailureAction,
-    DecodeFailureObserver,
     DefaultDecodeFailureHandler,
     TransportDecodeFailureHandler,
+    decide_decode_failure,
 )
 from wow_core.transport.spi import Transport, TransportMessage, TransportRecord
 
@@ -232,16 +232,7 @@ class CommandWorker:
         :class:`~wow_core.transport.DecodeFailureObserver`, and the record is acknowledged
         only when the handler kept it elsewhere (a dead letter)."""
         failure = DecodeFailure(self.group, record, DecodeError(error.kind, str(error)))
-        try:
-            action = await self.decode_failure_handler.handle(failure, self.transport)
-        except Exception:
-            log.exception("the decode-failure handler failed for %s; left unacknowledged", _where(record))
-            action = DecodeFailureAction.LEAVE_PENDING
-        if isinstance(self.transport, DecodeFailureObserver):
-            try:
-                self.transport.decode_failure_handled(failure, action)
-            except Exception:
-                log.exception("the transport's decode-failure observer failed for %s", _where(record))
+        action = await decide_decode_failure(self.decode_failure_handler, failure, self.transport)
         if action is DecodeFailureAction.LEAVE_PENDING:
             log.error("%s is not a command envelope, left unacknowledged: %s", _where(record), error)
             return Outcome.LEFT_PENDING

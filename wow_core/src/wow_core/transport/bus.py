@@ -54,9 +54,9 @@ from wow_core.model import (
 from wow_core.transport.decode_failure import (
     DecodeFailure,
     DecodeFailureAction,
-    DecodeFailureObserver,
     DefaultDecodeFailureHandler,
     TransportDecodeFailureHandler,
+    decide_decode_failure,
 )
 from wow_core.transport.defaults import TopicNaming, naming_of
 from wow_core.transport.spi import Transport, TransportMessage, TransportReceiver, TransportRecord
@@ -113,28 +113,6 @@ class TransportStateEventExchange(StateEventExchange, TransportExchange):
     def __init__(self, message: StateEvent[Any], record: TransportRecord, on_settle: Any) -> None:
         super().__init__(message, record.ack, on_settle, getattr(record, "release", None))
         self.record = record
-
-
-def _action_of(answered: object, handler: object, record: TransportRecord) -> DecodeFailureAction:
-    """The :class:`DecodeFailureAction` a decode-failure handler answered: its value
-    (``"ack"`` is ``ACK``); anything else is logged as an error and leaves the record
-    pending (kept, never dropped unsaid)."""
-    if isinstance(answered, DecodeFailureAction):
-        return answered
-    if isinstance(answered, str):
-        try:
-            return DecodeFailureAction(answered)
-        except ValueError:
-            pass
-    _log.error(
-        "the decode-failure handler %s answered %r for %s at %s, not a DecodeFailureAction "
-        "(ACK or LEAVE_PENDING); leaving the record pending",
-        type(handler).__qualname__,
-        answered,
-        record.topic,
-        record.position,
-    )
-    return DecodeFailureAction.LEAVE_PENDING
 
 
 class TransportMessageBus(Generic[M, E]):
@@ -350,23 +328,7 @@ class TransportBusReceiver(Generic[E]):
 
     async def _settle_decode_failure(self, record: TransportRecord, error: DecodeError) -> None:
         failure = DecodeFailure(self.subscription.group, record, error)
-        handler = self.bus.decode_failure_handler
-        try:
-            answered: object = await handler.handle(failure, self.bus.transport)
-        except Exception:
-            _log.exception(
-                "decode-failure handler failed for %s at %s; leaving the record pending",
-                record.topic,
-                record.position,
-            )
-            answered = DecodeFailureAction.LEAVE_PENDING
-        action = _action_of(answered, handler, record)
-        transport = self.bus.transport
-        if isinstance(transport, DecodeFailureObserver):
-            try:
-                transport.decode_failure_handled(failure, action)
-            except Exception:
-                _log.exception("the transport's decode-failure observer failed for %s", record.position)
+        action = await decide_decode_failure(self.bus.decode_failure_handler, failure, self.bus.transport)
         if action is DecodeFailureAction.ACK:
             try:
                 await record.ack()

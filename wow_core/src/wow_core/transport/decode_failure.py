@@ -164,3 +164,48 @@ class DefaultDecodeFailureHandler:
             )
             return DecodeFailureAction.LEAVE_PENDING
         return DecodeFailureAction.ACK
+
+
+async def decide_decode_failure(
+    handler: TransportDecodeFailureHandler, failure: DecodeFailure, transport: Transport
+) -> DecodeFailureAction:
+    """What becomes of an undecodable record: ``handler``'s action, read by its value
+    (``"ack"`` is ``ACK``); a handler that raises, or answers anything else, leaves the
+    record pending, logged as an error (kept, never dropped unsaid). The transport hears
+    the action when it is a :class:`DecodeFailureObserver`. The aggregate buses' receivers
+    and the application worker decide through it; acknowledging is the caller's."""
+    try:
+        answered: object = await handler.handle(failure, transport)
+    except Exception:
+        _log.exception(
+            "decode-failure handler failed for %s at %s; leaving the record pending",
+            failure.topic,
+            failure.position,
+        )
+        answered = DecodeFailureAction.LEAVE_PENDING
+    action = _action_of(answered, handler, failure)
+    if isinstance(transport, DecodeFailureObserver):
+        try:
+            transport.decode_failure_handled(failure, action)
+        except Exception:
+            _log.exception("the transport's decode-failure observer failed for %s", failure.position)
+    return action
+
+
+def _action_of(answered: object, handler: object, failure: DecodeFailure) -> DecodeFailureAction:
+    if isinstance(answered, DecodeFailureAction):
+        return answered
+    if isinstance(answered, str):
+        try:
+            return DecodeFailureAction(answered)
+        except ValueError:
+            pass
+    _log.error(
+        "the decode-failure handler %s answered %r for %s at %s, not a DecodeFailureAction "
+        "(ACK or LEAVE_PENDING); leaving the record pending",
+        type(handler).__qualname__,
+        answered,
+        failure.topic,
+        failure.position,
+    )
+    return DecodeFailureAction.LEAVE_PENDING
